@@ -1,0 +1,627 @@
+"""The feature cache: one SQLite file that remembers every vector the model has made.
+
+Two tables do the work. ``files`` maps a path to the (size, mtime_ns) it had when read and the
+digest of its bytes; ``vectors`` maps (digest, model_key) to the vector. An unchanged file is
+found by its stat alone, without reading it; a moved or renamed file is found by its digest; a
+vector made by another model, weights or preprocessing never matches, because ``model_key``
+says what made it.
+
+Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
+flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
+moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from novelfind.errors import CacheError
+
+if TYPE_CHECKING:
+    from novelfind.scan import ImageFile
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
+BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
+_CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    path     BLOB PRIMARY KEY,      -- os.fsencode(absolute path): any file name round-trips
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    digest   TEXT NOT NULL          -- hash of the file's bytes (decode.read_for_model)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS files_digest ON files(digest);
+CREATE TABLE IF NOT EXISTS vectors (
+    digest    TEXT NOT NULL,
+    model_key TEXT NOT NULL,        -- weights hash + feature kind + preprocessing version
+    dim       INTEGER NOT NULL,
+    data      BLOB NOT NULL,        -- little-endian float32, dim * 4 bytes
+    PRIMARY KEY (digest, model_key)
+);
+CREATE TABLE IF NOT EXISTS models (
+    model_key  TEXT PRIMARY KEY,
+    dim        INTEGER NOT NULL,
+    first_seen TEXT NOT NULL        -- ISO 8601, UTC
+);
+"""
+
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
+_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL = 10, 11, 13
+_SQLITE_CANTOPEN, _SQLITE_NOTADB = 14, 26
+
+
+class CacheWarning(UserWarning):
+    """Something went wrong with the cache that the run survives (a damaged file was replaced)."""
+
+
+class CacheWriteError(CacheError):
+    """A batch could not be written (disk full, I/O error, busy for too long).
+
+    The batch is rolled back; the cache stays readable, and later ``put_many`` calls on the same
+    ``FeatureCache`` do nothing, so a scan can warn once and carry on without caching.
+    """
+
+    def __init__(self, message: str, *, disk_full: bool = False):
+        super().__init__(message)
+        self.disk_full = disk_full
+
+
+def default_cache_path() -> Path:
+    """``$NOVELFIND_CACHE``, else ``$XDG_CACHE_HOME/novelfind/features.sqlite`` (``~/.cache`` by default)."""
+    explicit = os.environ.get("NOVELFIND_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base).expanduser() if os.path.isabs(os.path.expanduser(base)) else Path.home() / ".cache"
+    return root / "novelfind" / "features.sqlite"
+
+
+def _errorcode(err: sqlite3.Error) -> int | None:
+    code = getattr(err, "sqlite_errorcode", None)  # Python >= 3.11
+    if code is not None:
+        return code & 0xFF  # primary result code
+    message = str(err).lower()
+    for text, value in (
+        ("database or disk is full", _SQLITE_FULL),
+        ("database is locked", _SQLITE_BUSY),
+        ("readonly database", _SQLITE_READONLY),
+        ("disk i/o error", _SQLITE_IOERR),
+        ("malformed", _SQLITE_CORRUPT),
+        ("file is not a database", _SQLITE_NOTADB),
+        ("unable to open database", _SQLITE_CANTOPEN),
+    ):
+        if text in message:
+            return value
+    return None
+
+
+def _is_damage(err: sqlite3.Error) -> bool:
+    return _errorcode(err) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
+
+
+def _encode_path(path: str | os.PathLike[str]) -> bytes:
+    return os.fsencode(os.fspath(path))
+
+
+def _to_blob(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+
+
+def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
+    if len(blob) != 4 * dim:
+        return None
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+
+
+class FeatureCache:
+    """Vectors made by one model (``model_key``), stored in the SQLite file at ``path``.
+
+    Raises ``CacheError`` when the file cannot be opened or created (a read-only or missing
+    location, a database of another program, a cache from a newer novelfind). ``model_key`` may
+    be None for the maintenance commands (``info``, ``prune``, ``clear``); lookups and writes then
+    raise ``ValueError``.
+
+    ``on_warning(message)`` receives survivable problems (a damaged cache moved aside); without it
+    they go to ``warnings.warn`` as ``CacheWarning``. ``recovered_from`` is where a damaged file
+    was moved, or None.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        model_key: str | None = None,
+        *,
+        on_warning: Callable[[str], None] | None = None,
+        busy_timeout: float = BUSY_TIMEOUT_S,
+    ):
+        self.path = Path(os.fspath(path)).expanduser().absolute()
+        self.model_key = model_key
+        self.writes_disabled = False
+        self.recovered_from: Path | None = None
+        self._busy_timeout = busy_timeout
+        self._on_warning = on_warning
+        self._lock = threading.Lock()
+        self._conn = self._open_or_recover()
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def _open_or_recover(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CacheError(
+                f"cannot create the cache folder {self.path.parent}: {err.strerror or err}"
+            ) from None
+        if self.path.is_dir():
+            raise CacheError(f"cache path is a folder: {self.path}")
+        identity = self._identity()
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as err:
+            if not _is_damage(err):
+                raise self._open_error(err) from None
+            reason = str(err)
+        moved = self._move_aside(identity)
+        if moved is not None:
+            self.recovered_from = moved
+            self._warn(
+                f"the feature cache {self.path} was damaged ({reason}); moved it to {moved} "
+                "and started a new one"
+            )
+        try:
+            return self._open()
+        except sqlite3.DatabaseError as err:
+            raise self._open_error(err) from None
+
+    def _identity(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def _open_error(self, err: sqlite3.Error) -> CacheError:
+        code = _errorcode(err)
+        if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN) or not os.access(self.path.parent, os.W_OK):
+            return CacheError(f"cannot write the feature cache {self.path}: {err}")
+        return CacheError(f"cannot open the feature cache {self.path}: {err}")
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            str(self.path), timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            self._check_health(conn)
+            self._check_ours(conn)  # before anything writes to a file that may not be ours
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                # e.g. a file system without shared memory; rollback journal still keeps batches atomic
+                conn.execute("PRAGMA journal_mode = DELETE")
+            conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
+            conn.execute("PRAGMA mmap_size = 268435456")  # read vectors from the page cache, no copies
+            self._init_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _check_health(self, conn: sqlite3.Connection) -> None:
+        """Raise sqlite3.DatabaseError (CORRUPT/NOTADB) when the file is not a sound database."""
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # NOTADB for a foreign file
+        result = conn.execute("PRAGMA quick_check").fetchall()
+        if [tuple(r) for r in result] != [("ok",)]:
+            detail = "; ".join(str(r[0]) for r in result[:3])
+            err = sqlite3.DatabaseError(f"database disk image is malformed: {detail}")
+            err.sqlite_errorcode = _SQLITE_CORRUPT  # type: ignore[attr-defined]
+            raise err
+
+    def _check_ours(self, conn: sqlite3.Connection) -> None:
+        """CacheError unless the file is a novelfind cache this version reads, or still empty."""
+        app_id, version = self._header(conn)
+        if app_id != APPLICATION_ID and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+            raise CacheError(f"{self.path} is an SQLite database of another program, not a novelfind cache")
+        if version > SCHEMA_VERSION:
+            raise CacheError(
+                f"the feature cache {self.path} was written by a newer novelfind (schema {version}, "
+                f"this one reads {SCHEMA_VERSION}); upgrade novelfind or use another --cache"
+            )
+
+    def _init_schema(self, conn: sqlite3.Connection) -> None:
+        app_id, version = self._header(conn)
+        if app_id == APPLICATION_ID and version == SCHEMA_VERSION:
+            with self._write(conn):  # a write probe: SQLite opens a read-only file without complaint
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            return
+        with self._write(conn):
+            self._check_ours(conn)  # again under the write lock: another run may have created it meanwhile
+            # version < SCHEMA_VERSION: a new file (no older schema exists yet; migrations go here)
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @staticmethod
+    def _header(conn: sqlite3.Connection) -> tuple[int, int]:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        return app_id, version
+
+    def _move_aside(self, identity: tuple[int, int] | None) -> Path | None:
+        """Rename the damaged file (and its WAL) out of the way; None if another run already did."""
+        if identity is None or self._identity() != identity:
+            return None  # gone or replaced meanwhile: someone else recovered it
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        try:
+            os.replace(self.path, target)
+        except FileNotFoundError:
+            return None
+        except OSError as err:
+            raise CacheError(
+                f"the feature cache {self.path} is damaged and cannot be moved aside: {err.strerror or err}"
+            ) from None
+        for suffix in ("-wal", "-journal"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                try:
+                    os.replace(side, target.with_name(target.name + suffix))
+                except OSError:
+                    pass
+        try:
+            self.path.with_name(self.path.name + "-shm").unlink()  # index of the old WAL; rebuilt on open
+        except OSError:
+            pass
+        return target
+
+    def _warn(self, message: str) -> None:
+        if self._on_warning is not None:
+            self._on_warning(message)
+        else:
+            warnings.warn(message, CacheWarning, stacklevel=4)
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE), retried while another run holds the lock."""
+        conn = conn or self._conn
+        deadline = time.monotonic() + self._busy_timeout
+        delay = 0.01
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                break
+            except sqlite3.OperationalError as err:
+                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
+
+    def _require_key(self) -> str:
+        if self.model_key is None:
+            raise ValueError("this FeatureCache was opened without a model_key")
+        return self.model_key
+
+    def _read_error(self, err: sqlite3.Error) -> CacheError:
+        return CacheError(f"cannot read the feature cache {self.path}: {err}")
+
+    # -- lookups -------------------------------------------------------------------------------
+
+    def get_by_stat(self, path: str | os.PathLike[str], size: int, mtime_ns: int) -> np.ndarray | None:
+        """The vector of the file at ``path`` if it still has this size and mtime, else None."""
+        key = self._require_key()
+        try:
+            with self._lock:
+                row = self._conn.execute(
+                    "SELECT v.dim, v.data FROM files f JOIN vectors v "
+                    "ON v.digest = f.digest AND v.model_key = ? "
+                    "WHERE f.path = ? AND f.size = ? AND f.mtime_ns = ?",
+                    (key, _encode_path(path), int(size), int(mtime_ns)),
+                ).fetchone()
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return None if row is None else _from_blob(row[1], row[0])
+
+    def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
+        """``get_by_stat`` for many files at once; the result lines up with ``files``."""
+        key = self._require_key()
+        found: dict[bytes, tuple[int, int, int, bytes]] = {}
+        encoded = [_encode_path(f.path) for f in files]
+        try:
+            with self._lock:
+                for start in range(0, len(encoded), _CHUNK):
+                    chunk = list(dict.fromkeys(encoded[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        "SELECT f.path, f.size, f.mtime_ns, v.dim, v.data FROM files f JOIN vectors v "
+                        f"ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})",
+                        (key, *chunk),
+                    )
+                    for path, size, mtime_ns, dim, data in rows:
+                        found[path] = (size, mtime_ns, dim, data)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        out: list[np.ndarray | None] = []
+        for f, path in zip(files, encoded, strict=True):
+            hit = found.get(path)
+            if hit is None or hit[0] != f.size or hit[1] != f.mtime_ns:
+                out.append(None)
+            else:
+                out.append(_from_blob(hit[3], hit[2]))
+        return out
+
+    def get_by_digest(self, digest: str) -> np.ndarray | None:
+        """The vector of any file with these bytes (a moved or renamed file), else None."""
+        return self.get_many_by_digest([digest])[0]
+
+    def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]:
+        """``get_by_digest`` for many digests; the result lines up with ``digests``."""
+        key = self._require_key()
+        found: dict[str, np.ndarray | None] = {}
+        try:
+            with self._lock:
+                unique = list(dict.fromkeys(digests))
+                for start in range(0, len(unique), _CHUNK):
+                    chunk = unique[start : start + _CHUNK]
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        f"SELECT digest, dim, data FROM vectors WHERE model_key = ? AND digest IN ({marks})",
+                        (key, *chunk),
+                    )
+                    for digest, dim, data in rows:
+                        found[digest] = _from_blob(data, dim)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return [found.get(d) for d in digests]
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
+        """Store ``(file, digest, vector)`` rows in one transaction: all of them or none.
+
+        A vector must be 1-D with the model's dimension (``ValueError`` otherwise); rows with a
+        NaN or infinite value are not stored. Raises ``CacheWriteError`` when the batch cannot be
+        written (disk full, I/O error, another run holding the cache for longer than the busy
+        timeout); after that, further calls do nothing.
+        """
+        key = self._require_key()
+        if self.writes_disabled or not rows:
+            return
+        file_rows: list[tuple[bytes, int, int, str]] = []
+        vector_rows: dict[str, bytes] = {}
+        dim = None
+        for file, digest, vector in rows:
+            vec = np.asarray(vector)
+            if vec.ndim != 1 or vec.size == 0:
+                raise ValueError(f"a cached vector must be 1-D and non-empty, got shape {vec.shape}")
+            if dim is None:
+                dim = vec.shape[0]
+            elif vec.shape[0] != dim:
+                raise ValueError(f"vectors of one batch differ in length: {dim} and {vec.shape[0]}")
+            if not np.isfinite(vec).all():
+                continue
+            file_rows.append((_encode_path(file.path), int(file.size), int(file.mtime_ns), str(digest)))
+            vector_rows[str(digest)] = _to_blob(vec)
+        if not file_rows:
+            return
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        try:
+            with self._lock, self._write() as conn:
+                conn.execute(
+                    "INSERT OR IGNORE INTO models (model_key, dim, first_seen) VALUES (?, ?, ?)",
+                    (key, dim, now),
+                )
+                stored = conn.execute("SELECT dim FROM models WHERE model_key = ?", (key,)).fetchone()[0]
+                if stored != dim:
+                    raise ValueError(f"model {key} makes {stored}-d vectors, got {dim}-d")
+                conn.executemany(
+                    "INSERT INTO vectors (digest, model_key, dim, data) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (digest, model_key) DO UPDATE SET dim = excluded.dim, data = excluded.data",
+                    [(digest, key, dim, blob) for digest, blob in vector_rows.items()],
+                )
+                conn.executemany(
+                    "INSERT INTO files (path, size, mtime_ns, digest) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (path) DO UPDATE SET size = excluded.size, "
+                    "mtime_ns = excluded.mtime_ns, digest = excluded.digest",
+                    file_rows,
+                )
+        except sqlite3.Error as err:
+            self.writes_disabled = True
+            code = _errorcode(err)
+            if code == _SQLITE_FULL:
+                raise CacheWriteError(
+                    f"the disk holding the feature cache {self.path} is full; not caching any more",
+                    disk_full=True,
+                ) from None
+            if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+                raise CacheWriteError(
+                    f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s; "
+                    "not caching any more"
+                ) from None
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """Path, vector count (``entries``), file count, bytes on disk and vectors per model."""
+        try:
+            with self._lock:
+                entries = self._conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
+                files = self._conn.execute("SELECT count(*) FROM files").fetchone()[0]
+                models = dict(
+                    self._conn.execute(
+                        "SELECT m.model_key, count(v.digest) FROM models m "
+                        "LEFT JOIN vectors v ON v.model_key = m.model_key "
+                        "GROUP BY m.model_key ORDER BY m.first_seen, m.model_key"
+                    ).fetchall()
+                )
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        size = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                size += os.stat(str(self.path) + suffix).st_size
+            except OSError:
+                pass
+        return {
+            "path": str(self.path),
+            "entries": entries,
+            "files": files,
+            "size_bytes": size,
+            "models": models,
+            "schema_version": SCHEMA_VERSION,
+        }
+
+    def prune(self) -> int:
+        """Forget files that are gone or changed since they were read, and vectors no file uses.
+
+        Returns the number of file entries dropped. A file on a drive that is not mounted counts
+        as gone. Files that cannot be checked (permission denied) are kept.
+        """
+        stale: list[tuple[bytes, int, int]] = []
+        try:
+            with self._lock:
+                rows = self._conn.execute("SELECT path, size, mtime_ns FROM files").fetchall()
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        for path, size, mtime_ns in rows:
+            try:
+                st = os.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                stale.append((path, size, mtime_ns))
+                continue
+            except OSError:
+                continue
+            if st.st_size != size or st.st_mtime_ns != mtime_ns:
+                stale.append((path, size, mtime_ns))
+        try:
+            with self._lock, self._write() as conn:
+                dropped = 0
+                for (
+                    path,
+                    size,
+                    mtime_ns,
+                ) in stale:  # unchanged since read above: another run may have updated it
+                    dropped += conn.execute(
+                        "DELETE FROM files WHERE path = ? AND size = ? AND mtime_ns = ?",
+                        (path, size, mtime_ns),
+                    ).rowcount
+                conn.execute("DELETE FROM vectors WHERE digest NOT IN (SELECT digest FROM files)")
+                conn.execute(
+                    "DELETE FROM models WHERE model_key NOT IN (SELECT DISTINCT model_key FROM vectors)"
+                )
+        except sqlite3.Error as err:
+            raise CacheError(f"cannot prune the feature cache {self.path}: {err}") from None
+        self._compact()
+        return dropped
+
+    def clear(self) -> None:
+        """Forget everything, for every model, and give the space back."""
+        try:
+            with self._lock, self._write() as conn:
+                conn.execute("DELETE FROM vectors")
+                conn.execute("DELETE FROM files")
+                conn.execute("DELETE FROM models")
+        except sqlite3.Error as err:
+            raise CacheError(f"cannot clear the feature cache {self.path}: {err}") from None
+        self._compact()
+
+    def _compact(self) -> None:
+        """Shrink the file after deletions; skipped quietly while another run is using the cache."""
+        try:
+            with self._lock:
+                self._conn.execute("VACUUM")
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error:
+            pass
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.execute("PRAGMA optimize")
+                except sqlite3.Error:
+                    pass
+                self._conn.close()
+                self._conn = None  # type: ignore[assignment]
+
+    def __enter__(self) -> FeatureCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"FeatureCache({str(self.path)!r}, {self.model_key!r})"
+
+
+class NullCache:
+    """The cache interface, storing nothing: for ``--no-cache`` and unusable cache locations."""
+
+    path = None
+    model_key = None
+    writes_disabled = True
+    recovered_from = None
+
+    def get_by_stat(self, path: str | os.PathLike[str], size: int, mtime_ns: int) -> np.ndarray | None:
+        return None
+
+    def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
+        return [None] * len(files)
+
+    def get_by_digest(self, digest: str) -> np.ndarray | None:
+        return None
+
+    def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]:
+        return [None] * len(digests)
+
+    def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
+        return None
+
+    def info(self) -> dict[str, Any]:
+        return {"path": None, "entries": 0, "files": 0, "size_bytes": 0, "models": {}, "schema_version": None}
+
+    def prune(self) -> int:
+        return 0
+
+    def clear(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> NullCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __repr__(self) -> str:
+        return "NullCache()"

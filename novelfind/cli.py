@@ -1,0 +1,579 @@
+"""The command line: parse, check, call the library, print.
+
+stdout carries results only. Warnings, progress and the summary go to stderr; ``-q`` keeps
+stderr to errors and per-file warnings' count. Exit codes live in :mod:`novelfind.errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from novelfind import __version__
+from novelfind.config import default_config_path, read_config, to_default_map
+from novelfind.errors import (
+    CacheError,
+    ExitCode,
+    InputError,
+    Interrupted,
+    NovelfindError,
+)
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0    success, every file read
+  1    error: nothing could be ranked (no images, weights missing, output not writable)
+  2    usage: bad option, missing folder, unknown config key
+  3    finished, but some files could not be read (each named on stderr)
+  4    another run holds the lock on the same output (with --no-wait)
+  130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
+"""
+
+FORMATS = ("tsv", "json", "jsonl", "csv", "paths")
+LINK_MODES = ("copy", "symlink", "hardlink")
+
+
+class NovelfindGroup(click.Group):
+    """A group whose errors are one line on stderr and a documented exit code, in every mode."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
+        try:
+            code = super().main(
+                args=args, prog_name=prog_name or "novelfind", complete_var=complete_var,
+                standalone_mode=False, **extra,
+            )
+            code = int(code or 0)
+        except NovelfindError as err:
+            click.echo(f"error: {err}", err=True)
+            code = int(err.exit_code)
+        except click.UsageError as err:
+            click.echo(f"error: {err.format_message()}", err=True)
+            code = int(ExitCode.USAGE)
+        except click.ClickException as err:
+            click.echo(f"error: {err.format_message()}", err=True)
+            code = int(err.exit_code)
+        except click.exceptions.Abort:
+            click.echo("interrupted", err=True)
+            code = int(ExitCode.INTERRUPTED)
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _env(name: str) -> str:
+    return "NOVELFIND_" + name.upper()
+
+
+def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """Eager callback: read the config file into Click's default_map before other options parse."""
+    path = Path(value) if value else default_config_path()
+    if path is None:
+        return value
+    data = read_config(path)
+    ctx.default_map = {**(ctx.default_map or {}), **to_default_map(ctx.command, data, path)}
+    return str(path)
+
+
+@click.group(cls=NovelfindGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="novelfind", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Find the most novel photos in a large library.
+
+    \b
+    Examples:
+      novelfind scan ~/Pictures --k 100
+      novelfind scan ~/Pictures --k 20 --report novel.html --copy-to ~/novel
+      novelfind cache info
+    """
+
+
+# --- scan ----------------------------------------------------------------------------------------
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
+              expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
+              help="TOML file of defaults for these options (see configs/default.toml).")
+@click.option("--k", "k", type=int, default=100, show_default=True, envvar=_env("k"),
+              help="How many novel photos to pick.")
+@click.option("--method", type=click.Choice(["ads", "ads-paper", "knn"]), default="ads", show_default=True,
+              envvar=_env("method"),
+              help="Ranking: ads (default, whitened ADS), ads-paper (Algorithm 1 as published), "
+                   "knn (distance to nearest neighbours).")
+@click.option("--feature", type=click.Choice(["logits", "pooled"]), default="logits", show_default=True,
+              envvar=_env("feature"), help="MobileNet-V2 output used as the feature vector.")
+@click.option("--epochs", type=int, default=20, show_default=True, envvar=_env("epochs"),
+              help="ADS: SGD steps E.")
+@click.option("--partners", type=int, default=16, show_default=True, envvar=_env("partners"),
+              help="ADS: partners sampled per image per step J.")
+@click.option("--lr", type=float, default=0.001, show_default=True, envvar=_env("lr"),
+              help="ADS: learning rate alpha.")
+@click.option("--momentum", type=float, default=0.9, show_default=True, envvar=_env("momentum"),
+              help="ADS: momentum beta.")
+@click.option("--seed", type=int, default=0, show_default=True, envvar=_env("seed"),
+              help="Random seed; the same seed gives the same ranking on the same device.")
+@click.option("--restarts", type=int, default=1, show_default=True, envvar=_env("restarts"),
+              help="ADS: average this many runs with different seeds.")
+@click.option("--dedup", type=float, default=None, envvar=_env("dedup"),
+              help="Near-duplicate threshold: a pick this close to a better one is replaced by the next "
+                   "candidate (0 disables; default: the method's own).")
+@click.option("--batch-size", type=int, default=32, show_default=True, envvar=_env("batch_size"),
+              help="Images per model call.")
+@click.option("--workers", type=int, default=None, envvar=_env("workers"),
+              help="Decoding processes (default: chosen from the CPU count).")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+              envvar=_env("device"), help="Where the model and the solver run; auto = CUDA when available.")
+@click.option("--backend", type=click.Choice(["auto", "torch", "onnx"]), default="auto", show_default=True,
+              envvar=_env("backend"), help="Inference engine; auto = the fastest available for the device.")
+@click.option("--weights", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar=_env("weights"), help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).")
+@click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar=_env("cache"), help="Feature cache file (default: the user cache folder).")
+@click.option("--no-cache", is_flag=True, default=False, help="Neither read nor write the feature cache.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip paths matching GLOB (repeatable).")
+@click.option("--follow-symlinks", is_flag=True, default=False, envvar=_env("follow_symlinks"),
+              help="Follow symbolic links to files and folders (loops are detected).")
+@click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+              default=None, envvar=_env("since"),
+              help="Rank only photos modified since DATE, against the whole library.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="tsv", show_default=True,
+              envvar=_env("format"), help="Result format on stdout or in -o.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write results to FILE (atomically) instead of stdout.")
+@click.option("--copy-to", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Put the picks in DIR as 001_name.jpg, 002_...")
+@click.option("--link", type=click.Choice(LINK_MODES), default="copy", show_default=True, envvar=_env("link"),
+              help="How --copy-to places the picks.")
+@click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a self-contained HTML report of the picks.")
+@click.option("--contact-sheet", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a JPEG/PNG grid of the picks with their ranks.")
+@click.option("--wait/--no-wait", default=True, show_default=True, envvar=_env("wait"),
+              help="When another run writes the same outputs: wait for it, or exit with code 4.")
+@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
+              help="Print nothing on stderr but errors and unreadable files.")
+def scan(paths: tuple[Path, ...], **opts: Any) -> int:
+    """Rank the most novel photos under PATHS.
+
+    \b
+    Examples:
+      novelfind scan ~/Pictures --k 100
+      novelfind scan /srv/photos --k 50 --format json -o novel.json -q
+      novelfind scan ~/Pictures --k 20 --copy-to ~/novel --link symlink
+      novelfind scan ~/Pictures --since 2026-01-01 --report new.html
+    """
+    options = ScanOptions.from_click(paths, opts)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        return run_scan(options)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; finished batches are kept in the cache") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@dataclass
+class ScanOptions:
+    """Everything ``scan`` was asked to do, checked."""
+
+    paths: tuple[Path, ...]
+    k: int
+    method: str
+    feature: str
+    epochs: int
+    partners: int
+    lr: float
+    momentum: float
+    seed: int
+    restarts: int
+    dedup: float | None
+    batch_size: int
+    workers: int | None
+    device: str
+    backend: str
+    weights: Path | None
+    cache_path: Path | None
+    no_cache: bool
+    exclude: tuple[str, ...]
+    follow_symlinks: bool
+    since: datetime | None
+    fmt: str
+    output: Path | None
+    copy_to: Path | None
+    link: str
+    report: Path | None
+    contact_sheet: Path | None
+    wait: bool
+    quiet: bool
+
+    @classmethod
+    def from_click(cls, paths: tuple[Path, ...], opts: dict[str, Any]) -> ScanOptions:
+        options = cls(paths=paths, **opts)
+        options.check()
+        return options
+
+    def check(self) -> None:
+        """Reject impossible values with the option name and the value given."""
+        _at_least("--k", self.k, 1)
+        _at_least("--epochs", self.epochs, 1)
+        _at_least("--partners", self.partners, 1)
+        _at_least("--restarts", self.restarts, 1)
+        _at_most("--restarts", self.restarts, 1000)
+        _at_least("--batch-size", self.batch_size, 1)
+        _at_most("--batch-size", self.batch_size, 4096)
+        _at_most("--epochs", self.epochs, 100_000)
+        _at_most("--partners", self.partners, 100_000)
+        if self.workers is not None:
+            _at_least("--workers", self.workers, 0)
+            _at_most("--workers", self.workers, 256)
+        if not (self.lr > 0 and self.lr < float("inf")):
+            raise InputError(f"--lr must be a positive number, got {self.lr}")
+        if not (0 <= self.momentum < 1):
+            raise InputError(f"--momentum must be in [0, 1), got {self.momentum}")
+        if self.dedup is not None and not (0 <= self.dedup < float("inf")):
+            raise InputError(f"--dedup must be a non-negative number, got {self.dedup}")
+        if self.cache_path is not None and self.no_cache:
+            raise InputError("--cache and --no-cache contradict each other")
+
+
+def _at_least(name: str, value: int, low: int) -> None:
+    if value < low:
+        raise InputError(f"{name} must be at least {low}, got {value}")
+
+
+def _at_most(name: str, value: int, high: int) -> None:
+    if value > high:
+        raise InputError(f"{name} must be at most {high}, got {value}")
+
+
+class Console:
+    """stderr messages, silenced by -q except errors and unreadable files."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+
+    def warn(self, message: str) -> None:
+        click.echo(f"warning: {message}", err=True)
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            click.echo(f"note: {message}", err=True)
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            click.echo(message, err=True)
+
+    @property
+    def progress(self) -> bool:
+        """Progress bars only for a person watching: not with -q and not into a file or pipe."""
+        return not self.quiet and sys.stderr.isatty()
+
+
+def run_scan(opt: ScanOptions) -> int:
+    """The whole scan: walk, extract (cached), rank, write. Returns the exit code."""
+    from novelfind import report
+    from novelfind.ads import ADSConfig
+    from novelfind.features import build_extractor
+    from novelfind.pipeline import extract
+    from novelfind.rank import rank
+    from novelfind.scan import walk
+
+    started = time.monotonic()
+    console = Console(opt.quiet)
+    _check_output_targets(opt)
+
+    with ExitStack() as stack:
+        for target in _locked_targets(opt):
+            stack.enter_context(_output_lock(target, wait=opt.wait, console=console))
+
+        walk_errors: list[tuple[Path, str]] = []
+
+        def on_walk_error(path: Path, reason: str) -> None:
+            walk_errors.append((Path(path), reason))
+            console.warn(f"cannot read {path}: {reason}")
+
+        files = list(walk(opt.paths, exclude=opt.exclude, follow_symlinks=opt.follow_symlinks,
+                          on_error=on_walk_error))
+        if not files:
+            where = ", ".join(str(p) for p in opt.paths)
+            raise NovelfindError(f"no images found in {where}")
+
+        extractor = build_extractor(feature=opt.feature, device=opt.device, backend=opt.backend,
+                                    weights=opt.weights)
+        cache = stack.enter_context(_open_cache(opt, extractor.model_key, console))
+
+        def on_failure(path: Path, reason: str) -> None:
+            console.warn(f"cannot read {path}: {reason}")
+
+        extraction = extract(files, extractor, cache, batch_size=opt.batch_size, workers=opt.workers,
+                             progress=console.progress, on_failure=on_failure)
+        failures = walk_errors + list(extraction.failures)
+        n = len(extraction.files)
+        if n == 0:
+            raise NovelfindError(f"none of the {len(files)} images could be read")
+
+        candidates = _candidates(extraction.files, opt.since)
+        if not candidates:
+            console.note(f"no photos modified since {opt.since:%Y-%m-%d %H:%M:%S}; nothing to rank")
+        k = min(opt.k, len(candidates))
+        if candidates and opt.k > len(candidates):
+            console.note(f"--k {opt.k} is more than the {len(candidates)} images to rank; ranking all of them")
+
+        config = ADSConfig(epochs=opt.epochs, partners=opt.partners, lr=opt.lr, momentum=opt.momentum,
+                           seed=opt.seed, restarts=opt.restarts)
+        picks: list[report.Pick] = []
+        ranking = None
+        if candidates:
+            # With --since, the whole library is ranked and the picks are the best of the new photos.
+            want = k if opt.since is None else n
+            ranking = rank(extraction.features, want, method=opt.method, config=config, dedup=opt.dedup,
+                           device=_solver_device(opt.device))
+            picks = _picks(ranking, extraction.files, set(candidates), k)
+
+        run = _run_record(opt, len(files), extraction, failures, time.monotonic() - started, ranking)
+        text = report.format_results(picks, opt.fmt, failures=failures, run=run)
+        if opt.output is not None:
+            report.write_atomic(opt.output, text)
+        else:
+            click.echo(text, nl=False)
+            sys.stdout.flush()
+        if opt.copy_to is not None and picks:
+            report.place_picks(picks, opt.copy_to, mode=opt.link)
+        if opt.report is not None:
+            row_of = {f.path: i for i, f in enumerate(extraction.files)}
+            pick_rows = [row_of[p.path] for p in picks]
+            report.write_html_report(opt.report, picks, points2d=report.pca_2d(extraction.features),
+                                     pick_indices=pick_rows, run=run, failures=failures,
+                                     paths=[f.path for f in extraction.files])
+        if opt.contact_sheet is not None and picks:
+            report.write_contact_sheet(opt.contact_sheet, picks)
+
+        console.info(_summary(len(files), extraction, failures, time.monotonic() - started))
+    return int(ExitCode.PARTIAL if failures else ExitCode.OK)
+
+
+def _check_output_targets(opt: ScanOptions) -> None:
+    """Fail before the slow part when an output cannot possibly be written."""
+    for name, target in (("-o", opt.output), ("--report", opt.report), ("--contact-sheet", opt.contact_sheet)):
+        if target is None:
+            continue
+        parent = target.parent if str(target.parent) else Path(".")
+        if target.is_dir():
+            raise InputError(f"{name} {target} is a folder")
+        if not parent.is_dir():
+            raise InputError(f"{name}: folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise InputError(f"{name}: folder {parent} is not writable")
+    if opt.copy_to is not None:
+        if opt.copy_to.exists() and not opt.copy_to.is_dir():
+            raise InputError(f"--copy-to {opt.copy_to} is not a folder")
+        existing = opt.copy_to.absolute()
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise InputError(f"--copy-to {opt.copy_to}: {existing} is not a folder")
+        if not os.access(existing, os.W_OK):
+            raise InputError(f"--copy-to {opt.copy_to}: {existing} is not writable")
+
+
+def _locked_targets(opt: ScanOptions) -> list[Path]:
+    targets = [opt.output, opt.copy_to, opt.report, opt.contact_sheet]
+    return sorted({t.absolute() for t in targets if t is not None})
+
+
+@contextmanager
+def _output_lock(target: Path, *, wait: bool, console: Console) -> Iterator[None]:
+    """Hold a lock on one output so two runs writing it never interleave."""
+    from novelfind.cache import default_cache_path
+    from novelfind.lock import RunLock
+
+    digest = hashlib.sha1(str(target).encode()).hexdigest()[:16]
+    lock_dir = default_cache_path().parent / "locks"
+    try:
+        lock_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        console.warn(f"cannot create lock folder {lock_dir} ({err.strerror}); running without a lock")
+        yield
+        return
+    with RunLock(lock_dir / f"{digest}.lock", wait=wait, timeout=None, label=str(target)):
+        yield
+
+
+@contextmanager
+def _open_cache(opt: ScanOptions, model_key: str, console: Console) -> Iterator[Any]:
+    from novelfind.cache import FeatureCache, NullCache, default_cache_path
+
+    if opt.no_cache:
+        yield NullCache()
+        return
+    path = opt.cache_path or default_cache_path()
+    try:
+        cache = FeatureCache(path, model_key)
+    except CacheError as err:
+        console.warn(f"{err}; running without the cache")
+        yield NullCache()
+        return
+    try:
+        yield cache
+    finally:
+        cache.close()
+
+
+def _candidates(files: list, since: datetime | None) -> list[int]:
+    if since is None:
+        return list(range(len(files)))
+    cutoff_ns = int(since.timestamp() * 1e9)
+    return [i for i, f in enumerate(files) if f.mtime_ns >= cutoff_ns]
+
+
+def _solver_device(device: str) -> str | None:
+    return None if device == "auto" else device
+
+
+def _picks(ranking: Any, files: list, candidates: set[int], k: int) -> list:
+    from novelfind.report import Pick
+
+    picks = []
+    for index, score, neighbour, distance in zip(ranking.indices, ranking.scores, ranking.neighbour,
+                                                 ranking.distance):
+        index = int(index)
+        if index not in candidates:
+            continue
+        f = files[index]
+        picks.append(Pick(
+            rank=len(picks) + 1, score=float(score), path=f.path, size=f.size, mtime_ns=f.mtime_ns,
+            neighbour=files[int(neighbour)].path if int(neighbour) >= 0 else None,
+            distance=float(distance) if int(neighbour) >= 0 else None,
+        ))
+        if len(picks) == k:
+            break
+    return picks
+
+
+def _run_record(opt: ScanOptions, found: int, extraction: Any, failures: list, seconds: float,
+                ranking: Any) -> dict[str, Any]:
+    return {
+        "version": __version__,
+        "paths": [str(p) for p in opt.paths],
+        "k": opt.k,
+        "method": opt.method,
+        "feature": opt.feature,
+        "epochs": opt.epochs,
+        "partners": opt.partners,
+        "lr": opt.lr,
+        "momentum": opt.momentum,
+        "seed": opt.seed,
+        "restarts": opt.restarts,
+        "dedup": opt.dedup,
+        "since": opt.since.isoformat() if opt.since else None,
+        "images_found": found,
+        "from_cache": extraction.from_cache,
+        "extracted": extraction.extracted,
+        "failed": len(failures),
+        "duplicates_dropped": int(getattr(ranking, "duplicates_dropped", 0) or 0),
+        "seconds": round(seconds, 3),
+    }
+
+
+def _summary(found: int, extraction: Any, failures: list, seconds: float) -> str:
+    return (f"{found} images found, {extraction.from_cache} read from cache, {extraction.extracted} extracted, "
+            f"{len(failures)} failed, {seconds:.1f} s")
+
+
+# --- cache ---------------------------------------------------------------------------------------
+
+cache_option = click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path),
+                            default=None, envvar=_env("cache"),
+                            help="Feature cache file (default: the user cache folder).")
+
+
+@cli.group()
+def cache() -> None:
+    """Inspect and tidy the feature cache.
+
+    \b
+    Examples:
+      novelfind cache info
+      novelfind cache prune --cache /srv/novelfind.sqlite
+      novelfind cache clear
+    """
+
+
+def _existing_cache(path: Path | None) -> Any:
+    from novelfind.cache import FeatureCache, default_cache_path
+
+    path = path or default_cache_path()
+    if not path.exists():
+        raise NovelfindError(f"no cache at {path}")
+    return FeatureCache(path, model_key=None)
+
+
+@cache.command("info")
+@cache_option
+def cache_info(cache_path: Path | None) -> int:
+    """Show entries, size and models of the cache.
+
+    \b
+    Example:
+      novelfind cache info --cache ~/.cache/novelfind/features.sqlite
+    """
+    with _existing_cache(cache_path) as store:
+        info = store.info()
+    click.echo(f"path\t{info['path']}")
+    click.echo(f"vectors\t{info['entries']}")
+    click.echo(f"files\t{info['files']}")
+    click.echo(f"bytes\t{info['size_bytes']}")
+    for key, count in sorted(info["models"].items()):
+        click.echo(f"model\t{key}\t{count}")
+    return 0
+
+
+@cache.command("prune")
+@cache_option
+def cache_prune(cache_path: Path | None) -> int:
+    """Drop entries whose files no longer exist.
+
+    \b
+    Example:
+      novelfind cache prune
+    """
+    with _existing_cache(cache_path) as store:
+        dropped = store.prune()
+    click.echo(f"pruned\t{dropped}")
+    return 0
+
+
+@cache.command("clear")
+@cache_option
+def cache_clear(cache_path: Path | None) -> int:
+    """Delete every entry in the cache.
+
+    \b
+    Example:
+      novelfind cache clear
+    """
+    with _existing_cache(cache_path) as store:
+        store.clear()
+    click.echo("cleared")
+    return 0
+
+
+def main() -> None:
+    """Console-script entry point."""
+    cli.main(prog_name="novelfind")

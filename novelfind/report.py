@@ -1,0 +1,502 @@
+"""Ranked output: text formats, atomic writes and placing the picks in a folder.
+
+The HTML report and the contact sheet live in :mod:`novelfind.html` and are re-exported here.
+The formats are described in ``docs/output-schema.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from novelfind.errors import OutputError
+
+RESULT_SCHEMA = "novelfind/results"
+RESULT_SCHEMA_VERSION = 1
+FORMATS = ("tsv", "paths", "paths0", "csv", "json", "jsonl")
+CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance")
+PLACE_MODES = ("copy", "symlink", "hardlink")
+MANIFEST_NAME = ".novelfind-picks.json"
+MANIFEST_SCHEMA = "novelfind/picks-manifest"
+_TMP_PREFIX = ".novelfind-tmp-"
+_NAME_MAX = 255  # bytes in one file name on common file systems
+
+
+@dataclass
+class Pick:
+    """One selected image, best first by ``rank`` (1-based)."""
+
+    rank: int
+    score: float
+    path: Path
+    size: int
+    mtime_ns: int
+    neighbour: Path | None = None  # nearest other image in the library (None when it is alone)
+    distance: float | None = None  # distance to it in the feature space
+    # Filled lazily by the HTML report (novelfind.html) when None.
+    width: int | None = None
+    height: int | None = None
+    taken: str | None = None  # ISO 8601 local time from EXIF, when present
+
+
+# ---------------------------------------------------------------------------------------------
+# Text formats
+
+
+def format_results(
+    picks: Sequence[Pick],
+    fmt: str = "tsv",
+    *,
+    failures: Iterable[tuple[Path | str, str]] = (),
+    run: Mapping[str, Any] | None = None,
+) -> str:
+    """Render the picks (best first) as one of :data:`FORMATS`.
+
+    ``tsv`` and ``paths`` escape ``\\``, tab, newline and other control characters so that one
+    line is always one pick; ``paths0`` is NUL-separated and exact; ``json``/``jsonl`` are the
+    versioned schema of ``docs/output-schema.md``. ``failures`` and ``run`` only appear in
+    ``json`` and ``jsonl``. Raises ValueError for an unknown format.
+    """
+    picks = sorted(picks, key=lambda p: p.rank)
+    if fmt == "tsv":
+        return "".join(f"{p.rank}\t{_score(p.score)}\t{escape_field(str(p.path))}\n" for p in picks)
+    if fmt == "paths":
+        return "".join(f"{escape_field(str(p.path))}\n" for p in picks)
+    if fmt == "paths0":
+        return "".join(f"{p.path}\0" for p in picks)
+    if fmt == "csv":
+        return _format_csv(picks)
+    failure_rows = [{"path": str(path), "reason": str(reason)} for path, reason in failures]
+    if fmt == "json":
+        doc = {
+            "schema": RESULT_SCHEMA,
+            "version": RESULT_SCHEMA_VERSION,
+            "run": _json_safe(dict(run or {})),
+            "picks": [_pick_record(p) for p in picks],
+            "failures": failure_rows,
+        }
+        return _dumps(doc, indent=2) + "\n"
+    if fmt == "jsonl":
+        lines = [
+            {
+                "type": "run",
+                "schema": RESULT_SCHEMA,
+                "version": RESULT_SCHEMA_VERSION,
+                "run": _json_safe(dict(run or {})),
+            }
+        ]
+        lines += [{"type": "pick", **_pick_record(p)} for p in picks]
+        lines += [{"type": "failure", **row} for row in failure_rows]
+        return "".join(_dumps(line) + "\n" for line in lines)
+    raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+
+
+_ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+_NEEDS_ESCAPE = re.compile(r"[\\\x00-\x1f\x7f\ud800-\udfff]")
+_ESCAPE_TOKEN = re.compile(r"\\(\\|t|n|r|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group()
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of the file name (surrogateescape)
+        return f"\\x{code - 0xDC00:02x}"
+    if code >= 0xD800:
+        return f"\\u{code:04x}"
+    return f"\\x{code:02x}"
+
+
+def escape_field(text: str) -> str:
+    """Escape a path for the line formats: ``\\\\ \\t \\n \\r``, ``\\xHH`` for other control
+    characters and for bytes that are not UTF-8. Ordinary names come out unchanged."""
+    return _NEEDS_ESCAPE.sub(_escape_char, text)
+
+
+def unescape_field(text: str) -> str:
+    """Invert :func:`escape_field`; ``os.fsencode`` of the result gives the original bytes."""
+
+    def one(match: re.Match[str]) -> str:
+        token = match.group(1)
+        if token in ("\\", "t", "n", "r"):
+            return {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}[token]
+        code = int(token[1:], 16)
+        if token[0] == "x" and code >= 0x80:
+            return chr(0xDC00 + code)
+        return chr(code)
+
+    return _ESCAPE_TOKEN.sub(one, text)
+
+
+def encode_output(text: str) -> bytes:
+    """Bytes to write for ``text``: UTF-8, with undecodable file-name bytes restored as they were."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def _score(score: float) -> str:
+    return f"{score:.6f}"
+
+
+def iso_utc(mtime_ns: int) -> str:
+    """``2024-05-01T12:34:56.123456Z`` for a nanosecond timestamp (microsecond precision)."""
+    seconds, rest = divmod(int(mtime_ns), 1_000_000_000)
+    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=rest // 1000)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _pick_record(p: Pick) -> dict[str, Any]:
+    return {
+        "rank": int(p.rank),
+        "score": _finite(p.score),
+        "path": str(p.path),
+        "size": int(p.size),
+        "mtime": iso_utc(p.mtime_ns),
+        "mtime_ns": int(p.mtime_ns),
+        "neighbour": None if p.neighbour is None else str(p.neighbour),
+        "distance": None if p.distance is None else _finite(p.distance),
+    }
+
+
+def _finite(value: Any) -> float | None:
+    """JSON has no NaN or infinity: those become null."""
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) or (hasattr(obj, "dtype") and getattr(obj, "ndim", 1) == 0):
+        try:
+            return _finite(obj) if isinstance(obj, float) or obj.dtype.kind == "f" else obj
+        except (TypeError, ValueError):
+            return obj
+    if isinstance(obj, Mapping):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
+
+
+def _format_csv(picks: Sequence[Pick]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\r\n")  # RFC 4180
+    writer.writerow(CSV_COLUMNS)
+    for p in picks:
+        rec = _pick_record(p)
+        writer.writerow(
+            [
+                rec["rank"],
+                _score(p.score),
+                rec["path"],
+                rec["size"],
+                rec["mtime"],
+                "" if rec["neighbour"] is None else rec["neighbour"],
+                "" if rec["distance"] is None else f"{rec['distance']:.6f}",
+            ]
+        )
+    return out.getvalue()
+
+
+_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):  # numpy arrays
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def _dumps(obj: Any, indent: int | None = None) -> str:
+    """JSON, UTF-8 readable; undecodable file-name bytes as ``\\udcXX`` escapes (round-trip
+    with ``json.loads`` + ``os.fsencode``)."""
+    text = json.dumps(obj, ensure_ascii=False, indent=indent, default=_json_default, allow_nan=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Atomic writes
+
+
+def _describe(err: OSError) -> str:
+    return err.strerror or str(err)
+
+
+def write_atomic(path: Path | str, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` all at once: a temp file in the same folder, fsync, rename.
+
+    ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
+    followed, so its target is replaced. Raises OutputError with a one-line message; never leaves a
+    temp file behind.
+    """
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    payload = encode_output(data) if isinstance(data, str) else bytes(data)
+    parent = path.parent
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder")
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {path}: no such folder {parent}")
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {_describe(err)}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp_name, _mode_for(path))
+        os.replace(tmp_name, path)
+    except BaseException as err:
+        _unlink_quietly(tmp_name)
+        if isinstance(err, OSError):
+            raise OutputError(f"cannot write {path}: {_describe(err)}") from None
+        raise
+    _fsync_dir(parent)
+
+
+def _mode_for(path: Path) -> int:
+    """Keep an existing file's permissions; a new file gets 0o666 minus the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(name: str | Path) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Placing the picks in a folder
+
+
+def pick_filename(rank: int, source: Path, width: int) -> str:
+    """``001_IMG_4411.jpg``: rank zero-padded to ``width``; long names shortened, suffix kept."""
+    prefix = f"{rank:0{width}d}_"
+    name = source.name
+    if len(os.fsencode(prefix + name)) <= _NAME_MAX:
+        return prefix + name
+    suffix = source.suffix if len(os.fsencode(source.suffix)) <= 32 else ""
+    budget = _NAME_MAX - len(os.fsencode(prefix + suffix))
+    stem = os.fsencode(name[: len(name) - len(suffix)] if suffix else name)[:budget]
+    return prefix + stem.decode("utf-8", "ignore") + suffix
+
+
+def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> list[Path]:
+    """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
+
+    ``dest`` is created when missing. Files novelfind created there are listed in
+    ``.novelfind-picks.json``; a re-run replaces (or removes) its own earlier picks when they are
+    unchanged, and raises OutputError, before changing anything, if a name is taken by any other
+    file. ``hardlink`` across file systems is an OutputError (no silent copy).
+    """
+    if mode not in PLACE_MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
+    dest = Path(dest)
+    picks = sorted(picks, key=lambda p: p.rank)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"cannot use {dest} for the picks: it is not a folder") from None
+    except OSError as err:
+        raise OutputError(f"cannot create {dest}: {_describe(err)}") from None
+    if not dest.is_dir():
+        raise OutputError(f"cannot use {dest} for the picks: it is not a folder")
+    if not os.access(dest, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write to {dest}: permission denied")
+
+    manifest_path = dest / MANIFEST_NAME
+    previous = _read_manifest(manifest_path)
+    ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
+    width = max(3, len(str(max((p.rank for p in picks), default=0))))
+    names = [pick_filename(p.rank, p.path, width) for p in picks]
+
+    # Check everything before touching anything.
+    if len(set(names)) != len(names):
+        raise OutputError("two picks have the same rank; cannot name them apart")
+    dest_dev = dest.stat().st_dev
+    for pick, name in zip(picks, names, strict=True):
+        target = dest / name
+        if os.path.lexists(target) and name not in ours:
+            raise OutputError(
+                f"refusing to overwrite {target}: not created by novelfind "
+                "(move it away or choose another folder)"
+            )
+        try:
+            source_stat = os.stat(pick.path)
+        except OSError as err:
+            raise OutputError(f"cannot {mode} {pick.path}: {_describe(err)}") from None
+        if mode == "hardlink" and source_stat.st_dev != dest_dev:
+            raise OutputError(
+                f"cannot hardlink {pick.path} into {dest}: different file systems "
+                "(use --link copy or --link symlink)"
+            )
+
+    _remove_stale_temps(dest)
+    created: list[Path] = []
+    records: dict[str, dict[str, Any]] = {}
+    try:
+        for i, (pick, name) in enumerate(zip(picks, names, strict=True)):
+            target = dest / name
+            tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{i}"
+            try:
+                _place_one(Path(pick.path), tmp, mode)
+                records[name] = _record(tmp, mode, pick.path)
+                os.replace(tmp, target)
+            except OSError as err:
+                _unlink_quietly(tmp)
+                raise OutputError(f"cannot {mode} {pick.path} to {target}: {_describe(err)}") from None
+            ours.pop(name, None)
+            created.append(target)
+        for name in ours:  # earlier picks of ours that are no longer picked
+            _unlink_quietly(dest / name)
+        ours = {}
+    finally:
+        # Even when interrupted, remember what was created so a re-run may replace it.
+        _write_manifest(manifest_path, {**ours, **records})
+    return created
+
+
+def _place_one(source: Path, tmp: Path, mode: str) -> None:
+    if mode == "copy":
+        shutil.copy2(source, tmp)
+    elif mode == "symlink":
+        os.symlink(os.path.abspath(source), tmp)
+    else:
+        os.link(source, tmp)
+
+
+def _record(created: Path, mode: str, source: Path) -> dict[str, Any]:
+    st = os.lstat(created)
+    rec: dict[str, Any] = {"mode": mode, "source": str(source)}
+    if mode == "symlink":
+        rec["target"] = os.readlink(created)
+    else:
+        rec["ino"] = st.st_ino
+        if mode == "copy":
+            rec["size"] = st.st_size
+            rec["mtime_ns"] = st.st_mtime_ns
+    return rec
+
+
+def _still_ours(path: Path, rec: Mapping[str, Any]) -> bool:
+    """True when ``path`` is still exactly what novelfind put there (not edited or replaced)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    mode = rec.get("mode")
+    if mode == "symlink":
+        return os.path.islink(path) and os.readlink(path) == rec.get("target")
+    if os.path.islink(path) or st.st_ino != rec.get("ino"):
+        return False
+    if mode == "copy":
+        return st.st_size == rec.get("size") and st.st_mtime_ns == rec.get("mtime_ns")
+    return mode == "hardlink"
+
+
+def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """Entries of an earlier run; an unreadable or foreign manifest counts as empty (safe side)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
+    except (OSError, ValueError):
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == MANIFEST_SCHEMA else None
+    if not isinstance(files, dict):
+        return {}
+    return {
+        str(name): rec
+        for name, rec in files.items()
+        if isinstance(rec, dict) and "/" not in str(name) and str(name) not in ("", ".", "..")
+    }
+
+
+def _write_manifest(path: Path, files: Mapping[str, Mapping[str, Any]]) -> None:
+    doc = {"schema": MANIFEST_SCHEMA, "version": 1, "files": dict(sorted(files.items()))}
+    write_atomic(path, _dumps(doc, indent=1) + "\n")
+
+
+def _remove_stale_temps(dest: Path) -> None:
+    """Temp files left by a run that was killed (SIGKILL, power loss) in this folder."""
+    try:
+        entries = list(os.scandir(dest))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(_TMP_PREFIX):
+            continue
+        pid = entry.name[len(_TMP_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+            _unlink_quietly(entry.path)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+# The HTML report and contact sheet (kept in their own module; re-exported for callers).
+from novelfind.html import pca_2d, write_contact_sheet, write_html_report  # noqa: E402
+
+__all__ = [
+    "CSV_COLUMNS",
+    "FORMATS",
+    "MANIFEST_NAME",
+    "PLACE_MODES",
+    "RESULT_SCHEMA",
+    "RESULT_SCHEMA_VERSION",
+    "Pick",
+    "encode_output",
+    "escape_field",
+    "format_results",
+    "iso_utc",
+    "pca_2d",
+    "pick_filename",
+    "place_picks",
+    "unescape_field",
+    "write_atomic",
+    "write_contact_sheet",
+    "write_html_report",
+]

@@ -1,0 +1,81 @@
+"""Shared fixtures: an isolated user environment, image folders, and a fast fake extractor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+@pytest.fixture(autouse=True)
+def isolated_user_dirs(tmp_path_factory, monkeypatch):
+    """Every test gets its own cache and config folders and no NOVELFIND_* settings from outside."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    for name in list(__import__("os").environ):
+        if name.startswith("NOVELFIND_"):
+            monkeypatch.delenv(name)
+    return home
+
+
+class FakeExtractor:
+    """Deterministic, fast stand-in for MobileNet-V2: the image shrunk to 8x8 colour cells."""
+
+    model_key = "fake-8x8-v1"
+    dim = 8 * 8 * 3
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.images = 0
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        self.images += len(batch)
+        b = batch.astype(np.float32) / 255.0  # (B, 224, 224, 3)
+        cells = b.reshape(len(b), 8, 28, 8, 28, 3).mean(axis=(2, 4))  # (B, 8, 8, 3)
+        return cells.reshape(len(b), -1)
+
+
+@pytest.fixture
+def fake_extractor(monkeypatch):
+    """Replace the real model with FakeExtractor for the CLI; returns the instance to inspect."""
+    import novelfind.features
+
+    extractor = FakeExtractor()
+    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: extractor)
+    return extractor
+
+
+def make_photo(
+    path: Path, colour: tuple[int, int, int], *, seed: int, size=(160, 120), stripes=False
+) -> Path:
+    """A small noisy image of roughly one colour (or stripes), saved by its extension."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    base = np.empty((h, w, 3), np.float32)
+    base[:] = colour
+    if stripes:
+        base[:, (np.arange(w) // 10) % 2 == 0] = (255 - np.array(colour)).astype(np.float32)
+    base += rng.normal(0, 8, base.shape)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.clip(base, 0, 255).astype(np.uint8)).save(path)
+    return path
+
+
+@pytest.fixture
+def library(tmp_path) -> dict:
+    """30 bluish photos and 3 obvious odd ones (red, green, striped) in nested folders."""
+    root = tmp_path / "photos"
+    ordinary = [
+        make_photo(root / f"trip{i % 3}" / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i)
+        for i in range(30)
+    ]
+    odd = [
+        make_photo(root / "trip1" / "odd_red.jpg", (220, 30, 30), seed=101),
+        make_photo(root / "odd_green.png", (30, 220, 40), seed=102),
+        make_photo(root / "trip2" / "odd_stripes.jpg", (40, 60, 200), seed=103, stripes=True),
+    ]
+    return {"root": root, "ordinary": ordinary, "odd": odd}

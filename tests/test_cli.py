@@ -1,0 +1,291 @@
+"""The command line, end to end with the fake extractor: exit codes, stdout and stderr kept apart."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from novelfind import __version__
+from novelfind.cli import cli
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, env: dict | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+def tsv_rows(stdout: str) -> list[list[str]]:
+    return [line.split("\t") for line in stdout.splitlines()]
+
+
+def test_version():
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"novelfind {__version__}"
+
+
+def test_scan_ranks_the_odd_photos_first(library, fake_extractor, tmp_path):
+    result = run("scan", library["root"], "--k", "3", "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    rows = tsv_rows(result.stdout)
+    assert [r[0] for r in rows] == ["1", "2", "3"]
+    assert {Path(r[2]) for r in rows} == set(library["odd"])
+    scores = [float(r[1]) for r in rows]
+    assert scores == sorted(scores, reverse=True)
+    # The summary is on stderr, never on stdout.
+    assert "33 images found" in result.stderr
+    assert "images found" not in result.stdout
+
+
+def test_second_scan_reads_everything_from_cache(library, fake_extractor, tmp_path):
+    cache = tmp_path / "c.sqlite"
+    first = run("scan", library["root"], "--k", "3", "--cache", cache)
+    assert first.exit_code == 0, first.stderr
+    extracted = fake_extractor.images
+    assert extracted == 33
+    second = run("scan", library["root"], "--k", "3", "--cache", cache)
+    assert second.exit_code == 0, second.stderr
+    assert fake_extractor.images == extracted  # nothing extracted again
+    assert "33 read from cache, 0 extracted" in second.stderr
+    assert second.stdout == first.stdout
+
+
+def test_no_cache_extracts_again(library, fake_extractor, tmp_path):
+    cache = tmp_path / "c.sqlite"
+    run("scan", library["root"], "--k", "3", "--cache", cache)
+    result = run("scan", library["root"], "--k", "3", "--no-cache")
+    assert result.exit_code == 0
+    assert fake_extractor.images == 66
+
+
+def test_quiet_leaves_stderr_empty(library, fake_extractor):
+    result = run("scan", library["root"], "--k", "2", "-q")
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    assert len(tsv_rows(result.stdout)) == 2
+
+
+def test_json_format(library, fake_extractor):
+    result = run("scan", library["root"], "--k", "3", "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [p["rank"] for p in doc["picks"]] == [1, 2, 3]
+    assert {Path(p["path"]) for p in doc["picks"]} == set(library["odd"])
+    assert doc["run"]["images_found"] == 33
+
+
+def test_paths_format_and_output_file(library, fake_extractor, tmp_path):
+    out = tmp_path / "picks.txt"
+    result = run("scan", library["root"], "--k", "3", "--format", "paths", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert {Path(line) for line in out.read_text().splitlines()} == set(library["odd"])
+
+
+def test_unreadable_photo_is_reported_and_skipped(library, fake_extractor):
+    bad = library["root"] / "trip0" / "broken.jpg"
+    bad.write_text("this is not a jpeg")
+    result = run("scan", library["root"], "--k", "3")
+    assert result.exit_code == 3
+    assert result.stderr.count(f"warning: cannot read {bad}") == 1
+    assert len(tsv_rows(result.stdout)) == 3
+    assert str(bad) not in result.stdout
+
+
+def test_k_larger_than_library_ranks_all_with_a_note(library, fake_extractor):
+    result = run("scan", library["root"], "--k", "500")
+    assert result.exit_code == 0
+    assert len(tsv_rows(result.stdout)) == 33
+    assert "note: --k 500 is more than the 33 images" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--k", "0"], 2, "error: --k must be at least 1, got 0"),
+        (["--k", "-3"], 2, "error: --k must be at least 1, got -3"),
+        (["--batch-size", "-1"], 2, "error: --batch-size must be at least 1, got -1"),
+        (["--batch-size", "100000000"], 2, "error: --batch-size must be at most 4096, got 100000000"),
+        (["--epochs", "0"], 2, "error: --epochs must be at least 1, got 0"),
+        (["--lr", "-1"], 2, "error: --lr must be a positive number, got -1.0"),
+        (["--momentum", "1.5"], 2, "error: --momentum must be in [0, 1), got 1.5"),
+        (["--k", "ten"], 2, "error: Invalid value for '--k': 'ten' is not a valid integer."),
+        (["--format", "xml"], 2, "error: Invalid value for '--format'"),
+    ],
+)
+def test_bad_options_are_one_line_errors(library, fake_extractor, args, code, message):
+    result = run("scan", library["root"], *args)
+    assert result.exit_code == code
+    assert result.stdout == ""
+    assert result.stderr.startswith(message)
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert fake_extractor.images == 0
+
+
+def test_missing_folder(tmp_path, fake_extractor):
+    result = run("scan", tmp_path / "nope")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: no such folder: {tmp_path / 'nope'}\n"
+
+
+@pytest.mark.parametrize("content", [None, "notes.txt"])
+def test_folder_without_images(tmp_path, fake_extractor, content):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    if content:
+        (folder / content).write_text("hello")
+    result = run("scan", folder)
+    assert result.exit_code == 1
+    assert result.stderr == f"error: no images found in {folder}\n"
+
+
+def test_unwritable_copy_to(library, fake_extractor, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    result = run("scan", library["root"], "--copy-to", blocker / "picks")
+    assert result.exit_code in (1, 2)
+    assert result.stderr.startswith("error: --copy-to")
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert fake_extractor.images == 0
+
+
+def test_copy_to_places_ranked_names(library, fake_extractor, tmp_path):
+    dest = tmp_path / "novel"
+    result = run("scan", library["root"], "--k", "3", "--copy-to", dest, "-q")
+    assert result.exit_code == 0, result.stderr
+    placed = sorted(p.name for p in dest.iterdir() if not p.name.startswith("."))
+    assert [name[:4] for name in placed] == ["001_", "002_", "003_"]
+    first = tsv_rows(result.stdout)[0][2]
+    assert placed[0] == "001_" + Path(first).name
+
+
+def test_exclude(library, fake_extractor):
+    result = run("scan", library["root"], "--k", "40", "--exclude", "odd_*", "-q")
+    assert result.exit_code == 0
+    paths = {Path(r[2]) for r in tsv_rows(result.stdout)}
+    assert paths == set(library["ordinary"])
+
+
+def test_since_ranks_only_recent_photos_against_the_library(library, fake_extractor):
+    old = 1_600_000_000  # 2020-09-13
+    for path in library["ordinary"] + library["odd"][:2]:
+        os.utime(path, (old, old))
+    recent = library["odd"][2]
+    result = run("scan", library["root"], "--k", "5", "--since", "2021-01-01", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert [Path(r[2]) for r in tsv_rows(result.stdout)] == [recent]
+
+
+def test_config_file_and_precedence(library, fake_extractor, tmp_path):
+    config = tmp_path / "novelfind.toml"
+    config.write_text("[scan]\nk = 2\nformat = 'paths'\n")
+    from_file = run("scan", library["root"], "--config", config, "-q")
+    assert from_file.exit_code == 0, from_file.stderr
+    assert len(from_file.stdout.splitlines()) == 2
+    assert "\t" not in from_file.stdout
+    from_env = run("scan", library["root"], "--config", config, "-q", env={"NOVELFIND_K": "4"})
+    assert len(from_env.stdout.splitlines()) == 4
+    from_cli = run("scan", library["root"], "--config", config, "-q", "--k", "1", env={"NOVELFIND_K": "4"})
+    assert len(from_cli.stdout.splitlines()) == 1
+
+
+def test_config_found_in_user_config_dir(library, fake_extractor, isolated_user_dirs):
+    config = isolated_user_dirs / "config" / "novelfind" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("k = 1\n")
+    result = run("scan", library["root"], "-q")
+    assert result.exit_code == 0
+    assert len(result.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kk = 3\n", "unknown key 'kk'"),
+        ("k = 'many'\n", "key 'k':"),
+        ("[scan]\nk = 3\n[other]\nx = 1\n", "unknown key 'other'"),
+        ("k = [1, 2]\n", "key 'k' must be a single value"),
+        ("k = \n", "is not valid TOML"),
+    ],
+)
+def test_bad_config_is_a_usage_error(library, fake_extractor, tmp_path, text, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    result = run("scan", library["root"], "--config", config)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_default_config_documents_every_option_with_its_default():
+    with open(ROOT / "configs" / "default.toml", "rb") as fh:
+        documented = tomllib.load(fh)["scan"]
+    text = (ROOT / "configs" / "default.toml").read_text()
+    scan = cli.commands["scan"]
+    options = [p for p in scan.params if isinstance(p, click.Option) and p.name != "config"]
+    for param in options:
+        key = param.name if param.name != "cache_path" else "cache"
+        key = {"fmt": "format"}.get(key, key)
+        assert f"{key} =" in text, f"configs/default.toml does not document '{key}'"
+        if key in documented:
+            default = list(param.default) if param.multiple else param.default
+            assert documented[key] == default, key
+
+
+def test_cache_commands(library, fake_extractor, tmp_path):
+    cache = tmp_path / "c.sqlite"
+    run("scan", library["root"], "--k", "3", "--cache", cache, "-q")
+    info = run("cache", "info", "--cache", cache)
+    assert info.exit_code == 0, info.stderr
+    assert "vectors\t33" in info.stdout
+    assert "model\tfake-8x8-v1\t33" in info.stdout
+    library["odd"][0].unlink()
+    pruned = run("cache", "prune", "--cache", cache)
+    assert pruned.exit_code == 0, pruned.stderr
+    assert pruned.stdout == "pruned\t1\n"
+    cleared = run("cache", "clear", "--cache", cache)
+    assert cleared.exit_code == 0
+    assert "vectors\t0" in run("cache", "info", "--cache", cache).stdout
+
+
+def test_cache_info_without_cache(tmp_path):
+    result = run("cache", "info", "--cache", tmp_path / "none.sqlite")
+    assert result.exit_code == 1
+    assert result.stderr == f"error: no cache at {tmp_path / 'none.sqlite'}\n"
+
+
+def _commands(group: click.Group, prefix: str = "novelfind"):
+    for name, command in group.commands.items():
+        yield f"{prefix} {name}", command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix} {name}")
+
+
+@pytest.mark.parametrize(("name", "command"), list(_commands(cli)))
+def test_every_command_has_help_with_examples_and_is_in_the_readme(name, command):
+    args = name.split()[1:] + ["--help"]
+    result = run(*args)
+    assert result.exit_code == 0
+    assert command.get_short_help_str().strip()
+    assert "Example" in result.stdout
+    assert f"`{name}" in (ROOT / "README.md").read_text(), f"{name} is not documented in README.md"
+
+
+def test_exit_codes_are_documented():
+    readme = (ROOT / "README.md").read_text()
+    scan_help = run("scan", "--help").stdout
+    for code in ("0", "1", "2", "3", "4", "130"):
+        assert f"| {code} " in readme
+        assert f"  {code} " in scan_help

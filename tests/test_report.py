@@ -1,0 +1,437 @@
+"""Text formats, atomic writes and placing the picks (novelfind.report)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from PIL import Image
+
+from novelfind import report
+from novelfind.errors import OutputError
+from novelfind.report import (
+    MANIFEST_NAME,
+    Pick,
+    escape_field,
+    format_results,
+    iso_utc,
+    pick_filename,
+    place_picks,
+    unescape_field,
+    write_atomic,
+)
+
+MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
+
+
+def make_pick(path: Path | str, rank: int = 1, score: float = 0.5, **kw) -> Pick:
+    fields = dict(size=1234, mtime_ns=MTIME_NS, neighbour=Path("/lib/near.jpg"), distance=1.25)
+    fields.update(kw)
+    return Pick(rank=rank, score=score, path=Path(path), **fields)
+
+
+@pytest.fixture
+def library(tmp_path: Path) -> list[Path]:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    paths = []
+    for i, name in enumerate(["IMG_4411.jpg", "beach.png", "cat.jpg"]):
+        p = lib / name
+        Image.new("RGB", (32, 24), (60 * i, 100, 200)).save(p)
+        paths.append(p)
+    return paths
+
+
+def picks_for(paths: list[Path]) -> list[Pick]:
+    return [
+        make_pick(p, rank=i + 1, score=1.0 - i / 10, size=p.stat().st_size, mtime_ns=p.stat().st_mtime_ns)
+        for i, p in enumerate(paths)
+    ]
+
+
+# --- text formats ------------------------------------------------------------------------------
+
+
+def test_tsv_is_rank_score_path_best_first():
+    picks = [make_pick("/lib/b.jpg", rank=2, score=0.25), make_pick("/lib/a.jpg", rank=1, score=0.75)]
+    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\n2\t0.250000\t/lib/b.jpg\n"
+    assert format_results(picks) == format_results(picks, "tsv")
+
+
+def test_no_picks_is_empty_output():
+    assert format_results([], "tsv") == ""
+    assert format_results([], "paths") == ""
+    assert json.loads(format_results([], "json"))["picks"] == []
+
+
+def test_tsv_escapes_separators_so_one_line_is_one_pick():
+    nasty = "/lib/a\tb\nc\\d\re\x1bf.jpg"
+    out = format_results([make_pick(nasty)], "tsv")
+    assert out.count("\n") == 1 and out.count("\t") == 2
+    field = out.rstrip("\n").split("\t")[2]
+    assert field == "/lib/a\\tb\\nc\\\\d\\re\\x1bf.jpg"
+    assert unescape_field(field) == nasty
+
+
+def test_undecodable_file_name_bytes_round_trip():
+    raw = b"/lib/caf\xe9.jpg"  # Latin-1 name, not UTF-8
+    path = os.fsdecode(raw)
+    tsv = format_results([make_pick(path)], "tsv")
+    tsv.encode("utf-8")  # valid UTF-8 text
+    assert "caf\\xe9.jpg" in tsv
+    assert os.fsencode(unescape_field(tsv.rstrip("\n").split("\t")[2])) == raw
+    doc = json.loads(format_results([make_pick(path)], "json"))
+    assert os.fsencode(doc["picks"][0]["path"]) == raw
+    assert report.encode_output(format_results([make_pick(path)], "paths0")) == raw + b"\0"
+
+
+@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xDCFF)))
+def test_escape_round_trips_and_leaves_no_separators(text):
+    escaped = escape_field(text)
+    assert not any(ch in escaped for ch in "\t\n\r\0")
+    assert unescape_field(escaped) == text
+
+
+def test_ordinary_paths_are_unchanged():
+    name = "/home/ana/Fotos/Été 2023/IMG_0001 (1).JPG"
+    assert escape_field(name) == name
+
+
+def test_paths_and_paths0():
+    picks = [make_pick("/lib/b c.jpg", rank=2), make_pick("/lib/a\nb.jpg", rank=1)]
+    assert format_results(picks, "paths") == "/lib/a\\nb.jpg\n/lib/b c.jpg\n"
+    assert format_results(picks, "paths0") == "/lib/a\nb.jpg\0/lib/b c.jpg\0"
+
+
+def test_csv_has_schema_columns_and_parses_back():
+    picks = [
+        make_pick('/lib/a,"b".jpg', rank=1, score=0.5),
+        make_pick("/lib/only.jpg", rank=2, score=0.25, neighbour=None, distance=None),
+    ]
+    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
+    assert rows[0] == ["rank", "score", "path", "size", "mtime", "neighbour", "distance"]
+    assert rows[1] == [
+        "1",
+        "0.500000",
+        '/lib/a,"b".jpg',
+        "1234",
+        "2023-11-14T22:13:20.123456Z",
+        "/lib/near.jpg",
+        "1.250000",
+    ]
+    assert rows[2][5:] == ["", ""]
+
+
+def test_json_document_schema():
+    picks = [make_pick("/lib/a.jpg", rank=1, score=0.5)]
+    run = {"k": 1, "paths": [Path("/lib")], "images_found": 3}
+    doc = json.loads(format_results(picks, "json", failures=[(Path("/lib/bad.jpg"), "truncated")], run=run))
+    assert doc["schema"] == "novelfind/results"
+    assert doc["version"] == report.RESULT_SCHEMA_VERSION == 1
+    assert doc["run"] == {"k": 1, "paths": ["/lib"], "images_found": 3}
+    assert doc["picks"] == [
+        {
+            "rank": 1,
+            "score": 0.5,
+            "path": "/lib/a.jpg",
+            "size": 1234,
+            "mtime": "2023-11-14T22:13:20.123456Z",
+            "mtime_ns": MTIME_NS,
+            "neighbour": "/lib/near.jpg",
+            "distance": 1.25,
+        }
+    ]
+    assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]
+
+
+def test_json_accepts_numpy_values():
+    np = pytest.importorskip("numpy")
+    pick = make_pick("/lib/a.jpg", score=np.float32(0.5), distance=np.float32(2.0))
+    doc = json.loads(format_results([pick], "json", run={"seed": np.int64(3)}))
+    assert doc["run"]["seed"] == 3 and doc["picks"][0]["distance"] == 2.0
+
+
+def test_json_never_contains_nan():
+    pick = make_pick("/lib/a.jpg", score=float("nan"), distance=float("inf"))
+    text = format_results([pick], "json", run={"lr": float("nan"), "nested": {"x": [float("inf")]}})
+    doc = json.loads(text)  # strict JSON: no NaN / Infinity tokens
+    assert "NaN" not in text and "Infinity" not in text
+    assert doc["picks"][0]["score"] is None and doc["picks"][0]["distance"] is None
+    assert doc["run"] == {"lr": None, "nested": {"x": [None]}}
+
+
+def test_jsonl_one_object_per_line_with_type():
+    picks = [make_pick("/lib/b.jpg", rank=2), make_pick("/lib/a.jpg", rank=1)]
+    out = format_results(picks, "jsonl", failures=[("/lib/x.jpg", "bad")], run={"k": 2})
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["type"] for line in lines] == ["run", "pick", "pick", "failure"]
+    assert lines[0] == {"type": "run", "schema": "novelfind/results", "version": 1, "run": {"k": 2}}
+    assert [line["rank"] for line in lines[1:3]] == [1, 2]
+    assert lines[3] == {"type": "failure", "path": "/lib/x.jpg", "reason": "bad"}
+
+
+def test_unknown_format_is_value_error():
+    with pytest.raises(ValueError, match="unknown format 'xml'"):
+        format_results([], "xml")
+
+
+def test_iso_utc():
+    assert iso_utc(MTIME_NS) == "2023-11-14T22:13:20.123456Z"
+    assert iso_utc(0) == "1970-01-01T00:00:00.000000Z"
+
+
+# --- write_atomic ------------------------------------------------------------------------------
+
+
+def test_write_atomic_writes_and_replaces(tmp_path):
+    target = tmp_path / "out.tsv"
+    write_atomic(target, "first\n")
+    write_atomic(target, b"second\n")
+    assert target.read_bytes() == b"second\n"
+    assert os.listdir(tmp_path) == ["out.tsv"]
+
+
+def test_write_atomic_keeps_mode_of_existing_file(tmp_path):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    target.chmod(0o640)
+    write_atomic(target, "new")
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_write_atomic_new_file_is_not_private(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "out.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644
+
+
+def test_write_atomic_follows_symlink(tmp_path):
+    real = tmp_path / "real.txt"
+    real.write_text("old")
+    link = tmp_path / "link.txt"
+    link.symlink_to(real)
+    write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_write_atomic_missing_folder_is_one_line_output_error(tmp_path):
+    target = tmp_path / "nope" / "out.txt"
+    with pytest.raises(OutputError) as err:
+        write_atomic(target, "x")
+    assert str(err.value) == f"cannot write {target}: no such folder {target.parent}"
+
+
+def test_write_atomic_to_a_folder_fails(tmp_path):
+    with pytest.raises(OutputError, match="it is a folder"):
+        write_atomic(tmp_path, "x")
+
+
+def test_write_atomic_failure_leaves_no_temp_and_keeps_old(tmp_path, monkeypatch):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(report.os, "replace", broken_replace)
+    with pytest.raises(OutputError, match="No space left on device"):
+        write_atomic(target, "new")
+    assert os.listdir(tmp_path) == ["out.txt"] and target.read_text() == "old"
+
+
+def test_write_atomic_interrupted_leaves_no_temp(tmp_path, monkeypatch):
+    def interrupted(fd):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(tmp_path / "out.txt", "x")
+    assert os.listdir(tmp_path) == []
+
+
+# --- place_picks -------------------------------------------------------------------------------
+
+
+def test_pick_filename_padding_and_long_names():
+    assert pick_filename(1, Path("/a/IMG_4411.jpg"), 3) == "001_IMG_4411.jpg"
+    assert pick_filename(12, Path("/a/x.png"), 4) == "0012_x.png"
+    long = pick_filename(7, Path("/a/" + "é" * 200 + ".jpeg"), 3)
+    assert len(os.fsencode(long)) <= 255 and long.startswith("007_é") and long.endswith(".jpeg")
+
+
+def test_copy_creates_folder_and_rank_prefixed_names(library, tmp_path):
+    dest = tmp_path / "out" / "novel"
+    created = place_picks(picks_for(library), dest)
+    assert [p.name for p in created] == ["001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"]
+    for source, copy in zip(library, created, strict=True):
+        assert copy.read_bytes() == source.read_bytes() and not copy.is_symlink()
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"]
+    manifest = json.loads((dest / MANIFEST_NAME).read_text())
+    assert manifest["schema"] == "novelfind/picks-manifest"
+    assert set(manifest["files"]) == {"001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"}
+
+
+def test_pad_width_grows_with_k(library, tmp_path):
+    pick = picks_for(library[:1])[0]
+    pick.rank = 1234
+    assert [p.name for p in place_picks([pick], tmp_path / "d")] == ["1234_IMG_4411.jpg"]
+
+
+def test_symlink_and_hardlink(library, tmp_path):
+    links = place_picks(picks_for(library), tmp_path / "s", mode="symlink")
+    assert all(p.is_symlink() for p in links)
+    assert os.readlink(links[0]) == str(library[0])
+    hard = place_picks(picks_for(library), tmp_path / "h", mode="hardlink")
+    assert all(p.stat().st_ino == s.stat().st_ino for p, s in zip(hard, library, strict=True))
+
+
+def test_rerun_replaces_own_picks_and_removes_stale_ones(library, tmp_path):
+    dest = tmp_path / "d"
+    place_picks(picks_for(library), dest)
+    # Next run: a different order and one pick fewer.
+    again = picks_for([library[2], library[0]])
+    created = place_picks(again, dest)
+    assert [p.name for p in created] == ["001_cat.jpg", "002_IMG_4411.jpg"]
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_cat.jpg", "002_IMG_4411.jpg"]
+    assert (dest / "001_cat.jpg").read_bytes() == library[2].read_bytes()
+
+
+def test_rerun_can_switch_mode(library, tmp_path):
+    dest = tmp_path / "d"
+    place_picks(picks_for(library), dest, mode="copy")
+    created = place_picks(picks_for(library), dest, mode="symlink")
+    assert all(p.is_symlink() for p in created)
+
+
+def test_foreign_file_is_never_overwritten(library, tmp_path):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "002_beach.png").write_text("mine")
+    with pytest.raises(OutputError) as err:
+        place_picks(picks_for(library), dest)
+    assert str(err.value) == (
+        f"refusing to overwrite {dest / '002_beach.png'}: not created by novelfind "
+        "(move it away or choose another folder)"
+    )
+    # Checked before anything was written.
+    assert os.listdir(dest) == ["002_beach.png"]
+    assert (dest / "002_beach.png").read_text() == "mine"
+
+
+def test_own_file_edited_by_the_user_becomes_foreign(library, tmp_path):
+    dest = tmp_path / "d"
+    place_picks(picks_for(library), dest)
+    edited = dest / "001_IMG_4411.jpg"
+    edited.write_bytes(b"edited by hand")
+    with pytest.raises(OutputError, match="refusing to overwrite"):
+        place_picks(picks_for(library), dest)
+    assert edited.read_bytes() == b"edited by hand"
+    # ...and it is not removed as stale either.
+    place_picks(picks_for(library[1:2]), dest)
+    assert edited.read_bytes() == b"edited by hand"
+
+
+def test_forged_manifest_entry_does_not_allow_overwrite(library, tmp_path):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    (dest / "001_IMG_4411.jpg").write_text("mine")
+    manifest = {
+        "schema": "novelfind/picks-manifest",
+        "version": 1,
+        "files": {"001_IMG_4411.jpg": {"mode": "copy"}},
+    }
+    (dest / MANIFEST_NAME).write_text(json.dumps(manifest))
+    with pytest.raises(OutputError, match="refusing to overwrite"):
+        place_picks(picks_for(library), dest)
+
+
+def test_corrupt_manifest_counts_as_empty(library, tmp_path):
+    dest = tmp_path / "d"
+    place_picks(picks_for(library), dest)
+    (dest / MANIFEST_NAME).write_text("{not json")
+    with pytest.raises(OutputError, match="refusing to overwrite"):
+        place_picks(picks_for(library), dest)
+
+
+def test_dest_is_a_file(library, tmp_path):
+    dest = tmp_path / "file"
+    dest.write_text("x")
+    with pytest.raises(OutputError, match="is not a folder"):
+        place_picks(picks_for(library), dest)
+
+
+def test_dest_cannot_be_created(library, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError, match="cannot"):
+        place_picks(picks_for(library), tmp_path / "file" / "sub")
+
+
+def test_missing_source_fails_before_anything_is_written(library, tmp_path):
+    picks = picks_for(library)
+    library[1].unlink()
+    dest = tmp_path / "d"
+    with pytest.raises(OutputError, match="cannot copy .*beach.png: No such file"):
+        place_picks(picks, dest)
+    assert os.listdir(dest) == []
+
+
+def test_hardlink_across_file_systems_is_an_error(library, tmp_path, monkeypatch):
+    real_stat = os.stat
+    foreign = str(library[0])
+
+    def fake_stat(path, *args, **kwargs):
+        result = real_stat(path, *args, **kwargs)
+        if os.fspath(path) == foreign:
+            fields = list(result)
+            fields[2] += 1  # st_dev
+            return os.stat_result(fields)
+        return result
+
+    monkeypatch.setattr(report.os, "stat", fake_stat)
+    dest = tmp_path / "d"
+    with pytest.raises(OutputError, match="different file systems .use --link copy or --link symlink"):
+        place_picks(picks_for(library), dest, mode="hardlink")
+    assert os.listdir(dest) == []
+
+
+def test_interrupted_run_remembers_what_it_created(library, tmp_path, monkeypatch):
+    dest = tmp_path / "d"
+    real = report._place_one
+    calls = []
+
+    def flaky(source, tmp, mode):
+        calls.append(source)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(source, tmp, mode)
+
+    monkeypatch.setattr(report, "_place_one", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        place_picks(picks_for(library), dest)
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_IMG_4411.jpg"]
+    monkeypatch.setattr(report, "_place_one", real)
+    created = place_picks(picks_for(library), dest)  # the first file is ours: replaced, no error
+    assert len(created) == 3
+
+
+def test_temp_files_of_dead_runs_are_cleaned(library, tmp_path):
+    dest = tmp_path / "d"
+    dest.mkdir()
+    stale = dest / ".novelfind-tmp-999999999-0"
+    stale.write_text("half a copy")
+    place_picks(picks_for(library), dest)
+    assert not stale.exists()
+
+
+def test_unknown_mode(library, tmp_path):
+    with pytest.raises(ValueError, match="unknown mode 'move'"):
+        place_picks(picks_for(library), tmp_path / "d", mode="move")

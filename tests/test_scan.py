@@ -1,0 +1,323 @@
+"""Walking folders: which files are found, in what order, and what is skipped or reported."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import novelfind.scan as scan
+from novelfind.errors import ExitCode, InputError
+from novelfind.scan import IMAGE_EXTENSIONS, ImageFile, walk
+
+REPO = Path(scan.__file__).resolve().parents[1]
+
+
+def touch(path: Path, data: bytes = b"x") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def rels(files, root: Path) -> list[str]:
+    return [f.path.relative_to(root).as_posix() for f in files]
+
+
+def test_extensions_are_case_insensitive_and_other_files_ignored(tmp_path):
+    for name in ["a.jpg", "b.JPEG", "c.Png", "d.webp", "e.GIF", "f.bmp", "g.tif", "h.TIFF"]:
+        touch(tmp_path / name)
+    for name in ["notes.txt", "movie.mp4", "raw.cr2", "jpg", "archive.jpg.zip", "noext"]:
+        touch(tmp_path / name)
+    assert rels(walk(tmp_path), tmp_path) == [
+        "a.jpg",
+        "b.JPEG",
+        "c.Png",
+        "d.webp",
+        "e.GIF",
+        "f.bmp",
+        "g.tif",
+        "h.TIFF",
+    ]
+
+
+def test_heif_only_when_pillow_heif_is_installed(tmp_path):
+    touch(tmp_path / "a.HEIC")
+    touch(tmp_path / "b.heif")
+    have_heif = importlib.util.find_spec("pillow_heif") is not None
+    assert (".heic" in IMAGE_EXTENSIONS) == have_heif
+    assert (".heif" in IMAGE_EXTENSIONS) == have_heif
+    assert rels(walk(tmp_path), tmp_path) == (["a.HEIC", "b.heif"] if have_heif else [])
+
+
+def test_recursive_sorted_by_name_with_folders_in_place(tmp_path):
+    for rel in ["b.jpg", "a/z.jpg", "a/b/y.jpg", "a.jpg", "c/x.png", "a/a.jpg", "B.jpg"]:
+        touch(tmp_path / rel)
+    expected = ["B.jpg", "a/a.jpg", "a/b/y.jpg", "a/z.jpg", "a.jpg", "b.jpg", "c/x.png"]
+    assert rels(walk(tmp_path), tmp_path) == expected
+    assert rels(walk(tmp_path), tmp_path) == expected  # and again: deterministic
+
+
+def test_records_carry_absolute_path_size_and_mtime(tmp_path, monkeypatch):
+    f = touch(tmp_path / "photos" / "a.jpg", b"12345")
+    os.utime(f, ns=(1_600_000_000_123_456_789, 1_600_000_000_123_456_789))
+    monkeypatch.chdir(tmp_path)
+    (found,) = walk("photos")
+    assert found == ImageFile(tmp_path / "photos" / "a.jpg", 5, 1_600_000_000_123_456_789)
+    assert found.path.is_absolute()
+
+
+def test_root_through_a_symlink_keeps_the_link_in_paths(tmp_path):
+    touch(tmp_path / "real" / "a.jpg")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (found,) = walk(tmp_path / "link")
+    assert found.path == tmp_path / "link" / "a.jpg"
+
+
+def test_hidden_files_and_folders_skipped_but_a_hidden_root_is_walked(tmp_path):
+    touch(tmp_path / ".hidden.jpg")
+    touch(tmp_path / ".thumbnails" / "t.jpg")
+    touch(tmp_path / "ok" / ".x.png")
+    touch(tmp_path / "ok" / "y.png")
+    touch(tmp_path / ".library" / "z.jpg")
+    assert rels(walk(tmp_path), tmp_path) == ["ok/y.png"]
+    assert rels(walk(tmp_path / ".library"), tmp_path) == [".library/z.jpg"]
+
+
+ALL = ["a.jpg", "b.png", "raw/c.jpg", "raw/e.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]
+
+
+@pytest.mark.parametrize(
+    ("patterns", "expected"),
+    [
+        (["*.png"], ["a.jpg", "raw/c.jpg", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]),
+        (["raw/*"], ["a.jpg", "b.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]),
+        (["raw"], ["a.jpg", "b.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]),
+        (["**/thumbs/**"], ["a.jpg", "b.png", "raw/c.jpg", "raw/e.png", "x/y/d.jpg"]),
+        (["thumbs/"], ["a.jpg", "b.png", "raw/c.jpg", "raw/e.png", "x/y/d.jpg"]),
+        (["x/*/d.jpg", "a.*"], ["b.png", "raw/c.jpg", "raw/e.png", "thumbs/u.jpg", "x/thumbs/t.jpg"]),
+        (["c.jpg"], ["a.jpg", "b.png", "raw/e.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]),
+        (
+            ["A.JPG"],
+            ["a.jpg", "b.png", "raw/c.jpg", "raw/e.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"],
+        ),
+        ([], ["a.jpg", "b.png", "raw/c.jpg", "raw/e.png", "thumbs/u.jpg", "x/thumbs/t.jpg", "x/y/d.jpg"]),
+    ],
+)
+def test_exclude_globs_match_name_or_root_relative_path(tmp_path, patterns, expected):
+    for rel in ALL:
+        touch(tmp_path / rel)
+    assert sorted(rels(walk(tmp_path, exclude=patterns), tmp_path)) == expected
+
+
+def test_exclude_by_absolute_path_and_excluded_folder_not_entered(tmp_path, monkeypatch):
+    touch(tmp_path / "keep" / "a.jpg")
+    touch(tmp_path / "skip" / "deep" / "b.jpg")
+    listed = []
+    real_scandir = os.scandir
+
+    def spy(path):
+        listed.append(Path(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(scan.os, "scandir", spy)
+    found = rels(walk(tmp_path, exclude=[f"{tmp_path}/skip"]), tmp_path)
+    assert found == ["keep/a.jpg"]
+    assert tmp_path / "skip" not in listed
+
+
+def test_several_roots_in_order_and_overlaps_yielded_once(tmp_path):
+    touch(tmp_path / "one" / "b.jpg")
+    touch(tmp_path / "one" / "sub" / "c.jpg")
+    touch(tmp_path / "two" / "a.jpg")
+    roots = [tmp_path / "two", tmp_path / "one", tmp_path / "one" / "sub", tmp_path / "two"]
+    assert rels(walk(roots), tmp_path) == ["two/a.jpg", "one/b.jpg", "one/sub/c.jpg"]
+
+
+def test_an_image_file_is_a_root_too(tmp_path):
+    f = touch(tmp_path / "single.JPG")
+    touch(tmp_path / "dir" / "a.png")
+    assert rels(walk([f, tmp_path / "dir", f]), tmp_path) == ["single.JPG", "dir/a.png"]
+
+
+def test_missing_root_fails_before_anything_is_walked(tmp_path, monkeypatch):
+    touch(tmp_path / "ok" / "a.jpg")
+    calls = []
+    monkeypatch.setattr(scan.os, "scandir", lambda p: calls.append(p))
+    with pytest.raises(InputError) as info:
+        walk([tmp_path / "ok", tmp_path / "missing"])  # raised by the call, not by iteration
+    assert str(info.value) == f"no such folder: {tmp_path / 'missing'}"
+    assert info.value.exit_code == ExitCode.USAGE
+    assert calls == []
+
+
+def test_non_image_file_root_is_refused(tmp_path):
+    notes = touch(tmp_path / "notes.txt")
+    with pytest.raises(InputError, match=r"^not a folder or image: .*notes\.txt$"):
+        walk(notes)
+    with pytest.raises(InputError, match="^no such folder: "):
+        walk(tmp_path / "notes.txt" / "below")
+
+
+def test_symlinks_not_followed_by_default(tmp_path):
+    outside = tmp_path / "outside"
+    touch(outside / "o.jpg")
+    lib = tmp_path / "lib"
+    touch(lib / "a.jpg")
+    (lib / "link.jpg").symlink_to(outside / "o.jpg")
+    (lib / "linkdir").symlink_to(outside)
+    assert rels(walk(lib), lib) == ["a.jpg"]
+
+
+def test_followed_symlinks_end_loops_and_yield_each_file_once(tmp_path):
+    lib = tmp_path / "lib"
+    touch(lib / "a.jpg")
+    touch(lib / "sub" / "b.jpg")
+    touch(tmp_path / "outside" / "o.jpg")
+    (lib / "sub" / "loop").symlink_to(lib)  # a loop back to the root
+    (lib / "sub" / "self").symlink_to(".")  # a loop onto itself
+    (lib / "z_again.jpg").symlink_to(lib / "a.jpg")  # the same file twice
+    (lib / "out").symlink_to(tmp_path / "outside")
+    errors = []
+    found = rels(walk(lib, follow_symlinks=True, on_error=lambda p, r: errors.append((p, r))), lib)
+    assert found == ["a.jpg", "out/o.jpg", "sub/b.jpg"]
+    assert errors == []
+
+
+def test_broken_link_reported_when_following(tmp_path):
+    touch(tmp_path / "a.jpg")
+    (tmp_path / "gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    errors = []
+    found = rels(walk(tmp_path, follow_symlinks=True, on_error=lambda p, r: errors.append((p, r))), tmp_path)
+    assert found == ["a.jpg"]
+    assert errors == [(tmp_path / "gone.jpg", "broken symbolic link")]
+    assert rels(walk(tmp_path), tmp_path) == ["a.jpg"]  # not following: not even looked at
+
+
+def test_hard_links_yielded_once(tmp_path):
+    a = touch(tmp_path / "a.jpg")
+    os.link(a, tmp_path / "b.jpg")
+    assert rels(walk(tmp_path), tmp_path) == ["a.jpg"]
+
+
+def test_file_deleted_between_listing_and_stat_is_skipped(tmp_path, monkeypatch):
+    touch(tmp_path / "a.jpg")
+    touch(tmp_path / "b.jpg")
+    real_scandir = os.scandir
+
+    class ListThenDelete:
+        def __init__(self, path):
+            self.it = real_scandir(path)
+
+        def __enter__(self):
+            entries = list(self.it)
+            (tmp_path / "a.jpg").unlink(missing_ok=True)
+            return iter(entries)
+
+        def __exit__(self, *exc):
+            self.it.close()
+
+    monkeypatch.setattr(scan.os, "scandir", ListThenDelete)
+    errors = []
+    assert rels(walk(tmp_path, on_error=lambda p, r: errors.append(p)), tmp_path) == ["b.jpg"]
+    assert errors == []
+
+
+def test_walk_streams_one_folder_at_a_time(tmp_path, monkeypatch):
+    for i in range(5):
+        touch(tmp_path / f"d{i}" / "a.jpg")
+    listed = []
+    real_scandir = os.scandir
+
+    def spy(path):
+        listed.append(Path(path).name)
+        return real_scandir(path)
+
+    monkeypatch.setattr(scan.os, "scandir", spy)
+    it = walk(tmp_path)
+    first = next(it)
+    assert first.path == tmp_path / "d0" / "a.jpg"
+    assert listed == [tmp_path.name, "d0"]
+    assert len(list(it)) == 4
+
+
+def test_deep_tree_has_no_recursion_limit(tmp_path):
+    deep = str(tmp_path)
+    for _ in range(sys.getrecursionlimit() + 50):
+        deep += "/d"
+        os.mkdir(deep)
+    touch(Path(deep, "bottom.jpg"))
+    try:
+        (found,) = walk(tmp_path)
+        assert str(found.path) == deep + "/bottom.jpg"
+    finally:  # shutil.rmtree (pytest's clean-up) recurses, so take the tree down here
+        os.unlink(deep + "/bottom.jpg")
+        while deep != str(tmp_path):
+            os.rmdir(deep)
+            deep = os.path.dirname(deep)
+
+
+def test_unicode_and_spaces_in_names(tmp_path):
+    touch(tmp_path / "Fotos 2024" / "été à Paris.JPG")
+    touch(tmp_path / "日本" / "写真 1.png")
+    assert rels(walk(tmp_path), tmp_path) == ["Fotos 2024/été à Paris.JPG", "日本/写真 1.png"]
+
+
+def test_undecodable_file_names_are_found(tmp_path):
+    raw = os.fsencode(str(tmp_path)) + b"/caf\xe9.jpg"
+    with open(raw, "wb") as f:
+        f.write(b"x")
+    (found,) = walk(tmp_path)
+    assert os.fsencode(found.path) == raw
+
+
+def unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` so that file permissions apply to it: as root, without the capabilities that bypass them."""
+    if os.geteuid() != 0:
+        return cmd
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("running as root without setpriv: permissions cannot be tested")
+    drop = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *cmd]
+
+
+_UNREADABLE_SCRIPT = """
+import json, sys
+from novelfind.scan import walk
+errors = []
+found = [str(f.path) for f in walk(sys.argv[1], on_error=lambda p, r: errors.append([str(p), r]))]
+print(json.dumps({"found": found, "errors": errors}))
+"""
+
+
+def test_unreadable_folder_is_reported_and_the_walk_goes_on(tmp_path):
+    touch(tmp_path / "a" / "x.jpg")
+    touch(tmp_path / "b" / "locked.jpg")
+    touch(tmp_path / "c" / "y.jpg")
+    os.chmod(tmp_path / "b", 0o000)
+    try:
+        proc = subprocess.run(
+            unprivileged([sys.executable, "-c", _UNREADABLE_SCRIPT, str(tmp_path)]),
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, PYTHONPATH=str(REPO)),
+            timeout=60,
+        )
+    finally:
+        os.chmod(tmp_path / "b", 0o755)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["found"] == [str(tmp_path / "a" / "x.jpg"), str(tmp_path / "c" / "y.jpg")]
+    assert result["errors"] == [[str(tmp_path / "b"), "Permission denied"]]
+
+
+def test_special_files_with_image_names_are_skipped(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jpg")  # opening it would hang the decoder
+    touch(tmp_path / "album.jpg" / "inside.png")  # a folder with an image-like name is a folder
+    assert rels(walk(tmp_path), tmp_path) == ["album.jpg/inside.png"]
