@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
+MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
 
 _SCHEMA = """
@@ -205,6 +206,7 @@ class FeatureCache:
         )
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+            conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
             self._check_health(conn)
             self._check_ours(conn)  # before anything writes to a file that may not be ours
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
@@ -212,7 +214,6 @@ class FeatureCache:
                 # e.g. a file system without shared memory; rollback journal still keeps batches atomic
                 conn.execute("PRAGMA journal_mode = DELETE")
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
-            conn.execute("PRAGMA mmap_size = 268435456")  # read vectors from the page cache, no copies
             self._init_schema(conn)
         except BaseException:
             conn.close()

@@ -40,7 +40,7 @@ Exit codes:
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
 """
 
-FORMATS = ("tsv", "json", "jsonl", "csv", "paths")
+FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0")
 LINK_MODES = ("copy", "symlink", "hardlink")
 
 
@@ -66,6 +66,12 @@ class NovelfindGroup(click.Group):
         except click.exceptions.Abort:
             click.echo("interrupted", err=True)
             code = int(ExitCode.INTERRUPTED)
+        except Exception as err:  # a bug: still one line, the traceback only on request
+            if os.environ.get("NOVELFIND_DEBUG"):
+                raise
+            click.echo(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
+                       "the traceback)", err=True)
+            code = int(ExitCode.ERROR)
         if standalone_mode:
             sys.exit(code)
         return code
@@ -308,8 +314,10 @@ def run_scan(opt: ScanOptions) -> int:
             walk_errors.append((Path(path), reason))
             console.warn(f"cannot read {path}: {reason}")
 
-        files = list(walk(opt.paths, exclude=opt.exclude, follow_symlinks=opt.follow_symlinks,
-                          on_error=on_walk_error))
+        own_outputs = _own_outputs(opt)
+        files = [f for f in walk(opt.paths, exclude=opt.exclude, follow_symlinks=opt.follow_symlinks,
+                                 on_error=on_walk_error)
+                 if not _is_own_output(f.path, own_outputs)]
         if not files:
             where = ", ".join(str(p) for p in opt.paths)
             raise NovelfindError(f"no images found in {where}")
@@ -351,7 +359,8 @@ def run_scan(opt: ScanOptions) -> int:
         if opt.output is not None:
             report.write_atomic(opt.output, text)
         else:
-            click.echo(text, nl=False)
+            sys.stdout.flush()
+            sys.stdout.buffer.write(report.encode_output(text))
             sys.stdout.flush()
         if opt.copy_to is not None and picks:
             report.place_picks(picks, opt.copy_to, mode=opt.link)
@@ -392,6 +401,16 @@ def _check_output_targets(opt: ScanOptions) -> None:
             raise InputError(f"--copy-to {opt.copy_to}: {existing} is not writable")
 
 
+def _own_outputs(opt: ScanOptions) -> list[Path]:
+    targets = [opt.output, opt.copy_to, opt.report, opt.contact_sheet]
+    return [t.absolute() for t in targets if t is not None]
+
+
+def _is_own_output(path: Path, own: list[Path]) -> bool:
+    """A file this run writes (or a pick copied by an earlier run) is never ranked as a photo."""
+    return any(path == target or target in path.parents for target in own)
+
+
 def _locked_targets(opt: ScanOptions) -> list[Path]:
     targets = [opt.output, opt.copy_to, opt.report, opt.contact_sheet]
     return sorted({t.absolute() for t in targets if t is not None})
@@ -424,7 +443,7 @@ def _open_cache(opt: ScanOptions, model_key: str, console: Console) -> Iterator[
         return
     path = opt.cache_path or default_cache_path()
     try:
-        cache = FeatureCache(path, model_key)
+        cache = FeatureCache(path, model_key, on_warning=console.warn)
     except CacheError as err:
         console.warn(f"{err}; running without the cache")
         yield NullCache()

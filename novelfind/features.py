@@ -344,6 +344,8 @@ class OnnxExtractor:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # No busy-waiting between runs: decode workers need those cycles.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
     def _load(self):

@@ -8,7 +8,6 @@ really is an image is decided later, by the decoder.
 from __future__ import annotations
 
 import fnmatch
-import importlib.util
 import os
 import re
 import stat
@@ -23,10 +22,12 @@ _HEIF_EXTENSIONS = (".heic", ".heif")
 
 
 def _heif_available() -> bool:
+    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
     try:
-        return importlib.util.find_spec("pillow_heif") is not None
-    except (ImportError, ValueError):
+        import pillow_heif  # noqa: F401
+    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
         return False
+    return True
 
 
 # Lower-case, with the dot. HEIC/HEIF only when pillow-heif is installed to decode them.
@@ -88,7 +89,7 @@ def _reason(err: OSError) -> str:
 
 
 def _check_root(root: str | os.PathLike[str]) -> tuple[Path, os.stat_result]:
-    path = Path(os.fspath(root)).expanduser().absolute()
+    path = Path(os.fspath(root)).absolute()
     try:
         st = path.stat()  # a root named on the command line is followed even when it is a symlink
     except FileNotFoundError:

@@ -293,6 +293,20 @@ def test_damaged_pages_are_caught_by_the_check_on_open(db):
     assert integrity(db) == "ok"
 
 
+def test_truncated_cache_is_moved_aside(db):
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(fake(i), f"d{i}", vec(i, 1000)) for i in range(300)])
+        c._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(db, "r+b") as f:
+        f.truncate(db.stat().st_size // 2)
+    messages = []
+    with FeatureCache(db, "m1", on_warning=messages.append) as c:
+        assert c.recovered_from is not None and c.recovered_from.exists()
+        c.put_many([(fake(1), "d1", vec(1, 1000))])
+    assert len(messages) == 1
+    assert integrity(db) == "ok"
+
+
 def test_another_programs_database_is_refused_and_untouched(db):
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db)

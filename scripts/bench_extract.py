@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""Benchmark feature extraction: naive pipeline vs novelfind, side by side, plus warm re-scan time.
+
+  python scripts/bench_extract.py                 # 200 12-MP JPEGs (+ a few PNGs), 10,000-image re-scan
+  python scripts/bench_extract.py --count 64 --rescan-count 2000 --out /tmp/b.json
+
+Photo-like test images are built from scikit-image's bundled photos (random crop, flip, colour change, upscale
+to 4000x3000, sensor-like noise, JPEG quality 92, EXIF orientation on every 4th), so file sizes and decode cost
+resemble phone photos (~3-4 MB). Each measurement runs in its own subprocess, which reports its own peak RSS
+and that of its decode workers (ru_maxrss of RUSAGE_SELF and RUSAGE_CHILDREN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PHOTO_SIZE = (4000, 3000)  # 12 MP
+SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "motorcycle_left", "immunohistochemistry", "retina", "cat")
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def _sources() -> list[np.ndarray]:
+    import skimage.data
+
+    out = []
+    for name in SOURCES:
+        try:
+            img = np.asarray(getattr(skimage.data, name)())
+        except Exception:  # noqa: BLE001 - a missing sample is skipped
+            continue
+        if img.ndim == 3 and img.shape[2] >= 3:
+            out.append(img[..., :3].astype(np.uint8))
+    if not out:
+        raise SystemExit("no scikit-image sample photos available")
+    return out
+
+
+def _make_one(args: tuple[int, str, int]) -> int:
+    """Write image ``i`` to ``path``; returns its size in bytes."""
+    from PIL import Image
+
+    i, path, seed = args
+    rng = np.random.default_rng(seed + i)
+    src = _SRC[i % len(_SRC)]
+    h, w = src.shape[:2]
+    ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
+    y, x = rng.integers(0, h - ch + 1), rng.integers(0, w - cw + 1)
+    crop = src[y : y + ch, x : x + cw].astype(np.float32)
+    crop = crop * rng.uniform(0.8, 1.2, 3) + rng.uniform(-20, 20, 3)  # colour / exposure change
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    small = Image.fromarray(np.clip(crop, 0, 255).astype(np.uint8))
+    if path.endswith(".png"):  # screenshots / edits: smaller, lossless
+        small.resize((1920, 1080), Image.Resampling.BICUBIC).save(path, optimize=False)
+        return os.path.getsize(path)
+    big = np.asarray(small.resize(PHOTO_SIZE, Image.Resampling.BICUBIC), dtype=np.int16)
+    shift = int(rng.integers(0, _NOISE.shape[1] - PHOTO_SIZE[0]))
+    big = big + _NOISE[: PHOTO_SIZE[1], shift : shift + PHOTO_SIZE[0]]  # sensor-like grain
+    img = Image.fromarray(np.clip(big, 0, 255).astype(np.uint8))
+    exif = Image.Exif()
+    exif[0x0110] = "BenchCam"
+    exif[0x0112] = (3, 6, 8)[i // 4 % 3] if i % 4 == 0 else 1  # orientation on every 4th photo
+    img.save(path, quality=92, exif=exif.tobytes())
+    return os.path.getsize(path)
+
+
+def _init_maker() -> None:
+    global _SRC, _NOISE
+    _SRC = _sources()
+    rng = np.random.default_rng(7)
+    _NOISE = rng.normal(0, 6, (PHOTO_SIZE[1], PHOTO_SIZE[0] + 256, 3)).astype(np.int16)
+
+
+def make_photos(folder: Path, count: int, seed: int = 0) -> dict:
+    """``count`` 12-MP JPEGs (every 25th file a 1080p PNG) in ``folder``; reused when already there."""
+    import multiprocessing
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = [f"IMG_{i:05d}.png" if i % 25 == 24 else f"IMG_{i:05d}.jpg" for i in range(count)]
+    todo = [(i, str(folder / n), seed) for i, n in enumerate(names) if not (folder / n).exists()]
+    t = time.perf_counter()
+    if todo:
+        with multiprocessing.get_context("fork").Pool(initializer=_init_maker) as pool:
+            pool.map(_make_one, todo, chunksize=4)
+    sizes = [(folder / n).stat().st_size for n in names]
+    return {
+        "count": count,
+        "pngs": sum(n.endswith(".png") for n in names),
+        "mean_jpeg_mb": round(float(np.mean([s for s, n in zip(sizes, names) if n.endswith(".jpg")])) / 1e6, 2),
+        "generate_s": round(time.perf_counter() - t, 1),
+    }
+
+
+def make_small_library(folder: Path, count: int) -> None:
+    """``count`` tiny distinct JPEGs in 100 sub-folders (for the re-scan measurement)."""
+    from PIL import Image
+
+    if folder.exists() and sum(1 for _ in folder.rglob("*.jpg")) == count:
+        return
+    shutil.rmtree(folder, ignore_errors=True)
+    rng = np.random.default_rng(1)
+    for i in range(count):
+        sub = folder / f"d{i % 100:03d}"
+        sub.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (24, 32, 3), dtype=np.uint8)).save(sub / f"s{i:06d}.jpg", quality=80)
+
+
+def _image_files(folder: Path) -> list:
+    from novelfind.scan import walk
+
+    return list(walk([folder]))
+
+
+# --------------------------------------------------------------------------------------------- phases
+
+
+class TreeRSS:
+    """Samples the summed RSS of this process and all its descendants (decode workers of a forkserver are
+    grandchildren, which RUSAGE_CHILDREN does not see); keeps the peak."""
+
+    def __init__(self, interval: float = 0.1):
+        import threading
+
+        self.interval, self.peak_kb = interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    @staticmethod
+    def _tree_rss_kb() -> int:
+        parents: dict[int, int] = {}
+        for d in os.listdir("/proc"):
+            if d.isdigit():
+                try:
+                    with open(f"/proc/{d}/stat") as f:
+                        parents[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+        tree, frontier = {os.getpid()}, [os.getpid()]
+        while frontier:
+            p = frontier.pop()
+            kids = [c for c, pp in parents.items() if pp == p and c not in tree]
+            tree.update(kids)
+            frontier.extend(kids)
+        total = 0
+        for pid in tree:
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+            except OSError:
+                pass
+        return total
+
+    def _loop(self):
+        while not self._stop.is_set():
+            self.peak_kb = max(self.peak_kb, self._tree_rss_kb())
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+_TREE: TreeRSS | None = None
+
+
+def _peak() -> dict:
+    out = {"peak_rss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    if _TREE is not None:
+        out["peak_rss_tree_mb"] = round(max(_TREE.peak_kb, TreeRSS._tree_rss_kb()) / 1024, 1)
+    return out
+
+
+def phase_naive(folder: Path, limit: int | None) -> dict:
+    """Full Pillow decode, torchvision transforms, eager PyTorch, batch 32, one process."""
+    import torch
+    import torchvision
+    from PIL import Image, ImageOps
+
+    from novelfind.features import resolve_weights
+
+    files = [f.path for f in _image_files(folder)][:limit]
+    t0 = time.perf_counter()
+    weights = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1
+    model = torchvision.models.mobilenet_v2(weights=None)
+    model.load_state_dict(torch.load(resolve_weights(), map_location="cpu", weights_only=True))
+    model.eval()
+    transform = weights.transforms()
+    t_model = time.perf_counter() - t0
+    outs, batch = [], []
+    t = time.perf_counter()
+    with torch.inference_mode():
+        for p in files:
+            with Image.open(p) as im:
+                img = ImageOps.exif_transpose(im).convert("RGB")
+            batch.append(transform(img))
+            if len(batch) == 32:
+                outs.append(model(torch.stack(batch)).numpy())
+                batch = []
+        if batch:
+            outs.append(model(torch.stack(batch)).numpy())
+    secs = time.perf_counter() - t
+    return {"images": len(files), "seconds": round(secs, 2), "images_per_s": round(len(files) / secs, 2),
+            "model_load_s": round(t_model, 2), "torch_threads": torch.get_num_threads(), **_peak()}
+
+
+def phase_fast(folder: Path, backend: str, workers: int | None, batch_size: int) -> dict:
+    """novelfind.pipeline.extract with the real extractor and a fresh cache."""
+    from novelfind.features import build_extractor
+    from novelfind.pipeline import extract
+
+    files = _image_files(folder)
+    extractor = build_extractor(backend=backend, device="cpu")
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = _open_cache(Path(tmp) / "features.sqlite", extractor.model_key)
+        t = time.perf_counter()
+        result = extract(files, extractor, cache, batch_size=batch_size, workers=workers)
+        secs = time.perf_counter() - t
+        _close(cache)
+    return {"images": len(files), "extracted": result.extracted, "failed": len(result.failures),
+            "seconds": round(secs, 2), "images_per_s": round(len(files) / secs, 2),
+            "backend": getattr(extractor, "backend", backend), "workers": workers, "batch_size": batch_size,
+            **_peak()}
+
+
+def phase_rescan(folder: Path) -> dict:
+    """Warm re-scan: walk + cache lookups of an unchanged library; no image byte is read."""
+    import hashlib
+
+    from novelfind.features import model_key_for
+    from novelfind.pipeline import extract
+
+    key = model_key_for("logits")
+    cache_path = folder.parent / "rescan-features.sqlite"
+    files = _image_files(folder)
+    cache = _open_cache(cache_path, key)
+    stats = cache.get_many_by_stat(files) if hasattr(cache, "get_many_by_stat") else []
+    if sum(v is not None for v in stats) != len(files):  # fill once: vectors stand in for real ones
+        rng = np.random.default_rng(0)
+        rows = []
+        for f in files:
+            digest = hashlib.blake2b(f.path.read_bytes(), digest_size=16).hexdigest()
+            rows.append((f, digest, rng.normal(size=1000).astype(np.float32)))
+        for s in range(0, len(rows), 1000):
+            cache.put_many(rows[s : s + 1000])
+    _close(cache)
+
+    class NoModel:
+        model_key, dim = key, 1000
+
+        def __call__(self, batch):  # pragma: no cover - would mean a miss
+            raise AssertionError("re-scan ran the model")
+
+    t = time.perf_counter()
+    files = _image_files(folder)
+    t_walk = time.perf_counter() - t
+    cache = _open_cache(cache_path, key)
+    result = extract(files, NoModel(), cache)
+    _close(cache)
+    secs = time.perf_counter() - t
+    return {"images": len(files), "from_cache": result.from_cache, "seconds": round(secs, 2),
+            "walk_s": round(t_walk, 2), **_peak()}
+
+
+def _open_cache(path: Path, key: str):
+    from novelfind.cache import FeatureCache
+
+    return FeatureCache(path, key)
+
+
+def _close(cache) -> None:
+    close = getattr(cache, "close", None)
+    if close:
+        close()
+
+
+def _run_phase(args: list[str], timeout: float = 3600) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _run_cli(folder: Path, count: int) -> dict:
+    """`python -m novelfind scan DIR --k 10 -q` on a fresh cache, timed as a user sees it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "novelfind", "scan", str(folder), "--k", "10", "-q",
+               "--cache", str(Path(tmp) / "c.sqlite")]
+        t = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        secs = time.perf_counter() - t
+    if proc.returncode not in (0, 3):
+        return {"error": (proc.stderr.strip().splitlines() or [f"rc {proc.returncode}"])[-1]}
+    return {"images": count, "seconds": round(secs, 2), "images_per_s": round(count / secs, 2),
+            "note": "includes interpreter start, imports and ranking"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--count", type=int, default=200, help="12-MP photos to generate (default 200)")
+    ap.add_argument("--naive-limit", type=int, default=None, help="time the naive pipeline on the first N only")
+    ap.add_argument("--rescan-count", type=int, default=10000, help="small images for the re-scan (default 10000)")
+    ap.add_argument("--workers", type=int, default=None, help="decode processes for novelfind (default: cores)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--backends", default="auto,torch", help="novelfind backends to time (comma list)")
+    ap.add_argument("--no-cli", action="store_true", help="skip timing `python -m novelfind scan`")
+    ap.add_argument("--data-dir", type=Path, default=None, help="keep generated images here (reused)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_extract.json")
+    ap.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+
+    if a.phase:  # subprocess mode
+        global _TREE
+        _TREE = TreeRSS().__enter__()
+        kind, folder = a.phase[0], Path(a.phase[1])
+        if kind == "naive":
+            res = phase_naive(folder, int(a.phase[2]) if a.phase[2] != "none" else None)
+        elif kind == "fast":
+            workers = None if a.phase[3] == "none" else int(a.phase[3])
+            res = phase_fast(folder, a.phase[2], workers, int(a.phase[4]))
+        else:
+            res = phase_rescan(folder)
+        print(json.dumps(res))
+        return 0
+
+    tmp_ctx = tempfile.TemporaryDirectory(prefix="nf-bench-") if a.data_dir is None else None
+    base = Path(tmp_ctx.name) if tmp_ctx else a.data_dir
+    photos = base / "photos"
+    results: dict = {"machine": {"python": platform.python_version(), "cpus": len(os.sched_getaffinity(0)),
+                                 "platform": platform.platform(), "load_avg_before": os.getloadavg()}}
+    print(f"generating {a.count} 12-MP photos in {photos} ...", file=sys.stderr)
+    results["data"] = make_photos(photos, a.count)
+    print(f"  {results['data']}", file=sys.stderr)
+
+    # warm the exported-model cache so the timed run measures extraction, not the one-off export
+    from novelfind.features import build_extractor
+
+    t = time.perf_counter()
+    warm = build_extractor(device="cpu")
+    warm(np.zeros((1, 224, 224, 3), np.uint8))
+    results["model_prepare_s"] = round(time.perf_counter() - t, 2)
+    results["default_backend"] = getattr(warm, "backend", "?")
+
+    limit = str(a.naive_limit) if a.naive_limit else "none"
+    print("naive pipeline ...", file=sys.stderr)
+    results["naive"] = _run_phase(["naive", str(photos), limit])
+    print(f"  {results['naive']}", file=sys.stderr)
+    for backend in a.backends.split(","):
+        print(f"novelfind extract (backend {backend}) ...", file=sys.stderr)
+        w = "none" if a.workers is None else str(a.workers)
+        results[f"novelfind_{backend}"] = _run_phase(["fast", str(photos), backend, w, str(a.batch_size)])
+        print(f"  {results[f'novelfind_{backend}']}", file=sys.stderr)
+    if not a.no_cli:
+        print("python -m novelfind scan ...", file=sys.stderr)
+        results["novelfind_cli"] = _run_cli(photos, a.count)
+        print(f"  {results['novelfind_cli']}", file=sys.stderr)
+    if a.rescan_count:
+        small = base / "small"
+        print(f"re-scan of {a.rescan_count} unchanged small images ...", file=sys.stderr)
+        make_small_library(small, a.rescan_count)
+        _run_phase(["rescan", str(small)])  # fills the cache (first pass)
+        results["rescan"] = _run_phase(["rescan", str(small)])
+        print(f"  {results['rescan']}", file=sys.stderr)
+    results["machine"]["load_avg_after"] = os.getloadavg()
+
+    naive = results["naive"].get("images_per_s")
+    fast = results.get("novelfind_auto", {}).get("images_per_s")
+    print("\n| pipeline | images/s | peak RSS MB (process tree) |")
+    print("|---|---|---|")
+    for name in ["naive"] + [k for k in results if k.startswith("novelfind_")]:
+        r = results[name]
+        print(f"| {name} | {r.get('images_per_s', r.get('error'))} | {r.get('peak_rss_tree_mb', '-')} |")
+    if naive and fast:
+        results["speedup_vs_naive"] = round(fast / naive, 2)
+        print(f"\nspeed-up of novelfind (auto) over naive: {results['speedup_vs_naive']}x")
+    if "rescan" in results:
+        r = results["rescan"]
+        print(f"re-scan of {r.get('images')} unchanged images: {r.get('seconds')} s (walk {r.get('walk_s')} s)")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {a.out}", file=sys.stderr)
+    if tmp_ctx:
+        tmp_ctx.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
