@@ -17,20 +17,32 @@ One epoch t of Algorithm 1, as implemented here (both versions):
 * Keep the top ``K^t = floor(N - (N - K) t / E)`` entries (ties: lower index), then divide by the norm.
 
 ``ads_reference`` is the literal per-row loop. ``ads`` is the fast path: each epoch the rows are put in
-a random order and cut into blocks of ``ADSConfig.block`` rows; all rows of one block share one draw of
+a random order and cut into blocks of ``ADSConfig.block`` rows (smaller when N is small, so that there
+are at least ``MIN_DRAWS`` blocks); all rows of one block share one draw of
 ``J`` partners, so the distances of a block are one matrix product
 ``||a - b||^2 = |a|^2 + |b|^2 - 2 a.b`` (on mean-centred rows, float32). Each row's partners still have
-exactly the literal distribution; only rows in the same block share them.
+exactly the literal distribution; only rows in the same block share them. Extra memory is O(N) plus a
+few blocks of rows: never N x N, never N x J x M. On CPU the blocks are spread over
+``torch.get_num_threads()`` Python threads running single-threaded kernels (torch's thread count is
+set to 1 for the duration of the call and restored), so the result does not depend on the thread count.
+``restarts`` averages the weights of independent seeds, keeps the top K and renormalises.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+# Fewest independent partner draws per epoch on the fast path. With very few blocks the shared draws
+# start to cost objective value (bench: 1 or 3 blocks per epoch lose 1-2 seed-sd of J(S) against the
+# literal version; 10 or more are within noise), so small inputs get smaller blocks.
+MIN_DRAWS = 32
 
 
 @dataclass(frozen=True)
@@ -43,18 +55,18 @@ class ADSConfig:
     momentum: float = 0.9  # beta: weight of the previous step's partner sum
     seed: int = 0  # explicit seed: same seed + same device -> same result
     restarts: int = 1  # >1: average the weights of several seeds (the paper's suggested smoothing)
-    block: int = 1024  # fast path only: rows sharing one partner draw (1 = literal sampling, slow)
+    block: int = 1024  # fast path only: most rows sharing one partner draw (1 = literal sampling, slow)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "partners", "restarts", "block"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"ADSConfig.{name} must be an integer >= 1, got {value!r}")
         if not self.lr > 0 or not math.isfinite(self.lr):
             raise ValueError(f"ADSConfig.lr must be a positive number, got {self.lr!r}")
         if not 0 <= self.momentum < 1:
             raise ValueError(f"ADSConfig.momentum must be in [0, 1), got {self.momentum!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"ADSConfig.seed must be an integer >= 0, got {self.seed!r}")
 
 
@@ -75,7 +87,18 @@ def ads(features: Any, k: int, config: ADSConfig = ADSConfig(), *, device: Any =
     x = _as_tensor(features, device)  # (N, M), any real dtype
     n, k = _check(tuple(x.shape), k)
     mu, sq = _centred_stats(x)  # (M,) float32, (N,) float32
-    runs = [_solve_fast(x, mu, sq, k, config, _restart_seed(config.seed, r)) for r in range(config.restarts)]
+    threads = torch.get_num_threads()
+    workers = threads if x.device.type == "cpu" else 1
+    seeds = [_restart_seed(config.seed, r) for r in range(config.restarts)]
+    if workers == 1:
+        runs = [_solve_fast(x, mu, sq, k, config, sd, None, 1) for sd in seeds]
+        return _finish(runs, k)
+    torch.set_num_threads(1)  # kernels single-threaded; the blocks are spread over `workers` threads
+    try:
+        with ThreadPoolExecutor(workers) as pool:
+            runs = [_solve_fast(x, mu, sq, k, config, sd, pool, workers) for sd in seeds]
+    finally:
+        torch.set_num_threads(threads)
     return _finish(runs, k)
 
 
@@ -136,7 +159,7 @@ def _check(shape: tuple[int, ...], k: int) -> tuple[int, int]:
         raise ValueError(f"features have no columns (shape {shape})")
     if n == 0:
         raise ValueError(f"features have no rows (shape {shape})")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     return n, min(int(k), n)
 
@@ -165,11 +188,14 @@ def _centred_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[torch.Tensor, to
     """A centre (float32) and the squared norms of the centred rows, in one pass of bounded memory.
 
     Centring changes no distance but keeps |a|^2 + |b|^2 - 2 a.b well conditioned in float32. Any
-    centre near the data works, so it is the mean of an evenly spaced sample of at most 8192 rows.
+    centre near the data works, so it is the mean of at most 8192 evenly spaced rows.
     """
     n, m = x.shape
-    sample = x[:: max(1, n // 8192)]  # (<=2*8192, M) evenly spaced rows, a view
-    mu = sample.to(torch.float64).mean(0).to(torch.float32)  # (M,)
+    picks = torch.linspace(0, n - 1, min(n, 8192), device=x.device).long()  # evenly spaced rows
+    total = torch.zeros(m, dtype=torch.float64, device=x.device)  # (M,)
+    for c0 in range(0, picks.numel(), 512):
+        total += x.index_select(0, picks[c0 : c0 + 512]).to(torch.float64).sum(0)
+    mu = (total / picks.numel()).to(torch.float32)  # (M,)
     sq = torch.empty(n, dtype=torch.float32, device=x.device)  # (N,)
     buf = torch.empty(min(chunk, n), m, dtype=torch.float32, device=x.device)  # (C, M)
     for c0 in range(0, n, chunk):
@@ -178,7 +204,9 @@ def _centred_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[torch.Tensor, to
         torch.linalg.vector_norm(xb, dim=1, out=sq[c0 : c0 + chunk])  # (C,)
     sq.square_()
     if not bool(torch.isfinite(sq).all()):
-        if x.is_floating_point() and not all(bool(torch.isfinite(x[c0 : c0 + chunk]).all()) for c0 in range(0, n, chunk)):
+        if x.is_floating_point() and not all(
+            bool(torch.isfinite(x[c0 : c0 + chunk]).all()) for c0 in range(0, n, chunk)
+        ):
             raise ValueError("features contain NaN or infinite values")
         raise ValueError("features are too large for float32 distances (squared norm overflows)")
     return mu, sq
@@ -206,24 +234,43 @@ def _block_sums(
     return torch.bmm(dist, w).squeeze(2).to(torch.float64)  # (G, B)
 
 
+def _blocks_per_step(device: torch.device, block: int) -> int:
+    """Blocks batched into one matrix product: one on CPU (cache-sized), ~64k rows on a GPU."""
+    return max(1, 65536 // block) if device.type == "cuda" else 1
+
+
 def _solve_fast(
-    x: torch.Tensor, mu: torch.Tensor, sq: torch.Tensor, k: int, cfg: ADSConfig, seed: int
+    x: torch.Tensor,
+    mu: torch.Tensor,
+    sq: torch.Tensor,
+    k: int,
+    cfg: ADSConfig,
+    seed: int,
+    pool: ThreadPoolExecutor | None,
+    workers: int,
 ) -> torch.Tensor:
-    """One seed of the fast path; returns s^E as float64 (N,) on x's device."""
-    n = x.shape[0]
+    """One seed of the fast path; returns s^E as float64 (N,) on x's device.
+
+    On CPU the blocks of an epoch are shared out to ``workers`` threads that each run single-threaded
+    kernels on their own buffers (no per-kernel thread barriers, which stall badly on a busy machine).
+    Every block writes its own rows, so the result does not depend on the number of workers.
+    """
+    n, m = x.shape
     dev = x.device
     gen = torch.Generator().manual_seed(seed)  # CPU stream: the same draws on every device
-    b = min(cfg.block, n)
+    b = min(cfg.block, -(-n // MIN_DRAWS))  # rows per block: at least MIN_DRAWS draws per epoch
     n_full = n // b  # blocks of exactly b rows; one shorter tail block if b does not divide n
-    per_step = max(1, 65536 // b) if dev.type == "cuda" else 1  # blocks per matrix product
+    per_step = _blocks_per_step(dev, b)
     s = torch.full((n,), 1.0 / math.sqrt(n), dtype=torch.float64, device=dev)  # (N,) s^0
     delta = torch.zeros(n, dtype=torch.float64, device=dev)  # (N,) Delta^{t-1}
     raw = torch.empty(n, dtype=torch.float64, device=dev)  # (N,) this step's partner sums
-    m = x.shape[1]
-    bufs = (
-        torch.empty(per_step * b, m, dtype=torch.float32, device=dev),  # (G*B, M) gathered rows
-        torch.empty(per_step * cfg.partners, m, dtype=torch.float32, device=dev),  # (G*J, M) partners
-    )
+    bufs = [
+        (
+            torch.empty(per_step * b, m, dtype=torch.float32, device=dev),  # (G*B, M) gathered rows
+            torch.empty(per_step * cfg.partners, m, dtype=torch.float32, device=dev),  # (G*J, M) partners
+        )
+        for _ in range(workers)
+    ]
     for t in range(1, cfg.epochs + 1):
         active = torch.nonzero(s > 0).squeeze(1)  # (A,) {j : s_j^{t-1} > 0}
         order = torch.randperm(n, generator=gen).to(dev)  # (N,) random block assignment
@@ -231,12 +278,21 @@ def _solve_fast(
         draw = torch.randint(0, active.numel(), (n_blocks, cfg.partners), generator=gen)
         partners = active[draw.to(dev)]  # (n_blocks, J), with replacement
         full = order[: n_full * b].view(n_full, b)  # (n_full, B)
-        for g0 in range(0, n_full, per_step):
-            rows = full[g0 : g0 + per_step]  # (G, B)
-            raw[rows] = _block_sums(x, mu, sq, s, rows, partners[g0 : g0 + per_step], bufs)
+        steps = [
+            (full[g0 : g0 + per_step], partners[g0 : min(g0 + per_step, n_full)])
+            for g0 in range(0, n_full, per_step)
+        ]  # [((G, B), (G, J))]
         if n_full * b < n:
-            rows = order[n_full * b :].view(1, -1)  # (1, tail)
-            raw[rows] = _block_sums(x, mu, sq, s, rows, partners[n_full:], bufs)
+            steps.append((order[n_full * b :].view(1, -1), partners[n_full:]))  # tail block
+
+        def work(w: int, s: torch.Tensor = s, steps: list = steps) -> None:
+            for rows, parts in steps[w::workers]:
+                raw[rows] = _block_sums(x, mu, sq, s, rows, parts, bufs[w])
+
+        if pool is None:
+            work(0)
+        else:
+            list(pool.map(work, range(workers)))
         if t == 1:
             delta.copy_(raw)
         else:

