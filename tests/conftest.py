@@ -9,8 +9,14 @@ import pytest
 from PIL import Image
 
 
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory) -> Path:
+    """One folder for the exported ONNX model, shared by the whole session (exporting takes seconds)."""
+    return tmp_path_factory.mktemp("models")
+
+
 @pytest.fixture(autouse=True)
-def isolated_user_dirs(tmp_path_factory, monkeypatch):
+def isolated_user_dirs(tmp_path_factory, monkeypatch, model_cache):
     """Every test gets its own cache and config folders and no NOVELFIND_* settings from outside."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
@@ -18,6 +24,7 @@ def isolated_user_dirs(tmp_path_factory, monkeypatch):
     for name in list(__import__("os").environ):
         if name.startswith("NOVELFIND_"):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("NOVELFIND_MODEL_CACHE", str(model_cache))
     return home
 
 
