@@ -39,10 +39,11 @@ from typing import Any
 import numpy as np
 import torch
 
-# Fewest independent partner draws per epoch on the fast path. With very few blocks the shared draws
-# start to cost objective value (bench: 1 or 3 blocks per epoch lose 1-2 seed-sd of J(S) against the
-# literal version; 10 or more are within noise), so small inputs get smaller blocks.
-MIN_DRAWS = 32
+# Fewest independent partner draws per epoch on the fast path. With few blocks the shared draws start
+# to cost objective value (scripts/bench_ads.py, 10 seeds: 1-3 blocks per epoch lose 1-2 seed-sd of J(S)
+# against the literal version, 32 blocks ~1 sd at N = 1k, 64 or more are within noise), so small
+# inputs get smaller blocks.
+MIN_DRAWS = 64
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,20 @@ def _variant(x: np.ndarray, k: int, name: str, cfg) -> np.ndarray:
     if name.startswith(("knn-wr", "ads-wr")):
         w = _whiten_resid(x)
         return rank_mod.knn_scores(w) if name.startswith("knn") else rank_mod._ads_scores(w, k, cfg)
+    if name.startswith("F"):  # F<dims>f<floor>w<density weight>[k<knn k>]
+        dims, rest = name[1:].split("f")
+        floor, wd = rest.split("w")
+        w = rank_mod.whiten(x, int(dims), floor=int(floor))
+        if wd == "knn":
+            return rank_mod.knn_scores(w)
+        if wd == "ads":
+            return rank_mod._ads_scores(w, k, cfg)
+        return _hyb(w, w, k, cfg, float(wd))
+    if name.startswith("G"):  # ADS in F-space + knn in raw space
+        dims, rest = name[1:].split("f")
+        floor, wd = rest.split("w")
+        w = rank_mod.whiten(x, int(dims), floor=int(floor))
+        return _hyb(w, x, k, cfg, float(wd))
     if name.startswith("hybR"):  # ADS whitened + knn raw
         return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[4:]))
     if name.startswith("hybRS"):

@@ -38,6 +38,8 @@ import numpy as np
 from PIL import Image
 
 DATA_ENV = "NOVELFIND_TEST_DATA"
+# Read at import: the tests' autouse fixture clears NOVELFIND_* variables before each test runs.
+_DATA_OVERRIDE = os.environ.get(DATA_ENV)
 
 # Never extracted: Pillow's fuzz files that hang or exhaust memory by design.
 FORBIDDEN_PREFIXES = ("timeout-", "oom-", "crash-")
@@ -127,7 +129,8 @@ SDISTS = (
 
 def data_dir() -> Path:
     """The persistent download cache (created when missing)."""
-    path = Path(os.environ.get(DATA_ENV) or Path.home() / ".cache" / "novelfind-test-data").expanduser()
+    path = Path(os.environ.get(DATA_ENV) or _DATA_OVERRIDE or Path.home() / ".cache" / "novelfind-test-data")
+    path = path.expanduser()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

