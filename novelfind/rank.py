@@ -36,7 +36,7 @@ WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subt
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
 DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (benchmark, all sets)
-DEFAULT_DEDUP = 0.10  # cosine-space distance under which two picks are near-duplicates (burst set)
+DEFAULT_DEDUP = 0.15  # L2-normalised distance under which two picks are near-duplicates (burst set; larger hurt defects)
 ANN_MIN_N = 20_000  # below this an exact chunked search is fast enough and has no recall loss
 POWER_MAX_N = 20_000
 

@@ -225,10 +225,10 @@ def bench_rank(feats: dict, k: int, method: str, seed: int):
     name, _, kind = method.partition("@")
     x = feats[kind or "logits"]
     cfg = rank_mod.ADSConfig(seed=seed)
-    dedup = None
+    dedup = rank_mod.DEFAULT_DEDUP if name in rank_mod.METHODS else None
     if "+dd" in name:
         name, _, thr = name.partition("+dd")
-        dedup = float(thr)
+        dedup = float(thr) or None
     if name in rank_mod.METHODS:
         return rank_mod.rank(x, k, method=name, config=cfg, dedup=dedup)
     scores = _variant(x, k, name, cfg)
@@ -352,7 +352,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sets", default=",".join(datasets.SETS))
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--methods", default="ads,ads-paper,power,knn,iforest")
+    ap.add_argument("--methods", default="ads,ads-paper,power,knn,iforest,ads+dd0,ads@pooled,knn@pooled")
     ap.add_argument("--timing", type=int, default=0, help="also time the methods at this N (synthetic features)")
     ap.add_argument("--out", default="bench_quality.json")
     a = ap.parse_args()

@@ -87,15 +87,15 @@ def test_ads_paper_is_the_solver_on_raw_features():
 def test_default_finds_subtle_outliers_the_paper_misses():
     """Outliers along a low-variance direction: whitening makes them stand out, raw distances do not."""
     rng = np.random.default_rng(0)
-    n, m, k = 500, 30, 6
+    n, m, k = 500, 100, 6
     scale = np.ones(m, dtype=np.float32)
     scale[:5] = 12.0  # five loud directions dominate raw distances
     x = rng.normal(size=(n, m)).astype(np.float32) * scale
     x[-k:, 10] += 14.0  # quiet direction: 14 sigma there, but small next to the loud spread
     truth = set(range(n - k, n))
-    hits = {m_: len(truth & set(rank(x, k, method=m_).indices.tolist())) for m_ in ("ads", "ads-paper")}
+    hits = {m_: len(truth & set(rank(x, k, method=m_).indices.tolist())) for m_ in ("ads", "ads-paper", "knn")}
     assert hits["ads"] >= k - 1
-    assert hits["ads-paper"] <= 2
+    assert hits["ads-paper"] <= 1 and hits["knn"] <= 1
 
 
 def test_dedup_keeps_one_per_burst():
