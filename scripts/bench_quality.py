@@ -11,6 +11,14 @@ the rest in the method's score order, or in random order for a method that only 
     python scripts/bench_quality.py --timing 100000       # add the N = 100k timing (synthetic features)
 
 Prints a markdown table and writes JSON (``--out``, default bench_quality.json).
+
+Besides the shipped methods (novelfind.rank.METHODS, run through ``rank()`` with its default
+near-duplicate threshold; ``+dd<t>`` sets it, ``+dd0`` turns it off), ``--methods`` takes the
+variants that were compared to choose the default (see ``_variant``): ``ads-w`` / ``knn-w`` (full
+whitening to 32 axes), ``maha``, ``knn-s<f>`` / ``ads-s<f>`` (all axes, loud ones scaled to the f-th),
+``F<d>f<f>w<weight>`` (ADS + density both in the d-axis space), ``G<d>f<f>w<weight>`` (ADS in that
+space + density in raw space: G64f32w0.5 is the shipped default). Append ``@pooled`` to use the
+1280-d pooled features instead of the 1000-d logits.
 """
 
 from __future__ import annotations
@@ -72,10 +80,15 @@ class _OwnExtractor:
                     return pooled, self.m.classifier(pooled)  # (B, 1280), (B, 1000)
 
             CACHE.mkdir(parents=True, exist_ok=True)
-            torch.onnx.export(TwoHeads(net), (torch.zeros(1, 224, 224, 3),), str(onnx_path),
-                              input_names=["x"], output_names=["pooled", "logits"],
-                              dynamic_axes={"x": {0: "b"}, "pooled": {0: "b"}, "logits": {0: "b"}},
-                              dynamo=False)
+            torch.onnx.export(
+                TwoHeads(net),
+                (torch.zeros(1, 224, 224, 3),),
+                str(onnx_path),
+                input_names=["x"],
+                output_names=["pooled", "logits"],
+                dynamic_axes={"x": {0: "b"}, "pooled": {0: "b"}, "logits": {0: "b"}},
+                dynamo=False,
+            )
         so = ort.SessionOptions()
         so.intra_op_num_threads = os.cpu_count() or 1
         self.sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
@@ -118,7 +131,9 @@ def set_features(name: str, seed: int, src=None, batch: int = 32) -> dict:
     from novelfind.decode import PREPROCESS_VERSION, to_model_input
 
     ext = extractor()
-    key = hashlib.sha1(f"{name}-{seed}-{ext.model_key}-{PREPROCESS_VERSION}-{datasets.SIDE}".encode()).hexdigest()[:12]
+    key = hashlib.sha1(
+        f"{name}-{seed}-{ext.model_key}-{PREPROCESS_VERSION}-{datasets.SIDE}".encode()
+    ).hexdigest()[:12]
     path = CACHE / f"{name}-s{seed}-{key}.npz"
     if path.is_file():
         z = np.load(path)
@@ -127,7 +142,7 @@ def set_features(name: str, seed: int, src=None, batch: int = 32) -> dict:
     pix = np.stack([to_model_input(im) for im in s.images])  # (N, 224, 224, 3) uint8
     logits, pooled = [], []
     for i in range(0, len(pix), batch):
-        lo, po = ext.both(pix[i:i + batch])
+        lo, po = ext.both(pix[i : i + batch])
         logits.append(lo)
         pooled.append(po)
     out = {
@@ -160,7 +175,9 @@ def _whiten_resid(x: np.ndarray, d: int = 32) -> np.ndarray:
     evals, evecs = evals[::-1], evecs[:, ::-1]
     p = c @ evecs[:, :d]
     r = np.linalg.norm(c - p @ evecs[:, :d].T, axis=1)
-    return np.hstack([p / np.sqrt(evals[:d]), (r / np.sqrt((r ** 2).mean()) * np.sqrt(1))[:, None]]).astype(np.float32)
+    return np.hstack([p / np.sqrt(evals[:d]), (r / np.sqrt((r**2).mean()) * np.sqrt(1))[:, None]]).astype(
+        np.float32
+    )
 
 
 def _hyb(xa: np.ndarray, xk: np.ndarray, k: int, cfg, wd: float) -> np.ndarray:
@@ -213,8 +230,6 @@ def _variant(x: np.ndarray, k: int, name: str, cfg) -> np.ndarray:
         return _hyb(w, x, k, cfg, float(wd))
     if name.startswith("hybR"):  # ADS whitened + knn raw
         return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[4:]))
-    if name.startswith("hybRS"):
-        return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[5:]))
     if name.startswith("hyb"):  # hyb<density weight>
         return rank_mod.default_scores(x, k, cfg, density_weight=float(name[3:]))
     raise ValueError(name)
@@ -225,17 +240,23 @@ def bench_rank(feats: dict, k: int, method: str, seed: int):
     name, _, kind = method.partition("@")
     x = feats[kind or "logits"]
     cfg = rank_mod.ADSConfig(seed=seed)
-    dedup = rank_mod.DEFAULT_DEDUP if name in rank_mod.METHODS else None
+    dedup = None  # rank(): the default threshold; variants: no dedup
     if "+dd" in name:
         name, _, thr = name.partition("+dd")
-        dedup = float(thr) or None
+        dedup = float(thr)
     if name in rank_mod.METHODS:
         return rank_mod.rank(x, k, method=name, config=cfg, dedup=dedup)
     scores = _variant(x, k, name, cfg)
     order = np.lexsort((np.arange(len(scores)), -scores))
     picks, dropped = rank_mod.dedup_order(order, rank_mod.l2_normalise(x), k, dedup)
-    return rank_mod.Ranking(indices=picks, scores=scores[picks], neighbour=picks * 0, distance=scores[picks],
-                            duplicates_dropped=dropped, all_scores=scores)
+    return rank_mod.Ranking(
+        indices=picks,
+        scores=scores[picks],
+        neighbour=picks * 0,
+        distance=scores[picks],
+        duplicates_dropped=dropped,
+        all_scores=scores,
+    )
 
 
 # --------------------------------------------------------------------------- scoring
@@ -298,9 +319,19 @@ def run(sets: list[str], seeds: int, methods: list[str]) -> dict:
                 dt = time.perf_counter() - t1
                 sc = scores_at_k(np.asarray(r.indices), labels)
                 ap = average_precision(full_order(r, len(labels), seed), labels)
-                rows.append({"set": name, "seed": seed, "method": m, "n": len(labels), "k": k, **sc, "ap": ap,
-                             "dup_picks": duplicate_picks(np.asarray(r.indices)[:k], feats["groups"]),
-                             "seconds": dt})
+                rows.append(
+                    {
+                        "set": name,
+                        "seed": seed,
+                        "method": m,
+                        "n": len(labels),
+                        "k": k,
+                        **sc,
+                        "ap": ap,
+                        "dup_picks": duplicate_picks(np.asarray(r.indices)[:k], feats["groups"]),
+                        "seconds": dt,
+                    }
+                )
             print(f"{name} seed {seed}: N={len(labels)} K={k} features {t_feat:.1f}s", file=sys.stderr)
     return {"rows": rows}
 
@@ -319,17 +350,23 @@ def summarise(rows: list[dict], sets: list[str], methods: list[str]) -> tuple[st
             ap, _ = mean(m, s, "ap")
             f1s.append(f1)
             aps.append(ap)
-            summary.setdefault(m, {})[s] = {"f1": f1, "f1_std": f1sd, "ap": ap,
-                                            "precision": mean(m, s, "precision")[0],
-                                            "recall": mean(m, s, "recall")[0],
-                                            "dup_picks": mean(m, s, "dup_picks")[0]}
+            summary.setdefault(m, {})[s] = {
+                "f1": f1,
+                "f1_std": f1sd,
+                "ap": ap,
+                "precision": mean(m, s, "precision")[0],
+                "recall": mean(m, s, "recall")[0],
+                "dup_picks": mean(m, s, "dup_picks")[0],
+            }
             cells.append(f"{f1:.2f} / {ap:.2f}")
         summary[m]["_mean"] = {"f1": float(np.mean(f1s)), "ap": float(np.mean(aps))}
         lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.mean(f1s):.3f} | {np.mean(aps):.3f} |")
     return "\n".join(lines), summary
 
 
-def timing(n: int, dim: int = 1000, k: int = 50, methods=("ads", "knn", "ads-paper"), brute: bool = True) -> dict:
+def timing(
+    n: int, dim: int = 1000, k: int = 50, methods=("ads", "knn", "ads-paper"), brute: bool = True
+) -> dict:
     """Seconds per method on synthetic (n, dim) features; brute-force exact kNN for reference."""
     rng = np.random.default_rng(0)
     centres = rng.normal(size=(20, dim)).astype(np.float32) * 3
@@ -353,7 +390,9 @@ def main() -> None:
     ap.add_argument("--sets", default=",".join(datasets.SETS))
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--methods", default="ads,ads-paper,power,knn,iforest,ads+dd0,ads@pooled,knn@pooled")
-    ap.add_argument("--timing", type=int, default=0, help="also time the methods at this N (synthetic features)")
+    ap.add_argument(
+        "--timing", type=int, default=0, help="also time the methods at this N (synthetic features)"
+    )
     ap.add_argument("--out", default="bench_quality.json")
     a = ap.parse_args()
     sets = a.sets.split(",")
@@ -362,14 +401,20 @@ def main() -> None:
     table, summary = summarise(res["rows"], sets, methods)
     res["summary"] = summary
     res["table"] = table
-    res["machine"] = {"python": platform.python_version(), "cpus": os.cpu_count(), "extractor": extractor().model_key}
+    res["machine"] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "extractor": extractor().model_key,
+    }
     print("F1 at K / average precision, mean over seeds\n")
     print(table)
     if a.timing:
         res["timing"] = timing(a.timing)
         t = res["timing"]
-        print(f"\nN = {t['n']}, M = {t['dim']}, K = {t['k']}: " +
-              ", ".join(f"{m} {v:.1f}s" for m, v in t.items() if m not in ("n", "dim", "k")))
+        print(
+            f"\nN = {t['n']}, M = {t['dim']}, K = {t['k']}: "
+            + ", ".join(f"{m} {v:.1f}s" for m, v in t.items() if m not in ("n", "dim", "k"))
+        )
     Path(a.out).write_text(json.dumps(res, indent=1))
 
 

@@ -33,7 +33,7 @@ def main() -> int:
     paths = write_set(s, a.dest)
     print(f"wrote {len(paths)} photos to {a.dest}", file=sys.stderr)
     print("the odd ones out:", file=sys.stderr)
-    for p, odd, kind in zip(paths, s.labels, s.kinds):
+    for p, odd, kind in zip(paths, s.labels, s.kinds, strict=True):
         if odd:
             print(f"  {p.name}  ({kind})", file=sys.stderr)
     return 0

@@ -36,7 +36,7 @@ def test_scores_are_best_first():
 def test_nearest_neighbour_is_exact_in_raw_space():
     x, _ = blob_with_outliers(n=300)
     r = rank(x, 5, method="knn")
-    for i, nb, d in zip(r.indices, r.neighbour, r.distance):
+    for i, nb, d in zip(r.indices, r.neighbour, r.distance, strict=True):
         dist = np.linalg.norm(x - x[i], axis=1)
         dist[i] = np.inf
         assert nb == int(np.argmin(dist))
@@ -52,7 +52,7 @@ def test_single_image_has_no_neighbour():
 def test_k_larger_than_n_returns_all():
     x = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
     for method in ("ads", "ads-paper", "knn"):
-        r = rank(x, 50, method=method, dedup=None)
+        r = rank(x, 50, method=method, dedup=0)
         assert sorted(r.indices.tolist()) == list(range(7))
 
 
@@ -80,7 +80,7 @@ def test_bad_k_and_method_raise():
 def test_ads_paper_is_the_solver_on_raw_features():
     x, _ = blob_with_outliers(seed=3)
     cfg = ADSConfig(seed=4)
-    r = rank(x, 5, method="ads-paper", config=cfg, dedup=None)
+    r = rank(x, 5, method="ads-paper", config=cfg, dedup=0)
     assert r.indices.tolist() == ads(x, 5, cfg).ranking.tolist()
 
 
@@ -93,7 +93,9 @@ def test_default_finds_subtle_outliers_the_paper_misses():
     x = rng.normal(size=(n, m)).astype(np.float32) * scale
     x[-k:, 10] += 14.0  # quiet direction: 14 sigma there, but small next to the loud spread
     truth = set(range(n - k, n))
-    hits = {m_: len(truth & set(rank(x, k, method=m_).indices.tolist())) for m_ in ("ads", "ads-paper", "knn")}
+    hits = {
+        m_: len(truth & set(rank(x, k, method=m_).indices.tolist())) for m_ in ("ads", "ads-paper", "knn")
+    }
     assert hits["ads"] >= k - 1
     assert hits["ads-paper"] <= 1 and hits["knn"] <= 1
 
@@ -105,11 +107,23 @@ def test_dedup_keeps_one_per_burst():
     bursts = np.repeat(odd, 4, axis=0) + rng.normal(size=(12, 32)).astype(np.float32) * 0.01
     x = np.vstack([x, bursts])  # rows 300..311: 3 bursts of 4 near-identical frames
     groups = {i: (i - 300) // 4 for i in range(300, 312)}
-    plain = rank(x, 3, method="knn", dedup=None)
+    plain = rank(x, 3, method="knn", dedup=0)
     assert len({groups.get(i) for i in plain.indices.tolist()}) < 3  # copies fill the top without dedup
     r = rank(x, 3, method="knn", dedup=0.05)
     assert sorted(groups[i] for i in r.indices.tolist()) == [0, 1, 2]
     assert r.duplicates_dropped >= 1
+
+
+def test_default_dedup_and_bad_dedup():
+    x = np.random.default_rng(0).normal(size=(50, 8)).astype(np.float32)
+    x[1] = x[0] * 1.0001  # a re-saved copy
+    x[0] *= 20
+    x[1] *= 20
+    r = rank(x, 2, method="knn")  # dedup=None: the default threshold applies
+    assert not {0, 1} <= set(r.indices.tolist())
+    assert r.duplicates_dropped == 1
+    with pytest.raises(ValueError, match="dedup must be >= 0, got -1"):
+        rank(x, 2, dedup=-1)
 
 
 def test_dedup_refills_ads_paper_to_k():
