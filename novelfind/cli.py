@@ -240,6 +240,7 @@ class ScanOptions:
         _at_least("--epochs", self.epochs, 1)
         _at_least("--partners", self.partners, 1)
         _at_least("--restarts", self.restarts, 1)
+        _at_least("--seed", self.seed, 0)
         _at_most("--restarts", self.restarts, 1000)
         _at_least("--batch-size", self.batch_size, 1)
         _at_most("--batch-size", self.batch_size, 4096)
@@ -330,7 +331,7 @@ def run_scan(opt: ScanOptions) -> int:
             console.warn(f"cannot read {path}: {reason}")
 
         extraction = extract(files, extractor, cache, batch_size=opt.batch_size, workers=opt.workers,
-                             progress=console.progress, on_failure=on_failure)
+                             progress=console.progress, on_failure=on_failure, on_warning=console.warn)
         failures = walk_errors + list(extraction.failures)
         n = len(extraction.files)
         if n == 0:

@@ -62,14 +62,13 @@ def to_default_map(command: click.Command, data: dict[str, Any], source: Path) -
 
     Keys are option names with dashes or underscores (``batch-size`` or ``batch_size``).
     """
-    params = {p.name: p for p in command.params if isinstance(p, click.Option) and p.name}
-    params.pop("config", None)
+    params = config_keys(command)
     defaults: dict[str, Any] = {}
     for key, value in data.items():
-        name = key.replace("-", "_")
-        param = params.get(name)
+        param = params.get(key.replace("-", "_"))
         if param is None:
             raise InputError(f"config file {source}: unknown key '{key}'")
+        name = param.name
         if param.multiple and not isinstance(value, list):
             raise InputError(f"config file {source}: key '{key}' must be a list")
         if not param.multiple and isinstance(value, (list, dict)):
@@ -81,3 +80,15 @@ def to_default_map(command: click.Command, data: dict[str, Any], source: Path) -
             raise InputError(f"config file {source}: key '{key}': {err.format_message()}") from None
         defaults[name] = converted if param.multiple else converted[0]
     return defaults
+
+
+def config_keys(command: click.Command) -> dict[str, click.Option]:
+    """Config key (the long option name, underscored) -> option; ``--config`` itself excluded."""
+    keys: dict[str, click.Option] = {}
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.name == "config":
+            continue
+        longs = [o for o in param.opts if o.startswith("--")]
+        if longs:
+            keys[longs[0][2:].replace("-", "_")] = param
+    return keys

@@ -15,6 +15,8 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -27,10 +29,11 @@ from typing import Any
 import numpy as np
 
 from novelfind.decode import read_for_model
-from novelfind.errors import DecodeError
+from novelfind.errors import CacheError, DecodeError
 
 STAT_CHUNK = 2048  # files per cache stat lookup
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
+TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
 
 
 @dataclass
@@ -62,11 +65,32 @@ def _decode_task(path: str) -> tuple[str, np.ndarray] | tuple[None, str]:
         return None, f"{type(e).__name__}: {e}"[:200]
 
 
-def _worker_init() -> None:
-    """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference)."""
+def _worker_init(parent_pid: int) -> None:
+    """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
+
+    A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe
+    reading the scan must see its end when the scan ends), and it exits by itself when the scan is gone
+    (SIGKILL gives the scan no chance to stop it).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(parent_pid, 0)
+        except ProcessLookupError:
+            os._exit(0)
+        except PermissionError:  # pragma: no cover - the pid was reused by another user's process
+            os._exit(0)
 
 
 def _mp_context():
@@ -91,7 +115,8 @@ class _Decoder:
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init)
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init,
+                                            initargs=(os.getpid(),))
         return self.pool
 
     def run(self, paths: Sequence[str]):
@@ -145,19 +170,23 @@ class _Decoder:
             self.pool = None
 
     def terminate(self) -> None:
-        """Stop the workers now (Ctrl-C): cancel queued work and kill running decodes."""
+        """Stop the workers now (Ctrl-C, an error): cancel queued work, let running decodes finish briefly.
+
+        Killing a worker while it sends a result can leave the pool's manager thread blocked on a half
+        message at interpreter exit, so workers get a short grace period before they are killed.
+        """
         pool, self.pool = self.pool, None
         if pool is None:
             return
         procs = list((getattr(pool, "_processes", None) or {}).values())
         pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + TERMINATE_GRACE_S
         for p in procs:
-            try:
-                p.terminate()
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+            p.join(timeout=max(0.0, deadline - time.monotonic()))
         for p in procs:
-            p.join(timeout=2)
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=2)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -182,12 +211,15 @@ def extract(
     workers: int | None = None,
     progress: bool = False,
     on_failure: Callable[[Path, str], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
     ``workers``: decode processes (None = one per core, 0 = decode in this process). Bad files are reported
     through ``on_failure(path, reason)`` as they happen and listed in ``failures``; they are never cached.
     KeyboardInterrupt stops the workers and propagates; batches already written stay in the cache.
+    A cache that cannot be written (disk full, I/O error) is reported once through ``on_warning`` and
+    the scan goes on without storing more.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -215,6 +247,22 @@ def extract(
     if bar is not None:
         bar.update(from_cache)
 
+    cache_writable = True
+
+    def store(rows: list) -> None:
+        nonlocal cache_writable
+        if not rows or not cache_writable:
+            return
+        try:
+            cache.put_many(rows)
+        except CacheError as err:
+            cache_writable = False
+            message = f"{err}; going on without caching"
+            if on_warning is not None:
+                on_warning(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+
     def fail(i: int, reason: str) -> None:
         reasons[i] = reason
         if on_failure is not None:
@@ -232,7 +280,7 @@ def extract(
             nonlocal extracted
             if not batch:
                 if moved:
-                    cache.put_many(list(moved))
+                    store(list(moved))
                     moved.clear()
                 return
             pixels = np.stack([b[2] for b in batch])  # (B, 224, 224, 3) uint8
@@ -248,7 +296,7 @@ def extract(
                     rows.append((files[i], digest, vec))
                 else:
                     fail(i, "model produced non-finite values")
-            cache.put_many(rows)  # one transaction per batch
+            store(rows)  # one transaction per batch
             extracted += int(done[[b[0] for b in batch]].sum())
             if bar is not None:
                 bar.update(len(batch))

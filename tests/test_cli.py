@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from novelfind import __version__
 from novelfind.cli import cli
+from novelfind.config import config_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -234,14 +235,17 @@ def test_default_config_documents_every_option_with_its_default():
         documented = tomllib.load(fh)["scan"]
     text = (ROOT / "configs" / "default.toml").read_text()
     scan = cli.commands["scan"]
-    options = [p for p in scan.params if isinstance(p, click.Option) and p.name != "config"]
-    for param in options:
-        key = param.name if param.name != "cache_path" else "cache"
-        key = {"fmt": "format"}.get(key, key)
-        assert f"{key} =" in text, f"configs/default.toml does not document '{key}'"
+    ctx = click.Context(scan)
+    keys = config_keys(scan)
+    assert {"k", "format", "cache", "batch_size", "no_cache", "wait"} <= set(keys)
+    for key, param in keys.items():
+        assert f"\n{key} =" in text or f"# {key} =" in text, f"configs/default.toml does not document '{key}'"
         if key in documented:
-            default = list(param.default) if param.multiple else param.default
+            default = param.get_default(ctx, call=False)
+            if param.multiple:
+                default = list(default) if isinstance(default, (list, tuple)) else []
             assert documented[key] == default, key
+    assert set(documented) <= set(keys)
 
 
 def test_cache_commands(library, fake_extractor, tmp_path):
