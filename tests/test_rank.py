@@ -126,6 +126,18 @@ def test_default_dedup_and_bad_dedup():
         rank(x, 2, dedup=-1)
 
 
+def test_dedup_with_k_at_least_n_still_returns_everything():
+    x = np.zeros((6, 4), dtype=np.float32)
+    x[:, 0] = [1, 1.001, 1.002, 5, 9, 9.001]  # two groups of near-identical rows
+    x[:, 1] = 1
+    for method in ("ads", "knn", "ads-paper"):
+        r = rank(x, 10, method=method, dedup=0.05)
+        assert sorted(r.indices.tolist()) == list(range(6))
+        assert r.duplicates_dropped == 0
+    r = rank(x, 3, method="knn", dedup=0.05)
+    assert len(r.indices) == 3
+
+
 def test_dedup_refills_ads_paper_to_k():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(200, 16)).astype(np.float32)
