@@ -342,7 +342,8 @@ def run_scan(opt: ScanOptions) -> int:
             console.note(f"no photos modified since {opt.since:%Y-%m-%d %H:%M:%S}; nothing to rank")
         k = min(opt.k, len(candidates))
         if candidates and opt.k > len(candidates):
-            console.note(f"--k {opt.k} is more than the {len(candidates)} images to rank; ranking all of them")
+            console.note(f"--k {opt.k} is more than the {len(candidates)} images to rank; "
+                         "ranking all of them")
 
         config = ADSConfig(epochs=opt.epochs, partners=opt.partners, lr=opt.lr, momentum=opt.momentum,
                            seed=opt.seed, restarts=opt.restarts)
@@ -380,7 +381,8 @@ def run_scan(opt: ScanOptions) -> int:
 
 def _check_output_targets(opt: ScanOptions) -> None:
     """Fail before the slow part when an output cannot possibly be written."""
-    for name, target in (("-o", opt.output), ("--report", opt.report), ("--contact-sheet", opt.contact_sheet)):
+    targets = (("-o", opt.output), ("--report", opt.report), ("--contact-sheet", opt.contact_sheet))
+    for name, target in targets:
         if target is None:
             continue
         parent = target.parent if str(target.parent) else Path(".")
@@ -471,7 +473,7 @@ def _picks(ranking: Any, files: list, candidates: set[int], k: int) -> list:
 
     picks = []
     for index, score, neighbour, distance in zip(ranking.indices, ranking.scores, ranking.neighbour,
-                                                 ranking.distance):
+                                                 ranking.distance, strict=True):
         index = int(index)
         if index not in candidates:
             continue
@@ -512,8 +514,8 @@ def _run_record(opt: ScanOptions, found: int, extraction: Any, failures: list, s
 
 
 def _summary(found: int, extraction: Any, failures: list, seconds: float) -> str:
-    return (f"{found} images found, {extraction.from_cache} read from cache, {extraction.extracted} extracted, "
-            f"{len(failures)} failed, {seconds:.1f} s")
+    return (f"{found} images found, {extraction.from_cache} read from cache, "
+            f"{extraction.extracted} extracted, {len(failures)} failed, {seconds:.1f} s")
 
 
 # --- cache ---------------------------------------------------------------------------------------

