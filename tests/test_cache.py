@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import unprivileged
 
 import novelfind.cache as cache_mod
 from novelfind.cache import (
@@ -55,17 +55,6 @@ def integrity(path: Path) -> str:
         return conn.execute("PRAGMA integrity_check").fetchone()[0]
     finally:
         conn.close()
-
-
-def unprivileged(cmd: list[str]) -> list[str]:
-    """``cmd`` so that file permissions apply to it: as root, without the capabilities that bypass them."""
-    if os.geteuid() != 0:
-        return cmd
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: permissions cannot be tested")
-    drop = "-dac_override,-dac_read_search"
-    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *cmd]
 
 
 def python(script: str, *args: str, **kwargs) -> subprocess.Popen:

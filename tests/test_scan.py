@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import unprivileged
 
 import novelfind.scan as scan
 from novelfind.errors import ExitCode, InputError
@@ -277,17 +277,6 @@ def test_undecodable_file_names_are_found(tmp_path):
         f.write(b"x")
     (found,) = walk(tmp_path)
     assert os.fsencode(found.path) == raw
-
-
-def unprivileged(cmd: list[str]) -> list[str]:
-    """``cmd`` so that file permissions apply to it: as root, without the capabilities that bypass them."""
-    if os.geteuid() != 0:
-        return cmd
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        pytest.skip("running as root without setpriv: permissions cannot be tested")
-    drop = "-dac_override,-dac_read_search"
-    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *cmd]
 
 
 _UNREADABLE_SCRIPT = """
