@@ -27,6 +27,7 @@ from novelfind.errors import (
     ExitCode,
     InputError,
     Interrupted,
+    LockedError,
     NovelfindError,
 )
 
@@ -419,22 +420,39 @@ def _locked_targets(opt: ScanOptions) -> list[Path]:
     return sorted({t.absolute() for t in targets if t is not None})
 
 
+def output_lock_path(target: Path) -> Path:
+    """The lock file guarding one output path (in the user cache folder, never next to the output)."""
+    from novelfind.cache import default_cache_path
+
+    digest = hashlib.sha1(str(target.absolute()).encode()).hexdigest()[:16]
+    return default_cache_path().parent / "locks" / f"{digest}.lock"
+
+
 @contextmanager
 def _output_lock(target: Path, *, wait: bool, console: Console) -> Iterator[None]:
     """Hold a lock on one output so two runs writing it never interleave."""
-    from novelfind.cache import default_cache_path
     from novelfind.lock import RunLock
 
-    digest = hashlib.sha1(str(target).encode()).hexdigest()[:16]
-    lock_dir = default_cache_path().parent / "locks"
+    path = output_lock_path(target)
     try:
-        lock_dir.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        console.warn(f"cannot create lock folder {lock_dir} ({err.strerror}); running without a lock")
+        console.warn(f"cannot create lock folder {path.parent} ({err.strerror}); running without a lock")
         yield
         return
-    with RunLock(lock_dir / f"{digest}.lock", wait=wait, timeout=None, label=str(target)):
+    lock = RunLock(path, wait=False, label=str(target))
+    try:
+        lock.acquire()
+    except LockedError:
+        if not wait:
+            raise
+        console.note(f"waiting for another novelfind run writing {target}")
+        lock = RunLock(path, wait=True, label=str(target))
+        lock.acquire()
+    try:
         yield
+    finally:
+        lock.release()
 
 
 @contextmanager

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import click
@@ -12,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from novelfind import __version__
-from novelfind.cli import cli
+from novelfind.cli import cli, output_lock_path
 from novelfind.config import config_keys
 
 if sys.version_info >= (3, 11):
@@ -293,3 +296,60 @@ def test_exit_codes_are_documented():
     for code in ("0", "1", "2", "3", "4", "130"):
         assert f"| {code} " in readme
         assert f"  {code} " in scan_help
+
+
+def _hold_lock(path: Path) -> subprocess.Popen:
+    """Another process holding the lock file ``path`` until its stdin closes."""
+    code = (
+        "import sys; from novelfind.lock import RunLock\n"
+        f"with RunLock({str(path)!r}):\n"
+        "    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_second_run_on_the_same_output_exits_4_with_no_wait(library, fake_extractor, tmp_path):
+    out = tmp_path / "picks.tsv"
+    lock = output_lock_path(out)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(lock)
+    try:
+        result = run("scan", library["root"], "--k", "2", "-o", out, "--no-wait")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.exit_code == 4
+    assert result.stderr.startswith(f"error: another novelfind run is using {out} (pid {holder.pid})")
+    assert not out.exists()
+    assert fake_extractor.images == 0
+
+
+def test_second_run_on_the_same_output_waits_by_default(library, fake_extractor, tmp_path):
+    out = tmp_path / "picks.tsv"
+    lock = output_lock_path(out)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(lock)
+    release = threading.Timer(1.0, holder.stdin.close)
+    release.start()
+    started = time.monotonic()
+    result = run("scan", library["root"], "--k", "2", "-o", out)
+    holder.wait(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert time.monotonic() - started >= 0.9
+    assert f"note: waiting for another novelfind run writing {out}" in result.stderr
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_runs_with_different_outputs_do_not_block_each_other(library, fake_extractor, tmp_path):
+    lock = output_lock_path(tmp_path / "other.tsv")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    holder = _hold_lock(lock)
+    try:
+        result = run("scan", library["root"], "--k", "2", "-o", tmp_path / "mine.tsv", "--no-wait")
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert result.exit_code == 0, result.stderr
