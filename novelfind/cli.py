@@ -1,7 +1,7 @@
 """The command line: parse, check, call the library, print.
 
-stdout carries results only. Warnings, progress and the summary go to stderr; ``-q`` keeps
-stderr to errors and per-file warnings' count. Exit codes live in :mod:`novelfind.errors`.
+stdout carries results only. Warnings, progress and the summary go to stderr; ``-q`` leaves only
+errors and unreadable files there. Exit codes live in :mod:`novelfind.errors`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import numpy as np
 
 from novelfind import __version__
 from novelfind.config import default_config_path, read_config, to_default_map
@@ -29,6 +30,7 @@ from novelfind.errors import (
     Interrupted,
     LockedError,
     NovelfindError,
+    OutputError,
 )
 
 EXIT_CODES_HELP = """\b
@@ -112,7 +114,7 @@ def cli() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
               expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
-              help="TOML file of defaults for these options (see configs/default.toml).")
+              help="TOML file of defaults for these options (keys: the long option names).")
 @click.option("--k", "k", type=int, default=100, show_default=True, envvar=_env("k"),
               help="How many novel photos to pick.")
 @click.option("--method", type=click.Choice(["ads", "ads-paper", "knn"]), default="ads", show_default=True,
@@ -134,8 +136,8 @@ def cli() -> None:
 @click.option("--restarts", type=int, default=1, show_default=True, envvar=_env("restarts"),
               help="ADS: average this many runs with different seeds.")
 @click.option("--dedup", type=float, default=None, envvar=_env("dedup"),
-              help="Near-duplicate threshold: a pick this close to a better one is replaced by the next "
-                   "candidate (0 disables; default: the method's own).")
+              help="Near-duplicate threshold: a pick this close to a better one (distance between "
+                   "L2-normalised features) is replaced by the next candidate; 0 disables [default: 0.15].")
 @click.option("--batch-size", type=int, default=32, show_default=True, envvar=_env("batch_size"),
               help="Images per model call.")
 @click.option("--workers", type=int, default=None, envvar=_env("workers"),
@@ -148,25 +150,29 @@ def cli() -> None:
               envvar=_env("weights"), help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).")
 @click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               envvar=_env("cache"), help="Feature cache file (default: the user cache folder).")
-@click.option("--no-cache", is_flag=True, default=False, help="Neither read nor write the feature cache.")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip paths matching GLOB (repeatable).")
+@click.option("--no-cache", is_flag=True, default=False, envvar=_env("no_cache"),
+              help="Neither read nor write the feature cache (wins over a cache set in the environment "
+                   "or a config file).")
+@click.option("--exclude", multiple=True, metavar="GLOB", envvar=_env("exclude"),
+              help="Skip paths matching GLOB (repeatable; NOVELFIND_EXCLUDE takes several, space-separated).")
 @click.option("--follow-symlinks", is_flag=True, default=False, envvar=_env("follow_symlinks"),
               help="Follow symbolic links to files and folders (loops are detected).")
 @click.option("--since", type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
-              default=None, envvar=_env("since"),
+              default=None, envvar=_env("since"), metavar="DATE",
               help="Rank only photos modified since DATE, against the whole library.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="tsv", show_default=True,
               envvar=_env("format"), help="Result format on stdout or in -o.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write results to FILE (atomically) instead of stdout.")
+              envvar=_env("output"), help="Write results to FILE (atomically) instead of stdout.")
 @click.option("--copy-to", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Put the picks in DIR as 001_name.jpg, 002_...")
+              envvar=_env("copy_to"), help="Put the picks in DIR as 001_name.jpg, 002_...")
 @click.option("--link", type=click.Choice(LINK_MODES), default="copy", show_default=True, envvar=_env("link"),
               help="How --copy-to places the picks.")
 @click.option("--report", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a self-contained HTML report of the picks.")
+              envvar=_env("report"), help="Write a self-contained HTML report of the picks.")
 @click.option("--contact-sheet", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a JPEG/PNG grid of the picks with their ranks.")
+              envvar=_env("contact_sheet"),
+              help="Write a grid of the picks with their ranks (.jpg, .png or .webp).")
 @click.option("--wait/--no-wait", default=True, show_default=True, envvar=_env("wait"),
               help="When another run writes the same outputs: wait for it, or exit with code 4.")
 @click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
@@ -181,6 +187,11 @@ def scan(paths: tuple[Path, ...], **opts: Any) -> int:
       novelfind scan ~/Pictures --k 20 --copy-to ~/novel --link symlink
       novelfind scan ~/Pictures --since 2026-01-01 --report new.html
     """
+    ctx = click.get_current_context()
+    if opts["no_cache"] and opts["cache_path"] is not None:
+        if ctx.get_parameter_source("cache_path") == click.core.ParameterSource.COMMANDLINE:
+            raise InputError("--cache and --no-cache contradict each other")
+        opts["cache_path"] = None
     options = ScanOptions.from_click(paths, opts)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -256,8 +267,6 @@ class ScanOptions:
             raise InputError(f"--momentum must be in [0, 1), got {self.momentum}")
         if self.dedup is not None and not (0 <= self.dedup < float("inf")):
             raise InputError(f"--dedup must be a non-negative number, got {self.dedup}")
-        if self.cache_path is not None and self.no_cache:
-            raise InputError("--cache and --no-cache contradict each other")
 
 
 def _at_least(name: str, value: int, low: int) -> None:
@@ -271,13 +280,46 @@ def _at_most(name: str, value: int, high: int) -> None:
 
 
 class Console:
-    """stderr messages, silenced by -q except errors and unreadable files."""
+    """stderr messages; -q leaves only errors and unreadable files."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
 
+    def unreadable(self, path: Path, reason: str) -> None:
+        """A file that could not be read: always reported, once."""
+        click.echo(f"warning: cannot read {path}: {reason}", err=True)
+
     def warn(self, message: str) -> None:
-        click.echo(f"warning: {message}", err=True)
+        if not self.quiet:
+            click.echo(f"warning: {message}", err=True)
+
+    @contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Route Python warnings and the package's log records through :meth:`warn`, one line each."""
+        import logging
+        import warnings
+
+        console = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                console.warn(record.getMessage())
+
+        def show(message, category, filename, lineno, file=None, line=None) -> None:
+            console.warn(str(message))
+
+        logger = logging.getLogger("novelfind")
+        handler = Handler(logging.WARNING)
+        logger.addHandler(handler)
+        propagate, logger.propagate = logger.propagate, False
+        previous = warnings.showwarning
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            warnings.showwarning = previous
+            logger.removeHandler(handler)
+            logger.propagate = propagate
 
     def note(self, message: str) -> None:
         if not self.quiet:
@@ -307,19 +349,20 @@ def run_scan(opt: ScanOptions) -> int:
     _check_output_targets(opt)
 
     with ExitStack() as stack:
-        for target in _locked_targets(opt):
+        stack.enter_context(console.capturing())
+        for target in _own_outputs(opt):
             stack.enter_context(_output_lock(target, wait=opt.wait, console=console))
 
         walk_errors: list[tuple[Path, str]] = []
 
         def on_walk_error(path: Path, reason: str) -> None:
             walk_errors.append((Path(path), reason))
-            console.warn(f"cannot read {path}: {reason}")
+            console.unreadable(path, reason)
 
-        own_outputs = _own_outputs(opt)
+        outputs = OwnOutputs(_own_outputs(opt))
         files = [f for f in walk(opt.paths, exclude=opt.exclude, follow_symlinks=opt.follow_symlinks,
                                  on_error=on_walk_error)
-                 if not _is_own_output(f.path, own_outputs)]
+                 if not outputs.contains(f.path)]
         if not files:
             where = ", ".join(str(p) for p in opt.paths)
             raise NovelfindError(f"no images found in {where}")
@@ -328,11 +371,9 @@ def run_scan(opt: ScanOptions) -> int:
                                     weights=opt.weights)
         cache = stack.enter_context(_open_cache(opt, extractor.model_key, console))
 
-        def on_failure(path: Path, reason: str) -> None:
-            console.warn(f"cannot read {path}: {reason}")
-
         extraction = extract(files, extractor, cache, batch_size=opt.batch_size, workers=opt.workers,
-                             progress=console.progress, on_failure=on_failure, on_warning=console.warn)
+                             progress=console.progress, on_failure=console.unreadable,
+                             on_warning=console.warn)
         failures = walk_errors + list(extraction.failures)
         n = len(extraction.files)
         if n == 0:
@@ -351,21 +392,22 @@ def run_scan(opt: ScanOptions) -> int:
         picks: list[report.Pick] = []
         ranking = None
         if candidates:
-            # With --since, the whole library is ranked and the picks are the best of the new photos.
-            want = k if opt.since is None else n
-            ranking = rank(extraction.features, want, method=opt.method, config=config, dedup=opt.dedup,
-                           device=_solver_device(opt.device))
-            picks = _picks(ranking, extraction.files, set(candidates), k)
+            # With --since the whole library is scored; the picks are the best of the recent photos.
+            try:
+                ranking = rank(extraction.features, k, method=opt.method, config=config, dedup=opt.dedup,
+                               device=_solver_device(opt.device),
+                               candidates=None if opt.since is None else np.asarray(candidates))
+            except ValueError as err:  # e.g. a learning rate so large that the weights overflow
+                raise InputError(f"cannot rank with these settings: {err}") from None
+            picks = _picks(ranking, extraction.files)
 
         run = _run_record(opt, len(files), extraction, failures, time.monotonic() - started, ranking)
         text = report.format_results(picks, opt.fmt, failures=failures, run=run)
         if opt.output is not None:
             report.write_atomic(opt.output, text)
         else:
-            sys.stdout.flush()
-            sys.stdout.buffer.write(report.encode_output(text))
-            sys.stdout.flush()
-        if opt.copy_to is not None and picks:
+            _write_stdout(report.encode_output(text))
+        if opt.copy_to is not None:  # with no picks, this removes the picks of an earlier run
             report.place_picks(picks, opt.copy_to, mode=opt.link)
         if opt.report is not None:
             row_of = {f.path: i for i, f in enumerate(extraction.files)}
@@ -373,51 +415,78 @@ def run_scan(opt: ScanOptions) -> int:
             report.write_html_report(opt.report, picks, points2d=report.pca_2d(extraction.features),
                                      pick_indices=pick_rows, run=run, failures=failures,
                                      paths=[f.path for f in extraction.files])
-        if opt.contact_sheet is not None and picks:
+        if opt.contact_sheet is not None:
             report.write_contact_sheet(opt.contact_sheet, picks)
 
         console.info(_summary(len(files), extraction, failures, time.monotonic() - started))
     return int(ExitCode.PARTIAL if failures else ExitCode.OK)
 
 
+def _write_stdout(data: bytes) -> None:
+    """Results to stdout. A reader that stops early (``| head``) is not an error: the rest is dropped."""
+    if sys.stdout is None:  # started with stdout closed
+        return
+    try:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
+        os.close(devnull)
+
+
 def _check_output_targets(opt: ScanOptions) -> None:
-    """Fail before the slow part when an output cannot possibly be written."""
+    """Fail before the slow part when an output cannot possibly be written (exit 1), or is misnamed (2)."""
+    sheet = opt.contact_sheet
+    if sheet is not None and sheet.suffix.lower() not in (".jpg", ".jpeg", ".png", ".webp"):
+        raise InputError(f"--contact-sheet {opt.contact_sheet}: use a .jpg, .png or .webp name")
     targets = (("-o", opt.output), ("--report", opt.report), ("--contact-sheet", opt.contact_sheet))
     for name, target in targets:
         if target is None:
             continue
         parent = target.parent if str(target.parent) else Path(".")
         if target.is_dir():
-            raise InputError(f"{name} {target} is a folder")
+            raise OutputError(f"{name} {target} is a folder")
         if not parent.is_dir():
-            raise InputError(f"{name}: folder {parent} does not exist")
+            raise OutputError(f"{name}: folder {parent} does not exist")
         if not os.access(parent, os.W_OK):
-            raise InputError(f"{name}: folder {parent} is not writable")
+            raise OutputError(f"{name}: folder {parent} is not writable")
     if opt.copy_to is not None:
         if opt.copy_to.exists() and not opt.copy_to.is_dir():
-            raise InputError(f"--copy-to {opt.copy_to} is not a folder")
+            raise OutputError(f"--copy-to {opt.copy_to} is not a folder")
         existing = opt.copy_to.absolute()
         while not existing.exists() and existing.parent != existing:
             existing = existing.parent
         if not existing.is_dir():
-            raise InputError(f"--copy-to {opt.copy_to}: {existing} is not a folder")
+            raise OutputError(f"--copy-to {opt.copy_to}: {existing} is not a folder")
         if not os.access(existing, os.W_OK):
-            raise InputError(f"--copy-to {opt.copy_to}: {existing} is not writable")
+            raise OutputError(f"--copy-to {opt.copy_to}: {existing} is not writable")
 
 
 def _own_outputs(opt: ScanOptions) -> list[Path]:
-    targets = [opt.output, opt.copy_to, opt.report, opt.contact_sheet]
-    return [t.absolute() for t in targets if t is not None]
-
-
-def _is_own_output(path: Path, own: list[Path]) -> bool:
-    """A file this run writes (or a pick copied by an earlier run) is never ranked as a photo."""
-    return any(path == target or target in path.parents for target in own)
-
-
-def _locked_targets(opt: ScanOptions) -> list[Path]:
+    """What this run writes, absolute and sorted (the order locks are taken in)."""
     targets = [opt.output, opt.copy_to, opt.report, opt.contact_sheet]
     return sorted({t.absolute() for t in targets if t is not None})
+
+
+class OwnOutputs:
+    """Files novelfind wrote are never ranked as photos: this run's outputs, and any folder of picks
+    placed by --copy-to (marked by its manifest)."""
+
+    def __init__(self, targets: list[Path]) -> None:
+        self.targets = targets
+        self._picks_folder: dict[Path, bool] = {}
+
+    def contains(self, path: Path) -> bool:
+        if any(path == t or t in path.parents for t in self.targets):
+            return True
+        folder = path.parent
+        if folder not in self._picks_folder:
+            from novelfind.report import MANIFEST_NAME
+
+            self._picks_folder[folder] = (folder / MANIFEST_NAME).is_file()
+        return self._picks_folder[folder]
 
 
 def output_lock_path(target: Path) -> Path:
@@ -482,27 +551,28 @@ def _candidates(files: list, since: datetime | None) -> list[int]:
     return [i for i, f in enumerate(files) if f.mtime_ns >= cutoff_ns]
 
 
-def _solver_device(device: str) -> str | None:
-    return None if device == "auto" else device
+def _solver_device(device: str) -> str:
+    """The solver runs where the model ran: auto means CUDA when available."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _picks(ranking: Any, files: list, candidates: set[int], k: int) -> list:
+def _picks(ranking: Any, files: list) -> list:
     from novelfind.report import Pick
 
     picks = []
     for index, score, neighbour, distance in zip(ranking.indices, ranking.scores, ranking.neighbour,
                                                  ranking.distance, strict=True):
-        index = int(index)
-        if index not in candidates:
-            continue
-        f = files[index]
+        f = files[int(index)]
+        found = int(neighbour) >= 0
         picks.append(Pick(
             rank=len(picks) + 1, score=float(score), path=f.path, size=f.size, mtime_ns=f.mtime_ns,
-            neighbour=files[int(neighbour)].path if int(neighbour) >= 0 else None,
-            distance=float(distance) if int(neighbour) >= 0 else None,
+            neighbour=files[int(neighbour)].path if found else None,
+            distance=float(distance) if found else None,
         ))
-        if len(picks) == k:
-            break
     return picks
 
 
@@ -520,7 +590,7 @@ def _run_record(opt: ScanOptions, found: int, extraction: Any, failures: list, s
         "momentum": opt.momentum,
         "seed": opt.seed,
         "restarts": opt.restarts,
-        "dedup": opt.dedup,
+        "dedup": _effective_dedup(opt.dedup),
         "since": opt.since.isoformat() if opt.since else None,
         "images_found": found,
         "from_cache": extraction.from_cache,
@@ -529,6 +599,12 @@ def _run_record(opt: ScanOptions, found: int, extraction: Any, failures: list, s
         "duplicates_dropped": int(getattr(ranking, "duplicates_dropped", 0) or 0),
         "seconds": round(seconds, 3),
     }
+
+
+def _effective_dedup(dedup: float | None) -> float:
+    from novelfind.rank import DEFAULT_DEDUP
+
+    return DEFAULT_DEDUP if dedup is None else dedup
 
 
 def _summary(found: int, extraction: Any, failures: list, seconds: float) -> str:
@@ -556,9 +632,11 @@ def cache() -> None:
 
 
 def _existing_cache(path: Path | None) -> Any:
+    """The cache a scan would use: --cache, $NOVELFIND_CACHE, the config file's ``cache``, the default."""
     from novelfind.cache import FeatureCache, default_cache_path
+    from novelfind.config import configured_cache
 
-    path = path or default_cache_path()
+    path = path or configured_cache(scan) or default_cache_path()
     if not path.exists():
         raise NovelfindError(f"no cache at {path}")
     return FeatureCache(path, model_key=None)

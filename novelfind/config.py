@@ -7,6 +7,7 @@ defaults. Click implements the first, second and last; this module turns a TOML 
 
 from __future__ import annotations
 
+import datetime
 import os
 import sys
 from pathlib import Path
@@ -73,8 +74,11 @@ def to_default_map(command: click.Command, data: dict[str, Any], source: Path) -
             raise InputError(f"config file {source}: key '{key}' must be a list")
         if not param.multiple and isinstance(value, (list, dict)):
             raise InputError(f"config file {source}: key '{key}' must be a single value")
+        values = value if param.multiple else [value]
+        for v in values:
+            _check_type(param, v, key, source)
         try:
-            values = value if param.multiple else [value]
+            values = [v.isoformat() if isinstance(v, (datetime.date, datetime.time)) else v for v in values]
             converted = [param.type.convert(v, param, None) for v in values]
         except click.BadParameter as err:
             raise InputError(f"config file {source}: key '{key}': {err.format_message()}") from None
@@ -92,3 +96,33 @@ def config_keys(command: click.Command) -> dict[str, click.Option]:
         if longs:
             keys[longs[0][2:].replace("-", "_")] = param
     return keys
+
+
+def _check_type(param: click.Option, value: Any, key: str, source: Path) -> None:
+    """TOML has types: a number where text is expected (or the reverse) is a mistake, not a conversion."""
+    if param.is_flag:
+        ok = isinstance(value, bool)
+        wanted = "true or false"
+    elif param.type is click.INT:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        wanted = "a whole number"
+    elif param.type is click.FLOAT:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        wanted = "a number"
+    elif isinstance(param.type, click.DateTime):
+        ok = isinstance(value, (str, datetime.date))
+        wanted = "a date"
+    else:
+        ok = isinstance(value, str)
+        wanted = "a string"
+    if not ok:
+        raise InputError(f"config file {source}: key '{key}' must be {wanted}, got {value!r}")
+
+
+def configured_cache(command: click.Command) -> Path | None:
+    """The ``cache`` key of the default config file, for the cache commands (None when unset)."""
+    path = default_config_path()
+    if path is None:
+        return None
+    value = to_default_map(command, read_config(path), path).get("cache_path")
+    return Path(value) if value is not None else None

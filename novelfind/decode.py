@@ -141,7 +141,12 @@ def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
 
 
 def to_model_input(img: Image.Image) -> np.ndarray:
-    """IMAGENET1K_V1 geometry -> uint8 (224, 224, 3): short side to 256 (bilinear, antialias), centre crop."""
+    """IMAGENET1K_V1 geometry -> uint8 (224, 224, 3): short side to 256 (bilinear, antialias), centre crop.
+
+    Only the source region that becomes the centre crop is resampled (``Image.resize(box=...)``), so
+    memory is O(224 * 224) whatever the aspect ratio (a 1x100000 image would otherwise be resized to
+    256 x 25.6M first). The filter positions are the same as resizing the whole image and then cropping.
+    """
     if img.mode != "RGB":
         img = _to_rgb(img)
     w, h = img.size
@@ -150,14 +155,23 @@ def to_model_input(img: Image.Image) -> np.ndarray:
         new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
     else:
         new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
-    if (new_w, new_h) != (w, h):
-        img = img.resize(
-            (new_w, new_h), Image.Resampling.BILINEAR
-        )  # Pillow's bilinear antialiases downscales
     # torchvision center_crop: offsets rounded, same as F.center_crop
     top = int(round((new_h - INPUT_SIZE) / 2.0))
     left = int(round((new_w - INPUT_SIZE) / 2.0))
-    img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
+    if (new_w, new_h) == (w, h):
+        img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
+    else:
+        # the crop's edges in source coordinates (output pixel x covers source [x*sx, (x+1)*sx))
+        sx, sy = w / new_w, h / new_h
+        box = (
+            max(0.0, left * sx),
+            max(0.0, top * sy),
+            min(float(w), (left + INPUT_SIZE) * sx),
+            min(float(h), (top + INPUT_SIZE) * sy),
+        )
+        img = img.resize(
+            (INPUT_SIZE, INPUT_SIZE), Image.Resampling.BILINEAR, box=box
+        )  # Pillow's bilinear antialiases downscales
     arr = np.asarray(img, dtype=np.uint8)  # (224, 224, 3)
     if arr.shape != (INPUT_SIZE, INPUT_SIZE, 3):  # pragma: no cover - defensive
         raise DecodeError(f"unexpected pixel shape {arr.shape}")

@@ -14,7 +14,7 @@ class ExitCode(IntEnum):
     ERROR = 1  # could not finish (weights missing, output not writable, ...)
     USAGE = 2  # bad command line or input: missing folder, --k 0, unknown config key
     PARTIAL = 3  # finished, but some files could not be read (listed on stderr)
-    BUSY = 4  # another run holds the lock on this cache or output (with --no-wait)
+    BUSY = 4  # another run holds the lock on the same output (with --no-wait)
     INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT / SIGTERM; finished batches are kept
 
 

@@ -4,10 +4,10 @@ The network is wrapped so that it takes the decoded pixels as they come from ``d
 uint8 (B, 224, 224, 3). The wrapper does the ImageNet normalisation and NHWC -> NCHW itself, so the
 eager PyTorch path, the ONNX Runtime path and the CUDA path compute the same function.
 
-Backends (model alone, 2-core CPU, images/s; scripts/bench_extract.py):
-  onnx   ONNX Runtime on a graph exported once (TorchScript exporter) and cached on disk: 110-140.
-         The default on CPU. (A graph from the dynamo exporter ran at ~80.)
-  torch  eager PyTorch, channels_last: 15-19 (batch 8 or 32). The reference, and the fallback when
+Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract.py):
+  onnx   ONNX Runtime on a graph exported once (TorchScript exporter) and cached on disk: ~400.
+         The default on CPU. (A graph from the dynamo exporter ran about 3x slower.)
+  torch  eager PyTorch, channels_last: 80-100 (batch 8 or 32). The reference, and the fallback when
          onnxruntime is missing or its graph fails verification. torch.compile reached ~21 after ~70 s of
          compiling, so it is not offered.
   cuda   eager PyTorch in float16, channels_last, pinned host memory, cuDNN autotuning.

@@ -1,4 +1,4 @@
-"""A lock that keeps two novelfind runs off the same cache or output.
+"""A lock that keeps two novelfind runs off the same output (the cache needs none: see cache.py).
 
 ``flock`` on a lock file: the kernel drops the lock when the holder exits, however it exits
 (SIGKILL included), so a stale lock never blocks the next run. The holder's pid is written into

@@ -30,6 +30,7 @@ import numpy as np
 
 from novelfind.decode import read_for_model
 from novelfind.errors import CacheError, DecodeError
+from novelfind.features import available_cpus
 
 STAT_CHUNK = 2048  # files per cache stat lookup
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
@@ -47,10 +48,7 @@ class Extraction:
 
 def default_workers() -> int:
     """Decode processes: one per available core (inference runs in the parent and overlaps)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return available_cpus()
 
 
 def _decode_task(path: str) -> tuple[str, np.ndarray] | tuple[None, str]:

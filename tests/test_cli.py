@@ -159,7 +159,7 @@ def test_unwritable_copy_to(library, fake_extractor, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     result = run("scan", library["root"], "--copy-to", blocker / "picks")
-    assert result.exit_code in (1, 2)
+    assert result.exit_code == 1
     assert result.stderr.startswith("error: --copy-to")
     assert len(result.stderr.strip().splitlines()) == 1
     assert fake_extractor.images == 0
@@ -353,3 +353,111 @@ def test_runs_with_different_outputs_do_not_block_each_other(library, fake_extra
         holder.stdin.close()
         holder.wait(timeout=30)
     assert result.exit_code == 0, result.stderr
+
+
+def test_no_cache_wins_over_a_cache_from_the_environment(library, fake_extractor, tmp_path):
+    cache = tmp_path / "env.sqlite"
+    result = run("scan", library["root"], "--k", "2", "--no-cache", "-q", env={"NOVELFIND_CACHE": str(cache)})
+    assert result.exit_code == 0, result.stderr
+    assert not cache.exists()
+
+
+def test_cache_and_no_cache_on_the_command_line_contradict(library, fake_extractor, tmp_path):
+    result = run("scan", library["root"], "--no-cache", "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 2
+    assert result.stderr == "error: --cache and --no-cache contradict each other\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("k = true\n", "key 'k' must be a whole number, got True"),
+    ("k = 2.7\n", "key 'k' must be a whole number, got 2.7"),
+    ("quiet = 'yes'\n", "key 'quiet' must be true or false"),
+    ("format = 3\n", "key 'format' must be a string"),
+])
+def test_config_values_must_have_the_right_toml_type(library, fake_extractor, tmp_path, text, message):
+    config = tmp_path / "bad.toml"
+    config.write_text(text)
+    result = run("scan", library["root"], "--config", config)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_config_since_may_be_a_toml_date(library, fake_extractor, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("since = 2999-01-01\n")
+    result = run("scan", library["root"], "--config", config)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == ""
+    assert "no photos modified since 2999-01-01" in result.stderr
+
+
+def test_since_before_everything_is_the_same_as_no_since(library, fake_extractor):
+    plain = run("scan", library["root"], "--k", "5", "-q")
+    since = run("scan", library["root"], "--k", "5", "-q", "--since", "1971-01-01")
+    assert plain.exit_code == since.exit_code == 0
+    assert since.stdout == plain.stdout
+
+
+def test_cache_commands_use_the_configured_cache(library, fake_extractor, tmp_path, isolated_user_dirs):
+    cache = tmp_path / "configured.sqlite"
+    config = isolated_user_dirs / "config" / "novelfind" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(f"cache = {str(cache)!r}\n")
+    assert run("scan", library["root"], "--k", "2", "-q").exit_code == 0
+    assert cache.exists()
+    info = run("cache", "info")
+    assert info.exit_code == 0, info.stderr
+    assert f"path\t{cache}" in info.stdout
+
+
+def test_contact_sheet_name_is_checked_before_scanning(library, fake_extractor, tmp_path):
+    result = run("scan", library["root"], "--contact-sheet", tmp_path / "sheet.gif")
+    assert result.exit_code == 2
+    sheet = tmp_path / "sheet.gif"
+    assert result.stderr == f"error: --contact-sheet {sheet}: use a .jpg, .png or .webp name\n"
+    assert fake_extractor.images == 0
+
+
+def test_placed_picks_are_never_ranked_by_later_runs(library, fake_extractor):
+    picks = library["root"] / "novel"
+    first = run("scan", library["root"], "--k", "3", "--copy-to", picks, "-q")
+    assert first.exit_code == 0, first.stderr
+    second = run("scan", library["root"], "--k", "40", "--format", "paths", "-q")
+    assert second.exit_code == 0
+    ranked = {Path(line) for line in second.stdout.splitlines()}
+    assert ranked == set(library["ordinary"]) | set(library["odd"])
+
+
+def test_a_run_without_picks_clears_earlier_picks(library, fake_extractor, tmp_path):
+    dest = tmp_path / "novel"
+    assert run("scan", library["root"], "--k", "3", "--copy-to", dest, "-q").exit_code == 0
+    assert len([p for p in dest.iterdir() if not p.name.startswith(".")]) == 3
+    later = run("scan", library["root"], "--k", "3", "--copy-to", dest, "--since", "2999-01-01", "-q")
+    assert later.exit_code == 0, later.stderr
+    assert [p for p in dest.iterdir() if not p.name.startswith(".")] == []
+
+
+def test_quiet_hides_warnings_but_not_unreadable_files(library, fake_extractor, tmp_path):
+    bad = library["root"] / "broken.jpg"
+    bad.write_text("not a jpeg")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    loud = run("scan", library["root"], "--k", "2", "--cache", blocker / "c.sqlite")
+    assert loud.exit_code == 3
+    assert "running without the cache" in loud.stderr
+    quiet = run("scan", library["root"], "--k", "2", "--cache", blocker / "c.sqlite", "-q")
+    assert quiet.exit_code == 3
+    lines = quiet.stderr.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"warning: cannot read {bad}: ")
+
+
+def test_reader_closing_the_pipe_early_is_not_an_error(library, tmp_path):
+    script = Path(__file__).parent / "fake_cli.py"
+    args = [sys.executable, str(script), "scan", str(library["root"]), "--k", "30", "--no-cache"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # like `| head -0`: nobody reads the results
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr
+    assert "error" not in stderr and "Traceback" not in stderr
+    assert "33 images found" in stderr

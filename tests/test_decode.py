@@ -138,6 +138,54 @@ def test_to_model_input_matches_torchvision_geometry():
     assert np.abs(ours[:, 1:].astype(np.float32) - ref_px[:, :-1]).mean() > np.abs(ours - ref_px).mean()
 
 
+def test_crop_only_resize_matches_full_resize_then_crop():
+    """Resampling only the crop's source box gives the pixels of a full resize + crop (within 1 level)."""
+    rng = np.random.default_rng(7)
+    for w, h in [(333, 517), (640, 480), (257, 256), (100, 80), (3, 5), (300, 2), (1000, 999), (224, 224)]:
+        img = Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+        new_w, new_h = (256, max(1, int(256 * h / w))) if w <= h else (max(1, int(256 * w / h)), 256)
+        full = img.resize((new_w, new_h), Image.Resampling.BILINEAR) if (new_w, new_h) != (w, h) else img
+        top, left = int(round((new_h - 224) / 2.0)), int(round((new_w - 224) / 2.0))
+        ref = np.asarray(full.crop((left, top, left + 224, top + 224)), dtype=np.int16)
+        assert np.abs(to_model_input(img).astype(np.int16) - ref).max() <= 1, (w, h)
+
+
+def test_very_thin_image_is_cheap(tmp_path):
+    """A 1x20000 PNG: resizing the whole image to a 256 short side would need ~5 GB; the crop needs 150 KB."""
+    import json
+    import subprocess
+    import sys
+    import textwrap
+
+    path = tmp_path / "thin.png"
+    a = np.zeros((20000, 1, 3), np.uint8)
+    a[:, 0, 0] = np.arange(20000) % 256
+    Image.fromarray(a).save(path)
+    # a fresh process, so its peak RSS is this decode's and not an earlier test's
+    code = textwrap.dedent(
+        f"""
+        import json, resource, time
+        from novelfind.decode import read_for_model
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t = time.perf_counter()
+        _, px = read_for_model({str(path)!r})
+        dt = time.perf_counter() - t
+        grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print(json.dumps([list(px.shape), str(px.dtype), dt, grown_kb]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    shape, dtype, dt, grown_kb = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"1x20000: {dt * 1000:.1f} ms, peak RSS +{grown_kb} KB")
+    assert shape == [224, 224, 3] and dtype == "uint8"
+    assert dt < 2.0, dt
+    assert grown_kb < 50_000, f"peak RSS grew by {grown_kb / 1024:.0f} MB"
+    # in-process too: the same call returns the centre of the strip
+    _, px = read_for_model(path)
+    assert px.shape == (224, 224, 3)
+    assert px[:, :, 1:].max() == 0  # green and blue stay 0
+
+
 def test_read_for_model_digest_and_pickle(tmp_path):
     path = tmp_path / "a.png"
     _photo(300, 260).save(path)
