@@ -382,7 +382,6 @@ def run_scan(opt: ScanOptions) -> int:
         candidates = _candidates(extraction.files, opt.since)
         if not candidates:
             console.note(f"no photos modified since {opt.since:%Y-%m-%d %H:%M:%S}; nothing to rank")
-        k = min(opt.k, len(candidates))
         if candidates and opt.k > len(candidates):
             console.note(f"--k {opt.k} is more than the {len(candidates)} images to rank; "
                          "ranking all of them")
@@ -394,7 +393,7 @@ def run_scan(opt: ScanOptions) -> int:
         if candidates:
             # With --since the whole library is scored; the picks are the best of the recent photos.
             try:
-                ranking = rank(extraction.features, k, method=opt.method, config=config, dedup=opt.dedup,
+                ranking = rank(extraction.features, opt.k, method=opt.method, config=config, dedup=opt.dedup,
                                device=_solver_device(opt.device),
                                candidates=None if opt.since is None else np.asarray(candidates))
             except ValueError as err:  # e.g. a learning rate so large that the weights overflow

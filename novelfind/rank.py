@@ -244,21 +244,89 @@ def default_scores(
 
 
 def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | None) -> tuple[np.ndarray, int]:
-    """First k of ``order`` skipping any within ``threshold`` of an already kept one (rows of xn)."""
+    """First k of ``order`` skipping any within ``threshold`` of an already kept one (rows of xn).
+
+    -> (kept indices int64, number skipped before the k-th was kept). Greedy and sequential in meaning,
+    but evaluated a block of candidates at a time: one matmul against the kept rows (a preallocated
+    (k, M) array) and one inside the block flag the pairs that may be within ``threshold`` (Gram
+    distances, with a float slack), and only those pairs are confirmed with the exact norm of the
+    difference. So the cost is a few GEMMs, O(scanned x kept x M) flops at BLAS speed, with no
+    per-pick copying; for k = 100 it is one or two small blocks.
+    """
+    order = np.asarray(order, dtype=np.int64)
     if threshold is None or threshold <= 0:
         return order[:k], 0
-    kept: list[int] = []
-    dropped = 0
-    for i in order:
-        if kept:
-            d = np.linalg.norm(xn[kept] - xn[i], axis=1)  # (len(kept),)
-            if d.min() < threshold:
+    cap = int(min(k, len(order)))
+    if cap <= 0:
+        return np.zeros(0, dtype=np.int64), 0
+    dt = np.result_type(xn.dtype, np.float32)
+    kept_x = np.empty((cap, xn.shape[1]), dtype=dt)  # (k, M) the kept rows, in pick order
+    kept_sq = np.empty(cap, dtype=np.float64)  # (k,) their squared norms
+    kept_idx = np.empty(cap, dtype=np.int64)
+    thr = float(threshold)
+    thr2 = thr * thr
+    c = dropped = pos = 0
+    while c < cap and pos < len(order):
+        # block size: about twice the picks still needed (few wasted rows for small k), bounded so the
+        # (B, kept) Gram block stays <= ~8M entries
+        b = int(min(len(order) - pos, max(32, min(1024, 2 * (cap - c)), 1), max(32, 8_000_000 // max(c, 1))))
+        blk = order[pos : pos + b]
+        pos += b
+        bx = np.asarray(xn[blk], dtype=dt)  # (B, M)
+        bsq = np.einsum("ij,ij->i", bx, bx).astype(np.float64)  # (B,)
+        # candidate pairs (Gram distance below threshold + slack); confirmed exactly below
+        if c:
+            g = (bx @ kept_x[:c].T).astype(np.float64)  # (B, c)
+            ssum = bsq[:, None] + kept_sq[None, :c]
+            flag_prev = (ssum - 2 * g) < thr2 + 1e-4 * ssum + 1e-6  # (B, c)
+            any_prev = flag_prev.any(axis=1)  # (B,)
+        gb = (bx @ bx.T).astype(np.float64)  # (B, B)
+        ssb = bsq[:, None] + bsq[None, :]
+        flag_blk = (ssb - 2 * gb) < thr2 + 1e-4 * ssb + 1e-6  # (B, B)
+        acc = np.zeros(b, dtype=bool)  # accepted in this block
+        c0 = c
+        for j in range(b):
+            near = False
+            if c0 and any_prev[j]:
+                r = np.flatnonzero(flag_prev[j])
+                near = bool((np.linalg.norm(kept_x[r] - bx[j], axis=1) < thr).any())
+            if not near and j:
+                r = np.flatnonzero(flag_blk[j, :j] & acc[:j])
+                if len(r):
+                    near = bool((np.linalg.norm(bx[r] - bx[j], axis=1) < thr).any())
+            if near:
                 dropped += 1
                 continue
-        kept.append(int(i))
-        if len(kept) == k:
-            break
-    return np.asarray(kept, dtype=np.int64), dropped
+            acc[j] = True
+            kept_x[c] = bx[j]
+            kept_sq[c] = bsq[j]
+            kept_idx[c] = blk[j]
+            c += 1
+            if c == cap:
+                break
+    return kept_idx[:c].copy(), dropped
+
+
+def _candidate_mask(candidates, n: int) -> np.ndarray | None:
+    """``candidates`` (bool mask (N,) or int indices) -> bool mask (N,), or None for all rows."""
+    if candidates is None:
+        return None
+    c = np.asarray(candidates)
+    if c.dtype == np.bool_:
+        if c.shape != (n,):
+            raise ValueError(f"candidates mask must have shape ({n},), got {c.shape}")
+        return c
+    if c.ndim != 1:
+        raise ValueError(f"candidates must be a 1-D bool mask or index array, got shape {c.shape}")
+    if c.size == 0:
+        return np.zeros(n, dtype=bool)
+    if not np.issubdtype(c.dtype, np.integer):
+        raise ValueError(f"candidates must be a bool mask or integer indices, got dtype {c.dtype}")
+    if int(c.min()) < 0 or int(c.max()) >= n:
+        raise ValueError(f"candidate indices must be in [0, {n}), got {int(c.min())}..{int(c.max())}")
+    mask = np.zeros(n, dtype=bool)
+    mask[c] = True
+    return mask
 
 
 def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=None) -> np.ndarray:
@@ -287,13 +355,21 @@ def rank(
     config: ADSConfig | None = None,
     dedup: float | None = None,
     device=None,
+    candidates: np.ndarray | None = None,
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
     ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
     L2-normalised features); None means ``DEFAULT_DEDUP``, 0 turns it off. ValueError for bad
-    shapes, NaN/inf, k < 1, a negative ``dedup`` or an unknown method. When fewer than k
-    images are left after dropping near-duplicates, the dropped ones fill the end of the list.
+    shapes, NaN/inf, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``. When fewer
+    than k images are left after dropping near-duplicates, the dropped ones fill the end of the list.
+
+    ``candidates``: the rows that may be picked, a bool mask (N,) or int indices (None: all). The
+    scores are computed on all rows exactly as without it (same support k, same seed), the ranked
+    list is filtered to the candidates before near-duplicate removal, and min(k, #candidates) are
+    returned; neighbours are searched among all rows. For ``ads-paper`` (scores zero outside a
+    K-sparse support) the support is doubled until enough candidates are in it, or it is all N.
+    No candidates: an empty Ranking.
     """
     x = _check(features, k)
     if method not in METHODS:
@@ -304,28 +380,41 @@ def rank(
         raise ValueError(f"dedup must be >= 0, got {dedup}")
     config = config or ADSConfig()
     n = x.shape[0]
-    k_eff = min(k, n)
+    cand = _candidate_mask(candidates, n)  # bool (N,) or None
+    k_eff = min(k, n if cand is None else int(cand.sum()))
+    if k_eff == 0:
+        empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
+        return Ranking(indices=empty_i, scores=empty_f, neighbour=empty_i.copy(), distance=empty_f.copy())
     # every method but the paper's is scale-free: work on x / max|x| so squares neither overflow nor vanish
     scale = float(np.abs(x).max())
     xs = x / np.float32(scale) if scale > 0 else x  # (N, M)
     xm = x if method == "ads-paper" else xs
     xn = l2_normalise(xs) if dedup else xs
-    support = k_eff
+    support = min(k, n)  # the support the scores use does not depend on the candidates
     while True:
         scores = method_scores(xm, support, method, config, device)  # (N,)
         order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
         if method == "ads-paper":  # only the K-sparse support is ranked
             order = order[: int((scores > 0).sum()) or support]
+        ranked = len(order)
+        if cand is not None:
+            order = order[cand[order]]
         picks, dropped = dedup_order(order, xn, k_eff, dedup)
         if method != "ads-paper" or len(picks) == k_eff or support == n:
             break
-        support = min(n, support + k_eff - len(picks) + dropped)  # widen the support to refill
+        grow = support + k_eff - len(picks) + dropped  # widen the support to refill (dedup)
+        if len(order) < ranked:  # non-candidates took part of the support: widen geometrically
+            grow = max(grow, 2 * support)
+        support = min(n, grow)
     if len(picks) < k_eff:  # fewer distinct images than k: the skipped near-duplicates come last
         taken = set(picks.tolist())
-        rest = [int(i) for i in np.lexsort((np.arange(n), -scores)) if int(i) not in taken]
+        full = np.lexsort((np.arange(n), -scores))
+        if cand is not None:
+            full = full[cand[full]]
+        rest = [int(i) for i in full if int(i) not in taken]
         picks = np.concatenate([picks, np.asarray(rest[: k_eff - len(picks)], dtype=np.int64)])
         dropped = max(0, dropped - (k_eff - len(taken)))
-    nb, dist = nearest_neighbours(xs, picks)
+    nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
     dist = (dist.astype(np.float64) * (scale if scale > 0 else 1.0)).astype(np.float32)  # back to raw units
     return Ranking(
         indices=picks,

@@ -218,7 +218,7 @@ def test_config_found_in_user_config_dir(library, fake_extractor, isolated_user_
     ("text", "message"),
     [
         ("kk = 3\n", "unknown key 'kk'"),
-        ("k = 'many'\n", "key 'k':"),
+        ("k = 'many'\n", "key 'k' must be a whole number, got 'many'"),
         ("[scan]\nk = 3\n[other]\nx = 1\n", "unknown key 'other'"),
         ("k = [1, 2]\n", "key 'k' must be a single value"),
         ("k = \n", "is not valid TOML"),

@@ -174,7 +174,8 @@ def test_very_thin_image_is_cheap(tmp_path):
         print(json.dumps([list(px.shape), str(px.dtype), dt, grown_kb]))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         check=True)
     shape, dtype, dt, grown_kb = json.loads(out.stdout.strip().splitlines()[-1])
     print(f"1x20000: {dt * 1000:.1f} ms, peak RSS +{grown_kb} KB")
     assert shape == [224, 224, 3] and dtype == "uint8"

@@ -189,3 +189,139 @@ def test_same_seed_same_ranking():
     a = rank(x, 5, config=ADSConfig(seed=2))
     b = rank(x, 5, config=ADSConfig(seed=2))
     assert a.indices.tolist() == b.indices.tolist()
+
+
+# --------------------------------------------------------------------------- candidates (--since)
+
+
+def _same_ranking(a, b):
+    assert a.indices.tolist() == b.indices.tolist()
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.neighbour, b.neighbour)
+    np.testing.assert_array_equal(a.distance, b.distance)
+    assert a.duplicates_dropped == b.duplicates_dropped
+    np.testing.assert_array_equal(a.all_scores, b.all_scores)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_candidates_all_rows_is_the_same_as_none(method):
+    x, _ = blob_with_outliers(n=300)
+    x[:4] = x[-1] + np.random.default_rng(2).normal(size=(4, 40)).astype(np.float32) * 1e-3  # a burst
+    cfg = ADSConfig(seed=3)
+    ref = rank(x, 8, method=method, config=cfg)
+    _same_ranking(rank(x, 8, method=method, config=cfg, candidates=np.ones(300, dtype=bool)), ref)
+    _same_ranking(rank(x, 8, method=method, config=cfg, candidates=np.arange(300)), ref)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_candidates_only_candidates_are_picked(method):
+    x, truth = blob_with_outliers(n=300, k=5)
+    rng = np.random.default_rng(4)
+    mask = rng.random(300) < 0.3
+    mask[sorted(truth)[:2]] = False  # two of the outliers are old photos
+    mask[sorted(truth)[2:]] = True
+    cfg = ADSConfig(seed=1)
+    full = rank(x, 6, method=method, config=cfg)
+    r = rank(x, 6, method=method, config=cfg, candidates=mask)
+    assert len(r.indices) == 6
+    assert mask[r.indices].all()
+    assert set(sorted(truth)[2:]) <= set(r.indices.tolist())  # the recent outliers still come first
+    if method != "ads-paper":  # scores are those of the whole library (same support, same seed)
+        np.testing.assert_array_equal(r.all_scores, full.all_scores)
+        assert np.all(np.diff(r.scores) <= 0)
+    # neighbours are searched in the whole library, not only among the candidates
+    for i, nb in zip(r.indices, r.neighbour, strict=True):
+        dist = np.linalg.norm(x - x[i], axis=1)
+        dist[i] = np.inf
+        assert nb == int(np.argmin(dist))
+
+
+def test_candidates_k_capped_by_candidate_count_and_validated():
+    x, _ = blob_with_outliers(n=100)
+    for method in ("ads", "ads-paper", "knn"):
+        r = rank(x, 10, method=method, candidates=np.array([5, 50, 7]))
+        assert sorted(r.indices.tolist()) == [5, 7, 50]
+    empty = rank(x, 10, candidates=np.zeros(100, dtype=bool))
+    assert len(empty.indices) == 0 and empty.indices.dtype == np.int64
+    with pytest.raises(ValueError, match="shape"):
+        rank(x, 3, candidates=np.ones(99, dtype=bool))
+    with pytest.raises(ValueError, match=r"in \[0, 100\)"):
+        rank(x, 3, candidates=np.array([0, 100]))
+    with pytest.raises(ValueError, match="integer"):
+        rank(x, 3, candidates=np.array([0.5, 2.0]))
+
+
+def test_candidates_ads_paper_widens_support_geometrically(monkeypatch):
+    """Candidates outside the paper's K-sparse support: the support doubles until k of them are in it."""
+    x, truth = blob_with_outliers(n=2000, k=10)
+    mask = np.zeros(2000, dtype=bool)
+    mask[:1000] = True  # none of the outliers; the support first holds almost only non-candidates
+    supports = []
+    real = rank_mod.method_scores
+
+    def spy(xm, k, method, config, device=None):
+        supports.append(k)
+        return real(xm, k, method, config, device)
+
+    monkeypatch.setattr(rank_mod, "method_scores", spy)
+    r = rank(x, 10, method="ads-paper", candidates=mask)
+    assert len(r.indices) == 10 and mask[r.indices].all()
+    assert supports[0] == 10  # same first support as without candidates
+    assert all(b >= 2 * a or b == 2000 for a, b in zip(supports, supports[1:], strict=False))  # geometric
+    assert len(supports) <= 9  # log2(2000 / 10) + 1
+
+
+def test_nearest_neighbours_only_for_final_picks(monkeypatch):
+    x, _ = blob_with_outliers(n=300)
+    x[:6] = x[-1] + np.random.default_rng(2).normal(size=(6, 40)).astype(np.float32) * 1e-3
+    calls = []
+    real = rank_mod.nearest_neighbours
+
+    def spy(xs, picks):
+        calls.append(np.array(picks))
+        return real(xs, picks)
+
+    monkeypatch.setattr(rank_mod, "nearest_neighbours", spy)
+    for method in ("ads", "ads-paper"):
+        calls.clear()
+        r = rank(x, 5, method=method, candidates=np.arange(0, 300, 2))
+        assert len(calls) == 1 and calls[0].tolist() == r.indices.tolist()
+
+
+def _dedup_reference(order, xn, k, threshold):
+    kept, dropped = [], 0
+    for i in order:
+        if kept and np.linalg.norm(xn[kept] - xn[i], axis=1).min() < threshold:
+            dropped += 1
+            continue
+        kept.append(int(i))
+        if len(kept) == k:
+            break
+    return kept, dropped
+
+
+def test_dedup_order_matches_sequential_reference():
+    rng = np.random.default_rng(5)
+    for trial in range(12):
+        n, m = int(rng.integers(1, 2500)), int(rng.integers(2, 48))
+        base = rng.normal(size=(max(1, n // 6), m)).astype(np.float32)
+        noise = rng.normal(size=(n, m)).astype(np.float32) * [0.01, 0.1][trial % 2]
+        x = base[rng.integers(0, len(base), n)] + noise
+        xn = rank_mod.l2_normalise(x)
+        order = rng.permutation(n)[: int(rng.integers(1, n + 1))]
+        k, thr = int(rng.integers(1, n + 3)), [0.02, 0.15, 0.4][trial % 3]
+        picks, dropped = rank_mod.dedup_order(order, xn, k, thr)
+        ref, ref_dropped = _dedup_reference(order, xn, k, thr)
+        assert picks.tolist() == ref and dropped == ref_dropped, trial
+
+
+def test_dedup_order_is_cheap_for_large_k():
+    """k = N = 6000, M = 256, all distinct: blocked GEMMs, not a kept-set copy per pick."""
+    import time
+
+    rng = np.random.default_rng(6)
+    xn = rank_mod.l2_normalise(rng.normal(size=(6000, 256)).astype(np.float32))
+    t = time.perf_counter()
+    picks, dropped = rank_mod.dedup_order(np.arange(6000), xn, 6000, 0.15)
+    assert len(picks) == 6000 and dropped == 0
+    assert time.perf_counter() - t < 10.0
