@@ -139,7 +139,7 @@ def cli() -> None:
               help="Near-duplicate threshold: a pick this close to a better one (distance between "
                    "L2-normalised features) is replaced by the next candidate; 0 disables [default: 0.15].")
 @click.option("--batch-size", type=int, default=32, show_default=True, envvar=_env("batch_size"),
-              help="Images per model call.")
+              help="Images per batch: decoded, featurised and committed to the cache together.")
 @click.option("--workers", type=int, default=None, envvar=_env("workers"),
               help="Decoding processes (default: chosen from the CPU count).")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
