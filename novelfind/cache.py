@@ -376,6 +376,16 @@ class FeatureCache:
                 out.append(_from_blob(hit[3], hit[2]))
         return out
 
+    def known_digests(self) -> frozenset[str]:
+        """Digests of every file whose vector this model already has (so its bytes need no decoding)."""
+        key = self._require_key()
+        try:
+            with self._lock:
+                rows = self._conn.execute("SELECT digest FROM vectors WHERE model_key = ?", (key,))
+                return frozenset(digest for (digest,) in rows)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+
     def get_by_digest(self, digest: str) -> np.ndarray | None:
         """The vector of any file with these bytes (a moved or renamed file), else None."""
         return self.get_many_by_digest([digest])[0]
@@ -596,6 +606,9 @@ class NullCache:
 
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         return [None] * len(files)
+
+    def known_digests(self) -> frozenset[str]:
+        return frozenset()
 
     def get_by_digest(self, digest: str) -> np.ndarray | None:
         return None

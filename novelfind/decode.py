@@ -10,6 +10,7 @@ import io
 import os
 import threading
 import warnings
+from collections.abc import Container
 from pathlib import Path
 
 import numpy as np
@@ -183,14 +184,22 @@ def file_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def read_for_model(path: str | os.PathLike) -> tuple[str, np.ndarray]:
-    """Read ``path`` once: (blake2b-128 hex of the bytes, uint8 (224, 224, 3)). Raises DecodeError."""
+def read_for_model(
+    path: str | os.PathLike, known: Container[str] = frozenset()
+) -> tuple[str, np.ndarray | None]:
+    """Read ``path`` once: (blake2b-128 hex of the bytes, uint8 (224, 224, 3)). Raises DecodeError.
+
+    When the digest is in ``known`` (bytes whose vector is already cached: a moved, renamed or
+    touched file) the image is not decoded and the pixels are None.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as e:
         raise DecodeError(e.strerror or _short(e)) from None
     digest = file_digest(data)
+    if digest in known:
+        return digest, None
     img = _decode_bytes(data, path.name, RESIZE_SIZE)
     try:
         arr = to_model_input(img)

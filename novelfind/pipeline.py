@@ -51,10 +51,18 @@ def default_workers() -> int:
     return available_cpus()
 
 
-def _decode_task(path: str) -> tuple[str, np.ndarray] | tuple[None, str]:
-    """Worker body: (digest, pixels) or (None, reason). Never raises for a bad file."""
+_KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for
+
+
+def _decode_task(
+    path: str, known: frozenset[str] | None = None
+) -> tuple[str, np.ndarray | None] | tuple[None, str]:
+    """Worker body: (digest, pixels), (digest, None) for bytes already cached, or (None, reason).
+
+    Never raises for a bad file. ``known`` defaults to the set the worker was started with.
+    """
     try:
-        return read_for_model(path)
+        return read_for_model(path, _KNOWN if known is None else known)
     except DecodeError as e:
         return None, str(e) or "cannot decode"
     except MemoryError:
@@ -63,13 +71,15 @@ def _decode_task(path: str) -> tuple[str, np.ndarray] | tuple[None, str]:
         return None, f"{type(e).__name__}: {e}"[:200]
 
 
-def _worker_init(parent_pid: int) -> None:
+def _worker_init(parent_pid: int, known: frozenset[str]) -> None:
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
 
     A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe
     reading the scan must see its end when the scan ends), and it exits by itself when the scan is gone
     (SIGKILL gives the scan no chance to stop it).
     """
+    global _KNOWN
+    _KNOWN = known
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
@@ -105,8 +115,9 @@ def _mp_context():
 class _Decoder:
     """Decode misses in order with at most ``window`` tasks in flight; in-process when ``workers`` == 0."""
 
-    def __init__(self, workers: int, window: int):
+    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset()):
         self.workers = workers
+        self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
         self.pool: ProcessPoolExecutor | None = None
         self.pool_worked = False  # a pool that never returned a result is broken, not the files
@@ -114,14 +125,14 @@ class _Decoder:
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init,
-                                            initargs=(os.getpid(),))
+                                            initargs=(os.getpid(), self.known))
         return self.pool
 
     def run(self, paths: Sequence[str]):
         """Yield (position, (digest, pixels) | (None, reason)) in input order."""
         if self.workers <= 0:
             for i, p in enumerate(paths):
-                yield i, _decode_task(p)
+                yield i, _decode_task(p, self.known)
             return
         pending: deque[tuple[int, Future]] = deque()
         nxt = 0
@@ -143,7 +154,7 @@ class _Decoder:
                     self._discard()
                     self.workers = 0
                     for j in redo:
-                        yield j, _decode_task(paths[j])
+                        yield j, _decode_task(paths[j], self.known)
                     return
                 # A decoder crashed the worker (e.g. a segfault in a codec). Find the culprit by decoding the
                 # affected files one at a time in fresh pools, then go on.
@@ -270,7 +281,8 @@ def extract(
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
-        decoder = _Decoder(workers, window)
+        known_digests = getattr(cache, "known_digests", None)
+        decoder = _Decoder(workers, window, known_digests() if known_digests else frozenset())
         batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels)
         moved: list[tuple[Any, str, np.ndarray]] = []  # digest hits: rows to record under their new path
 
@@ -310,6 +322,14 @@ def extract(
                         bar.update(1)
                     continue
                 known = digest_lookup([digest])[0] if digest_lookup else cache.get_by_digest(digest)
+                if payload is None and (known is None or np.shape(known) != (dim,)):
+                    # cached when the scan began, gone now (another run cleared the cache): decode here
+                    digest, payload = _decode_task(str(files[i].path), frozenset())
+                    if digest is None:
+                        fail(i, payload)
+                        if bar is not None:
+                            bar.update(1)
+                        continue
                 if known is not None and np.shape(known) == (dim,):
                     # same bytes seen before (moved / renamed): reuse, and record the new path
                     matrix[i] = known

@@ -82,6 +82,17 @@ def test_put_then_get_by_stat_and_by_digest(db):
         assert c.get_by_digest("d2") is None
 
 
+def test_known_digests_are_those_of_this_model(db):
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(fake(i), f"d{i}", vec(i)) for i in range(3)])
+    with FeatureCache(db, "m2") as c:
+        c.put_many([(fake(9), "d9", vec(9))])
+        assert c.known_digests() == frozenset({"d9"})
+    with FeatureCache(db, "m1") as c:
+        assert c.known_digests() == frozenset({"d0", "d1", "d2"})
+    assert NullCache().known_digests() == frozenset()
+
+
 def test_survives_reopening(db):
     with FeatureCache(db, "m1") as c:
         c.put_many([(fake(i), f"d{i}", vec(i)) for i in range(5)])

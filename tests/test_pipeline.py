@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from novelfind import pipeline
+from novelfind import decode, pipeline
 from novelfind.pipeline import extract
 
 
@@ -152,6 +152,45 @@ def test_changed_file_reextracted_moved_file_reused(tmp_path):
     assert (res.from_cache, res.extracted) == (3, 1)
     np.testing.assert_allclose(res.features[0, :3], [1.0, 0.0, 0.0], atol=0.01)
     assert str(moved) in cache.files  # the new path is recorded: next time a stat hit
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_moved_and_touched_files_are_hashed_not_decoded(tmp_path, monkeypatch, workers):
+    files = make_library(tmp_path / "lib", 5)
+    cache, model = KnownDigestCache(), MeanColour()
+    first = extract(files, model, cache, workers=0)
+    moved = tmp_path / "lib" / "sub" / "renamed.png"
+    moved.parent.mkdir()
+    os.replace(files[1].path, moved)
+    os.utime(files[2].path, ns=(files[2].mtime_ns + 10**9, files[2].mtime_ns + 10**9))  # touched
+    Image.new("RGB", (30, 30), (0, 0, 255)).save(tmp_path / "lib" / "new.png")
+    new = stat(tmp_path / "lib" / "new.png")
+    now = [files[0], stat(moved), stat(files[2].path), files[3], files[4], new]
+    decoded = tmp_path / "decoded.log"
+    monkeypatch.setenv("NOVELFIND_TEST_DECODE_LOG", str(decoded))
+    monkeypatch.setattr(decode, "_decode_bytes", logging_decode)
+    if workers:  # the forkserver's workers import the test module's patch through this hook
+        monkeypatch.setattr(pipeline, "_mp_context", lambda: multiprocessing.get_context("fork"))
+    model.images = 0
+    res = extract(now, model, cache, workers=workers)
+    assert decoded.read_text().split() == [new.path.name]  # only the new file was decoded
+    assert model.images == 1
+    assert (res.from_cache, res.extracted) == (5, 1)
+    np.testing.assert_array_equal(res.features[:5], first.features)
+
+
+class KnownDigestCache(DictCache):
+    def known_digests(self):
+        return frozenset(self.vectors)
+
+
+_real_decode_bytes = decode._decode_bytes
+
+
+def logging_decode(data, name, *args, **kwargs):
+    with open(os.environ["NOVELFIND_TEST_DECODE_LOG"], "a") as fh:
+        fh.write(name + "\n")
+    return _real_decode_bytes(data, name, *args, **kwargs)
 
 
 def test_non_finite_vectors_are_failures_not_cached(tmp_path):
