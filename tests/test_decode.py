@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import missing_prerequisite
 from PIL import Image
 
 from novelfind import decode
@@ -231,9 +232,12 @@ def test_decompression_bomb_refused(tmp_path, monkeypatch):
 
 
 def test_heic_uses_thumbnail_when_large_enough(tmp_path):
-    pillow_heif = pytest.importorskip("pillow_heif")
+    try:
+        import pillow_heif
+    except ImportError:
+        missing_prerequisite("pillow-heif is not installed")
     if not pillow_heif.libheif_info().get("HEIF"):
-        pytest.skip("no HEIF encoder")
+        missing_prerequisite("pillow-heif has no HEIF encoder")
     path = tmp_path / "photo.heic"
     pillow_heif.from_pillow(_photo(800, 600)).save(path, quality=60, thumbnails=[400])
     img = load_image(path)

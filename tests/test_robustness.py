@@ -415,7 +415,7 @@ def _cache_locations(tmp_path: Path) -> dict[str, Path]:
 def test_unusable_cache_location_runs_without_cache(library, fake_extractor, tmp_path, where):
     locations = _cache_locations(tmp_path)
     if where not in locations:
-        pytest.skip("no /proc here")
+        missing_prerequisite("no /proc here")
     cache = locations[where]
     result = run("scan", library["root"], "--k", "3", "--cache", cache)
     assert result.exit_code == 0, result.stderr
