@@ -210,6 +210,24 @@ def read_for_model(
     return digest, arr
 
 
+def read_or_reason(
+    path: str | os.PathLike, known: Container[str] = frozenset()
+) -> tuple[str, np.ndarray | None] | tuple[None, str]:
+    """``read_for_model`` that never raises for a bad file: (digest, pixels | None) or (None, reason).
+
+    Every engine (local decode processes, cluster workers) reports unreadable files through this one
+    function, so the reasons a user sees do not depend on where the file was decoded.
+    """
+    try:
+        return read_for_model(path, known)
+    except DecodeError as e:
+        return None, str(e) or "cannot decode"
+    except MemoryError:
+        return None, "out of memory while decoding"
+    except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
+        return None, f"{type(e).__name__}: {e}"[:200]
+
+
 _ORIENTATION = 0x0112
 _EXIF_IFD = 0x8769
 _DATETIME_ORIGINAL = 0x9003

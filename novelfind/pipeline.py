@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from novelfind.decode import read_for_model
-from novelfind.errors import CacheError, DecodeError
+from novelfind.decode import read_or_reason
+from novelfind.errors import CacheError
 from novelfind.features import available_cpus
 
 STAT_CHUNK = 2048  # files per cache stat lookup
@@ -61,14 +61,7 @@ def _decode_task(
 
     Never raises for a bad file. ``known`` defaults to the set the worker was started with.
     """
-    try:
-        return read_for_model(path, _KNOWN if known is None else known)
-    except DecodeError as e:
-        return None, str(e) or "cannot decode"
-    except MemoryError:
-        return None, "out of memory while decoding"
-    except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
-        return None, f"{type(e).__name__}: {e}"[:200]
+    return read_or_reason(path, _KNOWN if known is None else known)
 
 
 def _worker_init(parent_pid: int, known: frozenset[str]) -> None:
