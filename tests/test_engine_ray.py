@@ -129,6 +129,7 @@ def test_vectors_and_failures_match_the_local_engine(cluster, photos, local_resu
 
     known = {local_results[3][0], local_results[40][0]}  # e.g. two files moved since they were cached
     with RayEngine(cluster.address, batch_size=8, model_cache_dir=model_cache) as engine:
+        assert engine.resources() == {"CPU": 2.0, "GPU": 0.0, "nodes": 3}
         got = _collect(engine.run(photos, known=known))
     _assert_same_as_local(got, local_results, known)
     reasons = [got[i][2] for i in range(len(photos)) if got[i][2] is not None]
