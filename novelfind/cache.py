@@ -29,7 +29,7 @@ import numpy as np
 from novelfind.errors import CacheError
 
 if TYPE_CHECKING:
-    from novelfind.scan import ImageFile
+    from novelfind.walk import ImageFile
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache

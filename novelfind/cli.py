@@ -338,11 +338,11 @@ class Console:
 def run_scan(opt: ScanOptions) -> int:
     """The whole scan: walk, extract (cached), rank, write. Returns the exit code."""
     from novelfind import report
-    from novelfind.ads import ADSConfig
     from novelfind.features import build_extractor
     from novelfind.pipeline import extract
-    from novelfind.rank import rank
-    from novelfind.scan import walk
+    from novelfind.ranking import rank
+    from novelfind.solver import ADSConfig
+    from novelfind.walk import walk
 
     started = time.monotonic()
     console = Console(opt.quiet)
@@ -601,7 +601,7 @@ def _run_record(opt: ScanOptions, found: int, extraction: Any, failures: list, s
 
 
 def _effective_dedup(dedup: float | None) -> float:
-    from novelfind.rank import DEFAULT_DEDUP
+    from novelfind.ranking import DEFAULT_DEDUP
 
     return DEFAULT_DEDUP if dedup is None else dedup
 

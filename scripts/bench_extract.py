@@ -130,7 +130,7 @@ def make_small_library(folder: Path, count: int) -> None:
 
 
 def _image_files(folder: Path) -> list:
-    from novelfind.scan import walk
+    from novelfind.walk import walk
 
     return list(walk([folder]))
 

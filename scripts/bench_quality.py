@@ -12,7 +12,7 @@ the rest in the method's score order, or in random order for a method that only 
 
 Prints a markdown table and writes JSON (``--out``, default bench_quality.json).
 
-Besides the shipped methods (novelfind.rank.METHODS, run through ``rank()`` with its default
+Besides the shipped methods (novelfind.ranking.METHODS, run through ``rank()`` with its default
 near-duplicate threshold; ``+dd<t>`` sets it, ``+dd0`` turns it off), ``--methods`` takes the
 variants that were compared to choose the default (see ``_variant``): ``ads-w`` / ``knn-w`` (full
 whitening to 32 axes), ``maha``, ``knn-s<f>`` / ``ads-s<f>`` (all axes, loud ones scaled to the f-th),
@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from novelfind import datasets  # noqa: E402
-from novelfind import rank as rank_mod  # noqa: E402
+from novelfind import ranking as rank_mod  # noqa: E402
 
 CACHE = Path(os.environ.get("NOVELFIND_BENCH_CACHE", Path.home() / ".cache" / "novelfind-bench"))
 

@@ -30,8 +30,8 @@ from PIL import Image, ImageDraw, ImageOps
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from novelfind.ads import ADSConfig, ads, ads_reference  # noqa: E402
 from novelfind.datasets import wheel_path  # noqa: E402
+from novelfind.solver import ADSConfig, ads, ads_reference  # noqa: E402
 
 # ---------------------------------------------------------------------------- drawing
 

@@ -26,7 +26,7 @@ from novelfind.cache import (
     default_cache_path,
 )
 from novelfind.errors import CacheError
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 REPO = Path(cache_mod.__file__).resolve().parents[1]
 DIM = 16
@@ -474,7 +474,7 @@ import sys
 import numpy as np
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 db, name, batches, size, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 go = Path(sys.argv[6]) if len(sys.argv) > 6 else None
@@ -576,7 +576,7 @@ _READER_SCRIPT = """
 import sys, json
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 db, rounds = sys.argv[1], int(sys.argv[2])
 files = [ImageFile(Path("/lib", f"a-0-{i}.jpg"), 0, i) for i in range(50)]
 hits = []

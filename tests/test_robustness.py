@@ -2,7 +2,7 @@
 
 Most tests drive the command line in-process with the fake extractor. Signals, two runs at once and
 resource limits need real processes: those run ``tests/fake_cli.py`` (the CLI with the fake
-extractor) in a subprocess. The solver's property tests (hypothesis) live in ``tests/test_ads.py``.
+extractor) in a subprocess. The solver's property tests (hypothesis) live in ``tests/test_solver.py``.
 """
 
 from __future__ import annotations
@@ -170,16 +170,16 @@ def corpus(tmp_path):
 
 
 def test_awkward_corpus_every_file_ranked_or_reported_once(corpus, fake_extractor, tmp_path, monkeypatch):
-    import novelfind.scan
+    import novelfind.walk
 
-    real_walk = novelfind.scan.walk
+    real_walk = novelfind.walk.walk
 
     def walk_then_delete(*args, **kwargs):
         files = list(real_walk(*args, **kwargs))
         corpus.vanishing.unlink()  # gone after the walk listed it, before it is decoded
         return iter(files)
 
-    monkeypatch.setattr(novelfind.scan, "walk", walk_then_delete)
+    monkeypatch.setattr(novelfind.walk, "walk", walk_then_delete)
     result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
@@ -579,8 +579,8 @@ def _features(n: int = 12, m: int = 8, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
 def test_solver_and_rank_reject_nan_and_inf(poison):
-    from novelfind.ads import ads, ads_reference
-    from novelfind.rank import METHODS, rank
+    from novelfind.ranking import METHODS, rank
+    from novelfind.solver import ads, ads_reference
 
     x = _features()
     x[3, 2] = poison
@@ -595,8 +595,8 @@ def test_solver_and_rank_reject_nan_and_inf(poison):
 
 @pytest.mark.parametrize("k", [0, -1, -(2**40)])
 def test_solver_and_rank_reject_k_below_one(k):
-    from novelfind.ads import ads
-    from novelfind.rank import rank
+    from novelfind.ranking import rank
+    from novelfind.solver import ads
 
     with pytest.raises(ValueError, match=str(k)):
         ads(_features(), k)
@@ -606,8 +606,8 @@ def test_solver_and_rank_reject_k_below_one(k):
 
 @pytest.mark.parametrize("shape", [(0, 8), (5, 0), (8,), (2, 3, 4)])
 def test_solver_and_rank_reject_bad_shapes(shape):
-    from novelfind.ads import ads
-    from novelfind.rank import rank
+    from novelfind.ranking import rank
+    from novelfind.solver import ads
 
     x = np.zeros(shape, np.float32)
     with pytest.raises(ValueError):
@@ -634,8 +634,8 @@ def _assert_sane_ranking(r, n: int, k: int) -> None:
     ["k>n", "n=1", "identical", "zeros", "huge-finite", "tiny", "one-column", "duplicated-pairs"],
 )
 def test_rank_gives_a_defined_result_on_degenerate_features(case):
-    from novelfind.ads import ads
-    from novelfind.rank import METHODS, rank
+    from novelfind.ranking import METHODS, rank
+    from novelfind.solver import ads
 
     x = _features(20, 8)
     k = 5

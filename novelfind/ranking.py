@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from novelfind.ads import ADSConfig, ads
+from novelfind.solver import ADSConfig, ads
 
 METHODS = ("ads", "ads-paper", "power", "knn", "iforest")
 WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import unprivileged
 
-import novelfind.scan as scan
+import novelfind.walk as scan
 from novelfind.errors import ExitCode, InputError
-from novelfind.scan import IMAGE_EXTENSIONS, ImageFile, walk
+from novelfind.walk import IMAGE_EXTENSIONS, ImageFile, walk
 
 REPO = Path(scan.__file__).resolve().parents[1]
 
@@ -281,7 +281,7 @@ def test_undecodable_file_names_are_found(tmp_path):
 
 _UNREADABLE_SCRIPT = """
 import json, sys
-from novelfind.scan import walk
+from novelfind.walk import walk
 errors = []
 found = [str(f.path) for f in walk(sys.argv[1], on_error=lambda p, r: errors.append([str(p), r]))]
 print(json.dumps({"found": found, "errors": errors}))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind import rank as rank_mod
-from novelfind.ads import ADSConfig, ads
-from novelfind.rank import METHODS, rank
+from novelfind import ranking as rank_mod
+from novelfind.ranking import METHODS, rank
+from novelfind.solver import ADSConfig, ads
 
 
 def blob_with_outliers(n=400, m=40, k=5, seed=0, shift=6.0):
