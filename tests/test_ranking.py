@@ -174,16 +174,6 @@ def test_ann_knn_agrees_with_exact(monkeypatch):
     assert len(set(np.argsort(-exact)[:20]) & set(np.argsort(-approx)[:20])) >= 18
 
 
-def test_power_iteration_matches_dense_eigenvector():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(60, 5)).astype(np.float32)
-    d = np.linalg.norm(x[:, None] - x[None], axis=2)
-    vals, vecs = np.linalg.eigh(d)
-    v = np.abs(vecs[:, -1])
-    s = rank_mod.power_scores(x)
-    np.testing.assert_allclose(s, v, atol=1e-4)
-
-
 def test_same_seed_same_ranking():
     x, _ = blob_with_outliers(seed=5)
     a = rank(x, 5, config=ADSConfig(seed=2))
