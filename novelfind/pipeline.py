@@ -69,20 +69,27 @@ class Decoded(NamedTuple):
     None with a digest means its bytes were already known (no decode was needed)."""
 
     digest: str | None
-    pixels: np.ndarray | None = None  # uint8 (224, 224, 3)
+    pixels: Any = None  # uint8 (224, 224, 3): a numpy array, or whatever the decoder's stack() takes
     reason: str | None = None
 
 
 class Decoder(Protocol):
     """Step 2 of the flow: files to :class:`Decoded` results, in input order.
 
-    Constructed as ``Decoder(workers=..., window=..., known=...)``: ``workers`` decode processes (or
-    threads, or streams: the decoder's choice; 0 = in this process), at most ``window`` files in
-    flight, and the digests in ``known`` need no pixels.
+    Constructed as ``Decoder(workers=..., window=..., known=..., extractor=..., on_warning=...)``:
+    ``workers`` decode processes (or threads, or streams: the decoder's choice; 0 = in this process),
+    at most ``window`` files in flight, the digests in ``known`` need no pixels, ``extractor`` is the
+    model the pixels go to (its device, say), ``on_warning`` takes one-line messages.
     """
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         """Yield (position in ``paths``, result) in input order; never raises for a bad file."""
+        ...
+
+    def stack(self, pixels: list[Any]) -> Any:
+        """One batch for the extractor from the pixels of several files: (B, 224, 224, 3) uint8 (a numpy
+        array, or a tensor already on the model's device). A file whose vector vanished from the cache
+        during the scan is decoded by :func:`decode_file`, so numpy pixels may come in too."""
         ...
 
     def terminate(self) -> None:
@@ -180,12 +187,14 @@ class ProcessDecoder:
     """The ``pillow`` decoder: Pillow in ``workers`` processes, in order, at most ``window`` files in
     flight; in this process when ``workers`` is 0 (or when worker processes cannot start here)."""
 
-    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset()):
+    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(), **context: Any):
         self.workers = workers
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
         self.pool: ProcessPoolExecutor | None = None
         self.pool_worked = False  # a pool that never returned a result is broken, not the files
+
+    stack = staticmethod(np.stack)
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
@@ -304,7 +313,8 @@ def extract(
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
-        decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests())
+        decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests(),
+                                           extractor=extractor, on_warning=on_warning)
         stage.run(misses, decoding)
     return stage.result()
 
@@ -328,6 +338,7 @@ class _Stage:
         self.moved: list[tuple[Any, str, np.ndarray]] = []  # (file, digest, vector) to record under new paths
         self.cache_writable = True
         self.reported = 0  # files resolved when progress was last reported
+        self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
 
     # -- step 1: stat hits
 
@@ -345,6 +356,7 @@ class _Stage:
     # -- steps 2-4: decode, reuse by digest, infer in batches
 
     def run(self, misses: list[int], decoder: Decoder) -> None:
+        self.stack = decoder.stack
         try:
             for pos, decoded in decoder.decode([str(self.files[i].path) for i in misses]):
                 self._take(misses[pos], decoded)
@@ -381,7 +393,7 @@ class _Stage:
         """Run the model on the batch and write it, with the waiting moved files, in one transaction."""
         rows, self.moved = self.moved, []
         if self.batch:
-            pixels = np.stack([b[2] for b in self.batch])  # (B, 224, 224, 3) uint8
+            pixels = self.stack([b[2] for b in self.batch])  # (B, 224, 224, 3) uint8
             out = np.asarray(self.extractor(pixels), dtype=np.float32)  # (B, dim)
             if out.shape != (len(self.batch), self.dim):
                 raise RuntimeError(f"extractor returned {out.shape}, expected {(len(self.batch), self.dim)}")

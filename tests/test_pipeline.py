@@ -280,8 +280,13 @@ class InlineDecoder:
 
     made: list[dict] = []
 
-    def __init__(self, workers, window, known):
-        InlineDecoder.made.append({"workers": workers, "window": window, "known": known})
+    def __init__(self, workers, window, known, extractor, on_warning):
+        InlineDecoder.made.append({"workers": workers, "window": window, "known": known,
+                                   "model": extractor.model_key})
+
+    def stack(self, pixels):
+        InlineDecoder.made[-1].setdefault("batches", []).append(len(pixels))
+        return np.stack(pixels)
 
     def decode(self, paths):
         for i, p in enumerate(paths):
@@ -300,7 +305,8 @@ def test_another_decoder_plugs_in_by_name(tmp_path, monkeypatch):
     InlineDecoder.made.clear()
     res = extract(files, MeanColour(), DictCache(), batch_size=2, workers=3, decoder="inline")
     reference = extract(files, MeanColour(), DictCache(), batch_size=2, workers=0)
-    assert InlineDecoder.made == [{"workers": 3, "window": 12, "known": frozenset()}]
+    made = {"workers": 3, "window": 12, "known": frozenset(), "model": "fake-mean-colour", "batches": [2, 2]}
+    assert InlineDecoder.made == [made]
     np.testing.assert_array_equal(res.features, reference.features)
     assert res.failures == reference.failures
     with pytest.raises(ValueError, match="unknown decoder 'nvjpeg'; choose from pillow, inline"):
