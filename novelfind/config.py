@@ -22,6 +22,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
+
 def read_config(path: Path) -> dict[str, Any]:
     """The parsed TOML file; the ``[scan]`` table if present, else the top level."""
     try:

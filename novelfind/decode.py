@@ -78,7 +78,6 @@ def _register_heif() -> bool:
     return _heif_state
 
 
-
 def _to_rgb(img: Image.Image) -> Image.Image:
     """Any Pillow mode to 8-bit RGB; transparency is composited on white."""
     mode = img.mode

@@ -245,8 +245,12 @@ def _img_or_missing(uri: str | None, alt: str) -> str:
 
 
 # The run record's counts (docs/output-schema.md), shown up front: (key, label).
-_COUNTS = (("images_found", "images found"), ("from_cache", "read from cache"), ("extracted", "extracted"),
-           ("failed", "failed"))
+_COUNTS = (
+    ("images_found", "images found"),
+    ("from_cache", "read from cache"),
+    ("extracted", "extracted"),
+    ("failed", "failed"),
+)
 
 
 def write_html_report(
@@ -346,8 +350,9 @@ def _image_infos(paths: Sequence[Path]) -> list[dict]:
         return list(pool.map(image_info, paths))
 
 
-def _pick_card(p: Pick, thumbs: Mapping[tuple[Path, int], str | None], info: Mapping[str, Any],
-               max_distance: float) -> str:
+def _pick_card(
+    p: Pick, thumbs: Mapping[tuple[Path, int], str | None], info: Mapping[str, Any], max_distance: float
+) -> str:
     width, height, taken = info.get("width"), info.get("height"), info.get("taken")
     details = [
         ("score", f"{p.score:.6f}"),

@@ -249,8 +249,9 @@ class ScanResult:
 
     def to_text(self, fmt: str | None = None) -> str:
         """The results in an output format (default: the scan's ``format``), as ``output`` gets them."""
-        return format_results(self.picks, fmt or self.parameters.format, failures=self.failures,
-                              run=self.record())
+        return format_results(
+            self.picks, fmt or self.parameters.format, failures=self.failures, run=self.record()
+        )
 
 
 def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
@@ -386,11 +387,35 @@ def scan(
             print(pick.rank, pick.path, "nearest:", pick.neighbour)
     """
     parameters = ScanParameters(
-        paths=paths, k=k, method=method, feature=feature, epochs=epochs, partners=partners, lr=lr,
-        momentum=momentum, seed=seed, restarts=restarts, dedup=dedup, since=since, exclude=exclude,
-        follow_symlinks=follow_symlinks, batch_size=batch_size, workers=workers, device=device,
-        backend=backend, weights=weights, engine=engine, decoder=decoder, cache=cache, output=output,
-        format=format, copy_to=copy_to, link=link, report=report, contact_sheet=contact_sheet, wait=wait,
+        paths=paths,
+        k=k,
+        method=method,
+        feature=feature,
+        epochs=epochs,
+        partners=partners,
+        lr=lr,
+        momentum=momentum,
+        seed=seed,
+        restarts=restarts,
+        dedup=dedup,
+        since=since,
+        exclude=exclude,
+        follow_symlinks=follow_symlinks,
+        batch_size=batch_size,
+        workers=workers,
+        device=device,
+        backend=backend,
+        weights=weights,
+        engine=engine,
+        decoder=decoder,
+        cache=cache,
+        output=output,
+        format=format,
+        copy_to=copy_to,
+        link=link,
+        report=report,
+        contact_sheet=contact_sheet,
+        wait=wait,
     )
     return run(parameters, on_progress=on_progress, on_warning=on_warning, on_failure=on_failure)
 
@@ -424,23 +449,40 @@ class _Scan:
             if self.on_warning is not None:
                 stack.enter_context(_warnings_to(self.on_warning))
             for target in p.outputs():
-                stack.enter_context(output_lock(
-                    target, wait=p.wait, on_warning=self.warn,
-                    on_wait=lambda target=target: self.progress("wait", path=target),
-                ))
+                stack.enter_context(
+                    output_lock(
+                        target,
+                        wait=p.wait,
+                        on_warning=self.warn,
+                        on_wait=lambda target=target: self.progress("wait", path=target),
+                    )
+                )
             files = self.find_files()
-            extractor = features.build_extractor(feature=p.feature, device=p.device, backend=p.backend,
-                                                 weights=p.weights)
+            extractor = features.build_extractor(
+                feature=p.feature, device=p.device, backend=p.backend, weights=p.weights
+            )
             store = stack.enter_context(self.open_cache(extractor.model_key))
             extraction = self.extract(files, extractor, store)
             candidates = _candidates(extraction.files, p.since)
             picks, dropped = self.rank(extraction, candidates)
-            counts = Counts(found=len(files), from_cache=extraction.from_cache,
-                            extracted=extraction.extracted, failed=len(self.failures),
-                            candidates=len(candidates), duplicates_dropped=dropped)
+            counts = Counts(
+                found=len(files),
+                from_cache=extraction.from_cache,
+                extracted=extraction.extracted,
+                failed=len(self.failures),
+                candidates=len(candidates),
+                duplicates_dropped=dropped,
+            )
             self.write_outputs(picks, counts, extraction)
-        return ScanResult(picks=picks, failures=list(self.failures), counts=counts, seconds=self.seconds(),
-                          parameters=p, files=extraction.files, features=extraction.features)
+        return ScanResult(
+            picks=picks,
+            failures=list(self.failures),
+            counts=counts,
+            seconds=self.seconds(),
+            parameters=p,
+            files=extraction.files,
+            features=extraction.features,
+        )
 
     # -- steps
 
@@ -474,8 +516,7 @@ class _Scan:
         p = self.params
         own = _OwnOutputs(p.outputs())
         files: list[ImageFile] = []
-        for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks,
-                           on_error=self.fail):
+        for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
             if not own.contains(f.path):
                 files.append(f)
                 if len(files) % WALK_PROGRESS_EVERY == 0:
@@ -505,13 +546,22 @@ class _Scan:
         with store:
             yield store
 
-    def extract(self, files: list[ImageFile], extractor: features.Extractor,
-                store: FeatureStore) -> Extraction:
+    def extract(
+        self, files: list[ImageFile], extractor: features.Extractor, store: FeatureStore
+    ) -> Extraction:
         p = self.params
         engine = load(ENGINES[p.engine])
-        extraction = engine(files, extractor, store, batch_size=p.batch_size, workers=p.workers,
-                            decoder=p.decoder, on_progress=self.extract_progress, on_failure=self.fail,
-                            on_warning=self.warn)
+        extraction = engine(
+            files,
+            extractor,
+            store,
+            batch_size=p.batch_size,
+            workers=p.workers,
+            decoder=p.decoder,
+            on_progress=self.extract_progress,
+            on_failure=self.fail,
+            on_warning=self.warn,
+        )
         if not extraction.files:
             raise NovelfindError(f"none of the {len(files)} images could be read")
         return extraction
@@ -525,26 +575,45 @@ class _Scan:
 
         p = self.params
         self.progress("rank", 0, 1)
-        config = ADSConfig(epochs=p.epochs, partners=p.partners, lr=p.lr, momentum=p.momentum, seed=p.seed,
-                           restarts=p.restarts)
+        config = ADSConfig(
+            epochs=p.epochs,
+            partners=p.partners,
+            lr=p.lr,
+            momentum=p.momentum,
+            seed=p.seed,
+            restarts=p.restarts,
+        )
         try:
-            ranking = rank(extraction.features, p.k, method=p.method, config=config, dedup=p.dedup,
-                           device=features.resolve_device(p.device),
-                           candidates=None if p.since is None else np.asarray(candidates))
+            ranking = rank(
+                extraction.features,
+                p.k,
+                method=p.method,
+                config=config,
+                dedup=p.dedup,
+                device=features.resolve_device(p.device),
+                candidates=None if p.since is None else np.asarray(candidates),
+            )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
         files = extraction.files
         picks = []
-        for index, score, neighbour, distance in zip(ranking.indices, ranking.scores, ranking.neighbour,
-                                                     ranking.distance, strict=True):
+        for index, score, neighbour, distance in zip(
+            ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
+        ):
             f = files[int(index)]
             found = int(neighbour) >= 0
-            picks.append(Pick(
-                rank=len(picks) + 1, score=float(score), path=f.path, size=f.size, mtime_ns=f.mtime_ns,
-                neighbour=files[int(neighbour)].path if found else None,
-                distance=float(distance) if found else None,
-            ))
+            picks.append(
+                Pick(
+                    rank=len(picks) + 1,
+                    score=float(score),
+                    path=f.path,
+                    size=f.size,
+                    mtime_ns=f.mtime_ns,
+                    neighbour=files[int(neighbour)].path if found else None,
+                    distance=float(distance) if found else None,
+                )
+            )
         return picks, int(ranking.duplicates_dropped)
 
     def write_outputs(self, picks: list[Pick], counts: Counts, extraction: Extraction) -> None:
@@ -568,17 +637,24 @@ class _Scan:
 
     def write_report(self, picks: list[Pick], record: dict[str, Any], extraction: Extraction) -> None:
         row_of = {f.path: i for i, f in enumerate(extraction.files)}
-        write_html_report(self.params.report, picks, points2d=pca_2d(extraction.features),
-                          pick_indices=[row_of[pick.path] for pick in picks], run=record,
-                          failures=self.failures, paths=[f.path for f in extraction.files])
+        write_html_report(
+            self.params.report,
+            picks,
+            points2d=pca_2d(extraction.features),
+            pick_indices=[row_of[pick.path] for pick in picks],
+            run=record,
+            failures=self.failures,
+            paths=[f.path for f in extraction.files],
+        )
 
     # -- reporting
 
     def extract_progress(self, done: int, total: int) -> None:
         self.progress("extract", done, total)
 
-    def progress(self, stage: str, done: int = 0, total: int | None = None, *,
-                 path: Path | None = None) -> None:
+    def progress(
+        self, stage: str, done: int = 0, total: int | None = None, *, path: Path | None = None
+    ) -> None:
         if self.on_progress is not None:
             self.on_progress(Progress(stage, done, total, path))
 
