@@ -51,8 +51,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # Observed differences are ~1e-5 on logits (values of order 10); rankings are identical at this level.
 BACKEND_TOLERANCE = 1e-3
 ONNX_OPSET = 17
-# Images per ONNX Runtime run. Measured on 2 cores (img/s, peak RSS): 8 -> 140, 194 MB; 16 -> 113, 298 MB;
-# 32 -> 107, 491 MB. Activations of small runs stay in cache; the caller's batch size only sets commit size.
+# Images per ONNX Runtime run; the caller's batch size only sets how many are committed together. Peak RSS
+# of the model alone: 8 -> ~200 MB, 16 -> ~300 MB, 32 -> ~495 MB (two measurements agree). Throughput was
+# 8 -> 140, 16 -> 113, 32 -> 107 img/s in a run whose machine load was not recorded (chunk 8 on an idle
+# machine: the ~400 above), and within noise of each other at load average ~14: the choice rests on memory.
 ONNX_CHUNK = 8
 ONNX_GRAPH_VERSION = "1"  # bump when the wrapper below changes
 
@@ -406,7 +408,7 @@ class OnnxExtractor:
         session = self._load()
         batch = _check_batch(batch)
         out = np.empty((len(batch), self.dim), np.float32)  # (B, dim)
-        for s in range(0, len(batch), ONNX_CHUNK):  # small runs: faster and ~300 MB less memory than 32
+        for s in range(0, len(batch), ONNX_CHUNK):  # small runs: ~300 MB less memory than 32
             out[s : s + ONNX_CHUNK] = session.run(None, {"pixels": batch[s : s + ONNX_CHUNK]})[0]
         return out
 
