@@ -3,10 +3,10 @@
 The driver (the process running the scan) walks the library and looks every file up in its cache exactly
 as with the local engine; only the files the cache lacks are handed to ``RayEngine.run``. Ray Data runs
 them through a pool of actors (``map_batches`` with a callable class that holds the model), each actor
-reads its files, decodes them with ``decode.read_or_reason`` (so an unreadable file gets the same reason
-as with the local engine) and runs the model on the batch. Results stream back to the driver block by
-block (``iter_batches``), so the driver can commit every batch to its cache as it arrives: one writer,
-and no SQLite over a network file system.
+reads its files, decodes them with ``pipeline.decode_file`` (the local engine's own function, so an
+unreadable file gets the same reason) and runs the model on the batch. Results stream back to the
+driver block by block (``iter_batches``), so the driver can commit every batch to its cache as it
+arrives: one writer, and no SQLite over a network file system.
 
 What the cluster needs:
 
@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
-from novelfind.decode import INPUT_SIZE, read_or_reason
+from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
 
 INSTALL_HINT = "pip install 'novelfind[ray]'"
@@ -180,7 +180,9 @@ class _ExtractWorker:
         self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
 
     def _read(self, raw: bytes):
-        return read_or_reason(os.fsdecode(raw), self.known)
+        from novelfind.pipeline import decode_file
+
+        return decode_file(os.fsdecode(raw), self.known)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         raw_paths = list(batch["path"])
@@ -189,14 +191,14 @@ class _ExtractWorker:
         digests, reasons = [b""] * n, [b""] * n
         todo: list[int] = []
         pixels: list[np.ndarray] = []
-        for i, (digest, payload) in enumerate(read):
-            if digest is None:
-                reasons[i] = os.fsencode(payload)  # a reason may quote a file name: keep its bytes
+        for i, decoded in enumerate(read):
+            if decoded.digest is None:
+                reasons[i] = os.fsencode(decoded.reason)  # a reason may quote a file name: keep its bytes
             else:
-                digests[i] = digest.encode("ascii")
-                if payload is not None:
+                digests[i] = decoded.digest.encode("ascii")
+                if decoded.pixels is not None:
                     todo.append(i)
-                    pixels.append(payload)
+                    pixels.append(decoded.pixels)
         vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
         has_vector = np.zeros(n, bool)
         if todo:

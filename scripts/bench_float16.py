@@ -26,9 +26,9 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import bench_quality  # noqa: E402
+import photosets  # noqa: E402
 
-from novelfind import datasets  # noqa: E402
-from novelfind.rank import rank  # noqa: E402
+from novelfind.ranking import rank  # noqa: E402
 
 
 def compare(x32: np.ndarray, labels: np.ndarray) -> dict:
@@ -50,7 +50,7 @@ def compare(x32: np.ndarray, labels: np.ndarray) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default=",".join(datasets.SETS))
+    ap.add_argument("--sets", default=",".join(photosets.SETS))
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", type=Path, default=Path("bench_float16.json"))
     args = ap.parse_args()

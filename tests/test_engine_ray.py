@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from conftest import make_photo, missing_prerequisite
 
-from novelfind.decode import read_or_reason
 from novelfind.errors import ClusterError, ExitCode
 
 pytestmark = pytest.mark.slow
@@ -87,15 +86,16 @@ def photos(tmp_path_factory) -> list[str]:
 def local_results(photos, model_cache):
     """What the local engine makes of each file: (digest, vector) or (None, reason)."""
     from novelfind.features import build_extractor
+    from novelfind.pipeline import decode_file
 
     extractor = build_extractor(backend="onnx", device="cpu", cache_dir=model_cache)
     out = []
     for path in photos:
-        digest, payload = read_or_reason(path)
-        if digest is None:
-            out.append((None, payload))
+        decoded = decode_file(path, frozenset())
+        if decoded.digest is None:
+            out.append((None, decoded.reason))
         else:
-            out.append((digest, extractor(payload[None])[0]))
+            out.append((decoded.digest, extractor(decoded.pixels[None])[0]))
     return out
 
 

@@ -1,4 +1,4 @@
-"""Streaming principal-axis projection against the in-memory PCA the default ranking uses."""
+"""Streaming principal-axis projection against the in-memory PCA the default ranking uses (pca.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from novelfind import stream
-from novelfind.rank import pca
+from novelfind.pca import pca
 
 
 def _features(n: int, m: int, seed: int, offset: float = 0.0) -> np.ndarray:
