@@ -203,6 +203,15 @@ class _Decoder:
             self.pool = None
 
 
+def _gpu_file_decoder(extractor, required, threads, known, on_warning):
+    """The GPU decoding hook: gpu_decode.FileDecoder for a CUDA extractor, None for the CPU decoders."""
+    if required is None and not str(getattr(extractor, "device", "cpu")).startswith("cuda"):
+        return None  # the usual CPU scan never imports the GPU module
+    from novelfind.gpu_decode import file_decoder_for
+
+    return file_decoder_for(extractor, threads=threads, known=known, required=required, on_warning=on_warning)
+
+
 def _progress_bar(total: int, enabled: bool):
     if not enabled:
         return None
@@ -221,10 +230,14 @@ def extract(
     progress: bool = False,
     on_failure: Callable[[Path, str], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
+    gpu_decode: bool | None = None,
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
-    ``workers``: decode processes (None = one per core, 0 = decode in this process). Bad files are reported
+    ``workers``: decode processes (None = one per core, 0 = decode in this process); with GPU decoding,
+    the threads that read files and decode what the GPU does not. ``gpu_decode``: None decodes JPEGs on
+    the GPU when the extractor runs on CUDA and nvImageCodec is installed (``gpu_decode.py``); True
+    requires it (GpuDecodeUnavailable otherwise); False never. Bad files are reported
     through ``on_failure(path, reason)`` as they happen and listed in ``failures``; they are never cached.
     KeyboardInterrupt stops the workers and propagates; batches already written stay in the cache.
     A cache that cannot be written (disk full, I/O error) is reported once through ``on_warning`` and
@@ -282,7 +295,16 @@ def extract(
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
         known_digests = getattr(cache, "known_digests", None)
-        decoder = _Decoder(workers, window, known_digests() if known_digests else frozenset())
+        known = known_digests() if known_digests else frozenset()
+        decoder: Any = None
+        stack: Callable[[list], Any] = np.stack
+        if gpu_decode is not False:
+            threads = workers or default_workers()
+            decoder = _gpu_file_decoder(extractor, gpu_decode, threads, known, on_warning)
+        if decoder is None:
+            decoder = _Decoder(workers, window, known)
+        else:
+            from novelfind.gpu_decode import stack_pixels as stack
         batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels)
         moved: list[tuple[Any, str, np.ndarray]] = []  # digest hits: rows to record under their new path
 
@@ -293,7 +315,7 @@ def extract(
                     store(list(moved))
                     moved.clear()
                 return
-            pixels = np.stack([b[2] for b in batch])  # (B, 224, 224, 3) uint8
+            pixels = stack([b[2] for b in batch])  # (B, 224, 224, 3) uint8, numpy or on the model's device
             out = np.asarray(extractor(pixels), dtype=np.float32)  # (B, dim)
             if out.shape != (len(batch), dim):
                 raise RuntimeError(f"extractor returned {out.shape}, expected {(len(batch), dim)}")
