@@ -344,7 +344,10 @@ class NvImageCodec:
     """nvImageCodec's GPU JPEG decoders: the hardware decoder where the card has one, CUDA otherwise.
 
     ``kinds`` limits the backends (names: hw, gpu, hybrid); nvImageCodec's own CPU decoders are never
-    used (Pillow is the fallback). ``options`` is nvImageCodec's decoder option string.
+    used (Pillow is the fallback). ``hw_load``: the share of a batch offered to the hardware decoder (the
+    rest goes to the CUDA decoders; None: nvImageCodec's default). ``adaptive``: let nvImageCodec balance
+    the backends by their idle time. ``options`` is nvImageCodec's decoder option string.
+    ``reuse_buffers`` hands the last batch's device buffers back to the decoder.
     """
 
     KINDS = {"hw": "HW_GPU_ONLY", "gpu": "GPU_ONLY", "hybrid": "HYBRID_CPU_GPU"}
@@ -354,6 +357,8 @@ class NvImageCodec:
         device: torch.device | str = "cuda",
         *,
         kinds: Sequence[str] = ("hw", "gpu", "hybrid"),
+        hw_load: float | None = None,
+        adaptive: bool = False,
         options: str = "",
         reuse_buffers: bool = True,
     ):
@@ -369,7 +374,15 @@ class NvImageCodec:
             with _stderr_to(messages):  # "cannot load nvjpeg2k/nvtiff" notes for codecs we never use
                 from nvidia import nvimgcodec
 
-                backends = [nvimgcodec.Backend(getattr(nvimgcodec.BackendKind, self.KINDS[k])) for k in kinds]
+                backends = []
+                for k in kinds:
+                    kind = getattr(nvimgcodec.BackendKind, self.KINDS[k])
+                    extra: dict[str, Any] = {}
+                    if adaptive:
+                        extra["load_hint_policy"] = nvimgcodec.LoadHintPolicy.ADAPTIVE_MINIMIZE_IDLE_TIME
+                    if k == "hw" and hw_load is not None:
+                        extra["load_hint"] = float(hw_load)
+                    backends.append(nvimgcodec.Backend(kind, **extra))
                 self._decoder = nvimgcodec.Decoder(
                     device_id=self.device.index, backends=backends, options=options
                 )
@@ -387,17 +400,16 @@ class NvImageCodec:
     def decode(self, datas: Sequence[bytes]) -> list[torch.Tensor | None]:
         stream = torch.cuda.current_stream(self.device)
         kwargs: dict[str, Any] = {"params": self._params, "cuda_stream": stream.cuda_stream}
+        datas = list(datas)
+        images = None
         if self._reuse and len(self._spare) >= len(datas):
-            stream.synchronize()  # the last batch's buffers are read by nothing any more
-            kwargs["images"] = self._spare[: len(datas)]
-        try:
-            images = self._decoder.decode(list(datas), **kwargs)
-        except TypeError:
-            if "images" not in kwargs:
-                raise
-            self._reuse = False  # an nvImageCodec without buffer reuse
-            del kwargs["images"]
-            images = self._decoder.decode(list(datas), **kwargs)
+            stream.synchronize()  # nothing reads the last batch's buffers any more
+            try:
+                images = self._decoder.decode(datas, images=self._spare[: len(datas)], **kwargs)
+            except Exception:  # noqa: BLE001 - an nvImageCodec that cannot reuse: decode as usual
+                self._reuse, self._spare = False, []
+        if images is None:
+            images = self._decoder.decode(datas, **kwargs)
         if self._reuse:
             self._spare = [im for im in images if im is not None] + self._spare[len(datas) :]
         return [None if im is None else _tensor_of(im, self.device) for im in images]
