@@ -9,7 +9,9 @@
 # Without CUDA (a CPU machine) the same steps run at toy sizes on the CPU, every result marked
 # "no CUDA", to debug this script before GPU time is spent; `pip install -e .` is skipped there.
 # Each part runs under `timeout` within what is left of the deadline; a part that fails or runs out of
-# time is recorded and the next one runs.
+# time is recorded and the next one runs. A rerun can pick parts (environment and install always run):
+#   GPU_CHECK_ONLY="cuda-tests throughput" GPU_CHECK_SECONDS=200 bash scripts/gpu_check.sh OUTDIR
+# Parts: cuda-tests compare-example compare-12mp throughput model ads rank.
 #
 # OUTDIR (5 files): summary.json (each part's status and seconds, the headline figures), gpu_check.log
 # (everything printed), pytest.xml (JUnit; measured differences as properties), bench_gpu.json (scan
@@ -51,6 +53,7 @@ BENCH="$PY scripts/bench_gpu.py"
 JSON=$OUT/bench_gpu.json
 PARTS=$WORK/parts.tsv
 : >"$PARTS"
+rm -f "$JSON" "$OUT/pytest.xml" "$OUT/summary.json"
 
 summarise() {
   $BENCH summary --parts "$PARTS" --junit "$OUT/pytest.xml" --bench "$JSON" --out "$OUT/summary.json" \
@@ -59,9 +62,14 @@ summarise() {
 
 # part NAME MAX_SECONDS COMMAND...: run COMMAND (a program, or one of the check_* functions below) under
 # a limit of min(MAX, time left), and record the outcome
+wanted() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]; }
+
 part() {
   local name=$1 max=$2 left t rc began
   shift 2
+  if ! wanted "$name" && [ "$name" != environment ] && [ "$name" != install ] && [ "$name" != make-jpegs ]; then
+    return 0
+  fi
   left=$((START + BUDGET - $(date +%s)))
   t=$((max < left ? max : left))
   if [ "$t" -lt 5 ]; then
@@ -140,10 +148,11 @@ EOF
 }
 
 check_tests() {
-  local req=()
-  [ "$HAS_CUDA" = 1 ] && req=(--require-cuda)
+  local extra=()
+  [ "$HAS_CUDA" = 1 ] && extra+=(--require-cuda)
+  "$PY" -c 'import pytest_timeout' 2>/dev/null && extra+=(--timeout=100)  # a hang fails one test, not all
   "$PY" -m pytest -m cuda tests/test_cuda.py tests/test_ads.py -p no:cacheprovider -q -rA \
-    --junitxml="$OUT/pytest.xml" "${req[@]}"
+    --junitxml="$OUT/pytest.xml" "${extra[@]}"
 }
 
 check_jpegs_made() {  # waits for the background maker; its exit status
@@ -159,14 +168,18 @@ echo "novelfind GPU check: $(git -C "$REPO" log -1 --format='%h %s' 2>/dev/null)
 part environment 30 check_environment
 part install 120 check_install
 # the 12 MP photos are made while the tests run (both need the CPUs only in part)
-(
-  timeout 180 $BENCH make-jpegs "$WORK/jpegs" --distinct $DISTINCT --copies $COPIES --procs "$NPROC" \
-    --width $WIDTH --height $HEIGHT --out "$JSON" >"$WORK/make-jpegs.log" 2>&1
-  echo $? >"$WORK/make-jpegs.rc"
-) &
+if wanted compare-12mp || wanted throughput; then
+  (
+    timeout 180 $BENCH make-jpegs "$WORK/jpegs" --distinct $DISTINCT --copies $COPIES --procs "$NPROC" \
+      --width $WIDTH --height $HEIGHT --out "$JSON" >"$WORK/make-jpegs.log" 2>&1
+    echo $? >"$WORK/make-jpegs.rc"
+  ) &
+fi
 part cuda-tests 180 check_tests
-part make-jpegs 150 check_jpegs_made
-if [ -d "$REPO/.whl/example" ]; then
+if wanted compare-12mp || wanted throughput; then
+  part make-jpegs 150 check_jpegs_made
+fi
+if [ -d "$REPO/.whl/example" ] || ! wanted compare-example; then
   part compare-example 90 $BENCH compare "$REPO/.whl/example" --k 5 --key compare_example --out "$JSON"
 else
   echo "=== compare-example: skipped, no .whl/example (scripts/gpu_wheels.sh makes it)"
