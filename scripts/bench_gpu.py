@@ -226,20 +226,36 @@ def cmd_compare(a) -> int:
 
 
 def _extract_rate(files: list, gpu_decode: bool | None, batch_size: int, workers: int) -> dict:
+    from novelfind import gpu_decode as gd
     from novelfind.cache import NullCache
     from novelfind.features import build_extractor
     from novelfind.pipeline import extract
 
-    ex = build_extractor(device=DEVICE)
-    extract(files[:batch_size], ex, NullCache(), batch_size=batch_size, workers=workers,
-            gpu_decode=gpu_decode)  # warm-up: model, cuDNN autotuning, decoder start
-    sync()
-    t0 = time.perf_counter()
-    res = extract(files, ex, NullCache(), batch_size=batch_size, workers=workers, gpu_decode=gpu_decode)
-    sync()
-    wall = time.perf_counter() - t0
-    return {"images": len(files), "ok": len(res.files), "failed": len(res.failures), "wall_s": round(wall, 2),
-            "images_per_s": round(len(files) / wall, 1), "batch_size": batch_size, "workers": workers}
+    made: list = []  # the pipeline's GPU file decoders, to read how many files the GPU really decoded
+    original = gd.file_decoder_for
+
+    def spy(*args, **kwargs):
+        fd = original(*args, **kwargs)
+        made.append(fd)
+        return fd
+
+    gd.file_decoder_for = spy
+    try:
+        ex = build_extractor(device=DEVICE)
+        extract(files[:batch_size], ex, NullCache(), batch_size=batch_size, workers=workers,
+                gpu_decode=gpu_decode)  # warm-up: model, cuDNN autotuning, decoder start
+        sync()
+        t0 = time.perf_counter()
+        res = extract(files, ex, NullCache(), batch_size=batch_size, workers=workers, gpu_decode=gpu_decode)
+        sync()
+        wall = time.perf_counter() - t0
+    finally:
+        gd.file_decoder_for = original
+    out = {"images": len(files), "ok": len(res.files), "failed": len(res.failures), "wall_s": round(wall, 2),
+           "images_per_s": round(len(files) / wall, 1), "batch_size": batch_size, "workers": workers}
+    if made and made[-1] is not None:
+        out["file_decoder"] = dict(made[-1].stats)  # gpu / pillow / known / failed
+    return out
 
 
 def _open_time() -> dict:
@@ -492,7 +508,7 @@ def _headline(bench: dict) -> dict:
                       "nearest_other_photo_median", "images_per_s_end_to_end", "failures")
     for key in sorted(bench):
         if key.startswith(("e2e_", "decode_", "model_")):
-            h[key] = pick(key, "images_per_s", "fallbacks")
+            h[key] = pick(key, "images_per_s", "fallbacks", "file_decoder")
         elif key.startswith(("ads_n", "rank_default")):
             h[key] = pick(key, "seconds", "peak_gpu_gib", "cpu_randperm_per_epoch_s", "ads_part_s_approx")
     h["gpu_decoder_open_s"] = pick("gpu_decoder_open_s", "seconds", "nvimgcodec")
