@@ -26,8 +26,11 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
-``FileDecoder`` wraps this for the extraction pipeline (same contract as its process-pool decoder).
-Everything but ``NvImageCodec`` is plain torch and runs on the CPU too, which is how it is tested there.
+For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and
+``auto_decoder`` the default "auto" one: GPU decoding when the model runs on CUDA and nvImageCodec is
+installed, Pillow in worker processes otherwise. torch is imported only where a GPU path runs, so the
+"auto" choice costs a CPU scan nothing. Everything but ``NvImageCodec`` is plain torch and runs on the
+CPU too, which is how it is tested there.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import torch
 
+from novelfind import pipeline
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -60,6 +63,11 @@ from novelfind.decode import (
     resized_geometry,
 )
 from novelfind.errors import DecodeError
+from novelfind.features import available_cpus
+from novelfind.pipeline import Decoded
+
+if TYPE_CHECKING:
+    import torch
 
 # Larger JPEGs are left to Pillow (its reduced-scale decode needs far less memory than a full decode).
 GPU_MAX_PIXELS = 2**27  # 134 MP: medium-format cameras still decode on the GPU
@@ -196,6 +204,8 @@ def _reduce(x: torch.Tensor, a: int) -> torch.Tensor:
     Stands in for libjpeg's 1/a DCT-domain decode (whose output is 8-bit, hence the rounding); edge
     blocks average the pixels they have.
     """
+    import torch
+
     if a == 1:
         return x.to(torch.float32)
     h_in, w_in, c = x.shape
@@ -214,6 +224,8 @@ def _reduce(x: torch.Tensor, a: int) -> torch.Tensor:
 
 def orient(x: torch.Tensor, orientation: int) -> torch.Tensor:
     """Apply EXIF ``orientation`` to an (H, W, ...) tensor, as ``ImageOps.exif_transpose`` does."""
+    import torch
+
     if orientation == 2:  # FLIP_LEFT_RIGHT
         return x.flip(1)
     if orientation == 3:  # ROTATE_180
@@ -262,6 +274,8 @@ _weights_lock = threading.Lock()
 
 
 def _device_weights(device, in_size, out_size, in0, in1, w: np.ndarray) -> torch.Tensor:
+    import torch
+
     key = (str(device), in_size, out_size, in0, in1)
     with _weights_lock:
         t = _weights_cache.get(key)
@@ -275,6 +289,8 @@ def _device_weights(device, in_size, out_size, in0, in1, w: np.ndarray) -> torch
 
 def _round8(x: torch.Tensor) -> torch.Tensor:
     """Pillow's 8-bit output of a resampling pass: round half up, clip to 0..255."""
+    import torch
+
     return torch.floor(x + 0.5).clamp_(0, 255)
 
 
@@ -284,6 +300,8 @@ def model_input(pixels: torch.Tensor, info: JpegInfo) -> torch.Tensor:
     The CPU path's steps in its order: draft reduction, EXIF orientation, short side to 256 and centre
     crop with Pillow's bilinear filter (horizontal pass, then vertical, each rounded to 8 bits).
     """
+    import torch
+
     x = orient(_reduce(pixels, info.draft), info.orientation)  # (h, w, 3) float32, integer-valued
     h, w = int(x.shape[0]), int(x.shape[1])
     box = crop_box(w, h)
@@ -362,6 +380,8 @@ class NvImageCodec:
         options: str = "",
         reuse_buffers: bool = True,
     ):
+        import torch
+
         self.device = torch.device(device)
         if self.device.type != "cuda" or not torch.cuda.is_available():
             raise GpuDecodeUnavailable("no CUDA device")
@@ -398,6 +418,8 @@ class NvImageCodec:
         self._spare: list[Any] = []  # images of the last call, their device buffers reused by the next
 
     def decode(self, datas: Sequence[bytes]) -> list[torch.Tensor | None]:
+        import torch
+
         stream = torch.cuda.current_stream(self.device)
         kwargs: dict[str, Any] = {"params": self._params, "cuda_stream": stream.cuda_stream}
         datas = list(datas)
@@ -417,6 +439,8 @@ class NvImageCodec:
 
 def _tensor_of(image: Any, device: torch.device) -> torch.Tensor:
     """A torch view of an nvImageCodec image in device memory (no copy)."""
+    import torch
+
     try:
         return torch.from_dlpack(image)
     except Exception:  # noqa: BLE001 - older DLPack handshakes: the CUDA array interface
@@ -445,6 +469,8 @@ class GpuDecoder:
     """Batches of encoded files -> model input on the device, JPEGs decoded by ``backend``."""
 
     def __init__(self, backend: JpegBackend, *, batch_pixels: int = BATCH_PIXELS):
+        import torch
+
         self.backend = backend
         self.device = torch.device(backend.device)
         self.batch_pixels = batch_pixels
@@ -452,6 +478,8 @@ class GpuDecoder:
 
     def decode(self, datas: Sequence[bytes], infos: Sequence[JpegInfo | str] | None = None) -> DecodedBatch:
         """Decode ``datas``; ``infos`` are their ``inspect_jpeg`` results when already known."""
+        import torch
+
         if infos is None:
             infos = [inspect_jpeg(d) for d in datas]
         out = torch.zeros((len(datas), INPUT_SIZE, INPUT_SIZE, 3), dtype=torch.uint8, device=self.device)
@@ -499,6 +527,8 @@ class GpuDecoder:
         return [p if p is not None else "GPU decoder rejected the file" for p in got]
 
     def _fill(self, out: torch.Tensor, i: int, pixels: torch.Tensor, info: JpegInfo) -> str | None:
+        import torch
+
         if pixels.ndim != 3 or pixels.dtype != torch.uint8 or pixels.shape[2] not in (1, 3):
             return f"GPU decoder gave {pixels.dtype} {tuple(pixels.shape)}"
         if tuple(pixels.shape[:2]) != (info.height, info.width):
@@ -553,81 +583,89 @@ def self_check(gpu: GpuDecoder) -> None:
     gpu.stats.clear()
 
 
-# --------------------------------------------------------------------------- the pipeline's decoder
+# --------------------------------------------------------------------------- the pipeline's decoders
 
 
-def _pillow_task(data: bytes, name: str) -> tuple[np.ndarray | None, str | None]:
-    """The CPU path on bytes already read: (pixels, None) or (None, reason). Never raises for a bad file."""
+def _pillow_task(data: bytes, name: str) -> Decoded:
+    """The CPU path on bytes already read (reasons as in ``pipeline.decode_file``); never raises."""
     try:
-        return model_input_from_bytes(data, name), None
+        return Decoded(file_digest(data), model_input_from_bytes(data, name))
     except DecodeError as e:
-        return None, str(e) or "cannot decode"
+        return Decoded(None, reason=str(e) or "cannot decode")
     except MemoryError:
-        return None, "out of memory while decoding"
+        return Decoded(None, reason="out of memory while decoding")
     except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
-        return None, f"{type(e).__name__}: {e}"[:200]
+        return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
 
 
-class FileDecoder:
-    """Paths -> (digest, model input) for the extraction pipeline, with JPEGs decoded on the GPU.
+class GpuFileDecoder:
+    """The pipeline's "gpu" decoder (``pipeline.Decoder``): JPEGs decoded on the model's GPU, the rest by
+    Pillow; ``decode(paths)`` yields ``(position, Decoded)`` in input order.
 
-    The same contract as the pipeline's process-pool decoder: ``run(paths)`` yields
-    ``(position, (digest, pixels))`` in input order, ``(position, (digest, None))`` for bytes whose
-    digest is in ``known``, and ``(position, (None, reason))`` for a file that cannot be read or decoded.
-    ``pixels`` is a (224, 224, 3) uint8 tensor on the device, or a numpy array from Pillow.
-    ``threads`` read, digest and inspect files and run the Pillow fallback (all release the GIL).
+    Pixels decoded on the GPU stay there (a (224, 224, 3) uint8 tensor; ``stack`` makes the batch on the
+    device); Pillow's are numpy arrays. ``workers`` threads (default: one per core) read, digest and
+    inspect the files and run the Pillow fallback (all of which release the GIL), one ``group`` ahead
+    of the GPU. Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked
+    nvImageCodec decoder (tests, benchmarks).
     """
 
     def __init__(
         self,
-        gpu: GpuDecoder,
-        *,
-        threads: int,
+        workers: int = 0,
+        window: int = 0,
         known: frozenset[str] = frozenset(),
+        extractor: Any = None,
+        on_warning: Callable[[str], None] | None = None,
+        *,
+        gpu: GpuDecoder | None = None,
         group: int = GROUP,
+        **context: Any,
     ):
-        self.gpu = gpu
-        self.threads = max(1, threads)
+        self.gpu = gpu if gpu is not None else open_gpu_decoder(str(getattr(extractor, "device", "cuda")))
+        self.threads = max(1, workers or available_cpus())
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
         self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed
 
-    def _read(self, path: str) -> tuple[str | None, bytes | str | None, JpegInfo | str | None]:
+    @staticmethod
+    def stack(pixels: list[Any]) -> Any:
+        return stack_pixels(pixels)
+
+    def _read(self, path: str) -> tuple[Decoded, bytes | None, JpegInfo | str | None]:
         try:
             data = read_bytes(path)
         except DecodeError as e:
-            return None, str(e) or "cannot read", None
+            return Decoded(None, reason=str(e) or "cannot read"), None, None
         digest = file_digest(data)
         if digest in self.known:
-            return digest, None, None
-        return digest, data, inspect_jpeg(data)
+            return Decoded(digest), None, None
+        return Decoded(digest), data, inspect_jpeg(data)
 
-    def run(self, paths: Sequence[str]) -> Iterator[tuple[int, tuple[Any, Any]]]:
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="novelfind-read")
         pool = self.pool
-        reads: list[Future] = []
+        reads: list[Future | None] = []
         for g0 in range(0, len(paths), self.group):
             g1 = min(g0 + self.group, len(paths))
             while len(reads) < min(g1 + self.group, len(paths)):  # read the next group meanwhile
                 reads.append(pool.submit(self._read, paths[len(reads)]))
-            yield from self._group(paths, g0, [reads[i].result() for i in range(g0, g1)])
+            got = [reads[i].result() for i in range(g0, g1)]  # type: ignore[union-attr]
             for i in range(g0, g1):
-                reads[i] = None  # type: ignore[call-overload]  # let the bytes go
+                reads[i] = None  # let the bytes go
+            yield from self._group(paths, g0, got)
 
-    def _group(self, paths, g0: int, got: list) -> Iterator[tuple[int, tuple[Any, Any]]]:
+    def _group(self, paths: Sequence[str], g0: int, got: list) -> Iterator[tuple[int, Decoded]]:
         pool = self.pool
         assert pool is not None
-        results: list[Any] = [None] * len(got)
+        results: list[Decoded | None] = [None] * len(got)
         pillow: dict[int, Future] = {}
         to_gpu: list[int] = []
-        for j, (digest, data, info) in enumerate(got):
-            if digest is None:
-                results[j] = (None, data)
-            elif data is None:
-                results[j] = (digest, None)
-                self.stats["known"] += 1
+        for j, (head, data, info) in enumerate(got):
+            if head.digest is None or data is None:  # unreadable, or bytes whose vector is cached
+                results[j] = head
+                self.stats["failed" if head.digest is None else "known"] += 1
             elif isinstance(info, JpegInfo):
                 to_gpu.append(j)
             else:
@@ -638,16 +676,13 @@ class FileDecoder:
                 if k in batch.fallback:
                     pillow[j] = pool.submit(_pillow_task, got[j][1], Path(paths[g0 + j]).name)
                 else:
-                    results[j] = (got[j][0], batch.pixels[k])
+                    results[j] = Decoded(got[j][0].digest, batch.pixels[k])
                     self.stats["gpu"] += 1
         for j in range(len(got)):
             if j in pillow:
-                pixels, reason = pillow[j].result()
-                results[j] = (got[j][0], pixels) if reason is None else (None, reason)
-                self.stats["pillow" if reason is None else "failed"] += 1
-            elif results[j][0] is None:
-                self.stats["failed"] += 1
-            yield g0 + j, results[j]
+                results[j] = pillow[j].result()
+                self.stats["pillow" if results[j].digest is not None else "failed"] += 1
+            yield g0 + j, results[j]  # type: ignore[misc]
 
     def terminate(self) -> None:
         """Stop now: queued reads are cancelled, running ones finish on their own."""
@@ -664,40 +699,35 @@ class FileDecoder:
 def stack_pixels(rows: Sequence[Any]) -> Any:
     """Stack decoded rows (device tensors and numpy arrays) into one batch: a tensor on the device of the
     first tensor row, or a numpy array when all rows are numpy."""
-    device = next((r.device for r in rows if isinstance(r, torch.Tensor)), None)
-    if device is None:
+    if not any(type(r).__module__.startswith("torch") for r in rows):
         return np.stack(rows)
+    import torch
+
+    device = next(r.device for r in rows if isinstance(r, torch.Tensor))
     return torch.stack([r if isinstance(r, torch.Tensor) else torch.from_numpy(r).to(device) for r in rows])
 
 
-def file_decoder_for(
-    extractor: Any,
-    *,
-    threads: int,
-    known: frozenset[str],
-    required: bool | None,
+def auto_decoder(
+    workers: int = 0,
+    window: int = 1,
+    known: frozenset[str] = frozenset(),
+    extractor: Any = None,
     on_warning: Callable[[str], None] | None = None,
-) -> FileDecoder | None:
-    """The GPU file decoder for ``extractor`` when it runs on CUDA (``required`` None), or when asked
-    (True: GpuDecodeUnavailable if it cannot run); None means 'decode on the CPU'.
+    **context: Any,
+) -> GpuFileDecoder | pipeline.ProcessDecoder:
+    """The pipeline's "auto" decoder: ``GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
+    is installed, else Pillow in worker processes (``ProcessDecoder``).
 
-    With ``required`` None a missing library is silent (it is an optional extra) and a broken one is
-    reported once through ``on_warning``.
+    Without the library (an optional extra) this is silent; a library that fails its start-up check is
+    reported once through ``on_warning`` and the scan decodes on the CPU.
     """
-    if required is False:
-        return None
-    device = str(getattr(extractor, "device", "cpu"))
-    if required is None and (not device.startswith("cuda") or not library_installed()):
-        return None
-    try:
-        gpu = open_gpu_decoder(device)
-    except GpuDecodeUnavailable as e:
-        if required:
-            raise
-        message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
-        if on_warning is not None:
-            on_warning(message)
-        else:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
-        return None
-    return FileDecoder(gpu, threads=threads, known=known)
+    if str(getattr(extractor, "device", "cpu")).startswith("cuda") and library_installed():
+        try:
+            return GpuFileDecoder(workers, window, known, extractor, on_warning)
+        except GpuDecodeUnavailable as e:
+            message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
+            if on_warning is not None:
+                on_warning(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return pipeline.ProcessDecoder(workers, window, known)

@@ -94,10 +94,8 @@ def guarded(out: Path | None, key: str, fn, *args, **kwargs):
 
 
 def walk_files(root: Path) -> list:
-    try:
-        from novelfind.walk import walk
-    except ImportError:
-        from novelfind.scan import walk
+    from novelfind.walk import walk
+
     return list(walk([root]))
 
 
@@ -225,35 +223,35 @@ def cmd_compare(a) -> int:
 # --------------------------------------------------------------------------- throughput
 
 
-def _extract_rate(files: list, gpu_decode: bool | None, batch_size: int, workers: int) -> dict:
+def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> dict:
     from novelfind import gpu_decode as gd
     from novelfind.cache import NullCache
     from novelfind.features import build_extractor
     from novelfind.pipeline import extract
 
     made: list = []  # the pipeline's GPU file decoders, to read how many files the GPU really decoded
-    original = gd.file_decoder_for
 
-    def spy(*args, **kwargs):
-        fd = original(*args, **kwargs)
-        made.append(fd)
-        return fd
+    class Recorded(gd.GpuFileDecoder):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
 
-    gd.file_decoder_for = spy
+    original, gd.GpuFileDecoder = gd.GpuFileDecoder, Recorded  # the registry names it by attribute
     try:
         ex = build_extractor(device=DEVICE)
         extract(files[:batch_size], ex, NullCache(), batch_size=batch_size, workers=workers,
-                gpu_decode=gpu_decode)  # warm-up: model, cuDNN autotuning, decoder start
+                decoder=decoder)  # warm-up: model, cuDNN autotuning, decoder start
         sync()
         t0 = time.perf_counter()
-        res = extract(files, ex, NullCache(), batch_size=batch_size, workers=workers, gpu_decode=gpu_decode)
+        res = extract(files, ex, NullCache(), batch_size=batch_size, workers=workers, decoder=decoder)
         sync()
         wall = time.perf_counter() - t0
     finally:
-        gd.file_decoder_for = original
+        gd.GpuFileDecoder = original
     out = {"images": len(files), "ok": len(res.files), "failed": len(res.failures), "wall_s": round(wall, 2),
-           "images_per_s": round(len(files) / wall, 1), "batch_size": batch_size, "workers": workers}
-    if made and made[-1] is not None:
+           "images_per_s": round(len(files) / wall, 1), "batch_size": batch_size, "workers": workers,
+           "decoder": decoder}
+    if made:
         out["file_decoder"] = dict(made[-1].stats)  # gpu / pillow / known / failed
     return out
 
@@ -272,12 +270,12 @@ def _open_time() -> dict:
 
 def _cpu_decode_rate(paths: list[str], workers: int) -> dict:
     """The CPU decoders alone (Pillow, reduced-scale JPEG decode), ``workers`` processes."""
-    from novelfind.pipeline import _Decoder
+    from novelfind.pipeline import ProcessDecoder
 
-    dec = _Decoder(workers, 4 * workers)
-    list(dec.run(paths[: 2 * workers]))  # start the pool
+    dec = ProcessDecoder(workers, 4 * workers)
+    list(dec.decode(paths[: 2 * workers]))  # start the pool
     t0 = time.perf_counter()
-    n = sum(1 for _ in dec.run(paths))
+    n = sum(1 for _ in dec.decode(paths))
     wall = time.perf_counter() - t0
     dec.close()
     return {"images": n, "wall_s": round(wall, 2), "images_per_s": round(n / wall, 1), "workers": workers}
@@ -335,8 +333,8 @@ def cmd_throughput(a) -> int:
                                     "gpu_decode_library": gd.library_installed()})
     guarded(a.out, "gpu_decoder_open_s", _open_time)
     # end to end through the extraction pipeline (NullCache: every file decoded and run)
-    guarded(a.out, "e2e_cpu_decode_gpu_model", _extract_rate, files, False, a.batch_size, workers)
-    guarded(a.out, "e2e_gpu_decode_gpu_model", _extract_rate, files, True, a.batch_size, workers)
+    guarded(a.out, "e2e_cpu_decode_gpu_model", _extract_rate, files, "pillow", a.batch_size, workers)
+    guarded(a.out, "e2e_gpu_decode_gpu_model", _extract_rate, files, "gpu", a.batch_size, workers)
     # the parts
     guarded(a.out, "decode_cpu_processes", _cpu_decode_rate, paths, workers)
     guarded(a.out, "decode_gpu_default", _gpu_decode_rate, datas, 64)
@@ -348,7 +346,7 @@ def cmd_throughput(a) -> int:
     guarded(a.out, "decode_gpu_batch16", _gpu_decode_rate, datas, 16)
     guarded(a.out, "decode_torchvision_gpu", _torchvision_rate, datas, 64)
     if a.batch_size != 64:
-        guarded(a.out, "e2e_gpu_decode_gpu_model_batch64", _extract_rate, files, True, 64, workers)
+        guarded(a.out, "e2e_gpu_decode_gpu_model_batch64", _extract_rate, files, "gpu", 64, workers)
     return 0
 
 
@@ -387,7 +385,7 @@ def cmd_model(a) -> int:
 
 
 def _ads_time(n: int, m: int, k: int) -> dict:
-    from novelfind.ads import ADSConfig, ads
+    from novelfind.solver import ADSConfig, ads
 
     if CUDA:
         torch.cuda.empty_cache()
@@ -440,11 +438,8 @@ def _clustered(n: int, m: int, seed: int = 0) -> np.ndarray:
 
 
 def _rank_time(n: int, m: int, k: int) -> dict:
-    try:
-        from novelfind.ranking import rank
-    except ImportError:
-        from novelfind.rank import rank
-    from novelfind.ads import ADSConfig, ads
+    from novelfind.ranking import rank
+    from novelfind.solver import ADSConfig, ads
 
     t0 = time.perf_counter()
     x = _clustered(n, m)

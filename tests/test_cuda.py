@@ -19,9 +19,9 @@ from conftest import make_photo, missing_prerequisite
 from PIL import Image
 
 from novelfind import decode, gpu_decode, pipeline
-from novelfind.ads import ADSConfig, ads
 from novelfind.errors import WeightsError
 from novelfind.features import CUDA_TOLERANCE, build_extractor, resolve_weights
+from novelfind.solver import ADSConfig, ads
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cuda")]  # skip before building any fixture
 
@@ -95,10 +95,7 @@ def test_ads_on_cuda_is_deterministic(cuda):
 
 @pytest.mark.parametrize("method", ["ads", "ads-paper"])
 def test_ranking_on_cuda_matches_cpu(cuda, method, record_property):
-    try:
-        from novelfind import ranking
-    except ImportError:
-        from novelfind import rank as ranking
+    from novelfind import ranking
 
     x, out = planted(5000, 128, 12, 7)
     on_gpu = ranking.rank(x, 12, method=method, device="cuda")
@@ -249,16 +246,16 @@ def test_file_decoder_on_gpu_falls_back_per_file(nvimgcodec, jpegs, tmp_path, re
     files["junk"] = tmp_path / "j.jpg"
     files["junk"].write_bytes(b"\xff\xd8not really")
     paths = [str(p) for p in files.values()]
-    fd = gpu_decode.FileDecoder(nvimgcodec, threads=4, group=4)
-    got = dict(fd.run(paths))
+    fd = gpu_decode.GpuFileDecoder(4, gpu=nvimgcodec, group=4)
+    got = dict(fd.decode(paths))
     fd.close()
     record_property("file_decoder_stats", json.dumps(dict(fd.stats)))
     for i, p in enumerate(paths):
-        digest, pixels = got[i]
-        want_digest, want = pipeline._decode_task(p, frozenset())
+        digest, pixels, reason = got[i]
+        want_digest, want, want_reason = pipeline.decode_file(p, frozenset())
         assert digest == want_digest, p
         if want_digest is None:
-            assert pixels == want, p  # the same reason as the CPU path
+            assert reason == want_reason, p  # the same reason as the CPU path
             continue
         px = pixels.cpu().numpy() if isinstance(pixels, torch.Tensor) else pixels
         assert np.abs(px.astype(float) - want.astype(float)).mean() <= PIXEL_TOLERANCE, p
@@ -283,15 +280,12 @@ def jpeg_folder(tmp_path_factory, jpegs) -> Path:
 
 def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, weights, jpeg_folder, record_property):
     from novelfind.cache import NullCache
+    from novelfind.walk import walk
 
-    try:
-        from novelfind.walk import walk
-    except ImportError:
-        from novelfind.scan import walk
     files = list(walk([jpeg_folder]))
     ex = build_extractor(device="cuda")
-    on_gpu = pipeline.extract(files, ex, NullCache(), batch_size=16, gpu_decode=True)
-    cpu_decoded = pipeline.extract(files, ex, NullCache(), batch_size=16, gpu_decode=False)
+    on_gpu = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
+    cpu_decoded = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
     all_cpu = pipeline.extract(
         files, build_extractor(device="cpu", backend="torch"), NullCache(), batch_size=16
     )

@@ -1,5 +1,6 @@
 """gpu_decode.py on the CPU: header checks, the device geometry against Pillow's, the fallback logic with a
-stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the pipeline hook.
+stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the pipeline's "gpu" and
+"auto" decoders.
 
 The real decoder (nvImageCodec on a GPU) is tested in test_cuda.py.
 """
@@ -19,9 +20,9 @@ from PIL import Image
 from novelfind import decode, gpu_decode, pipeline
 from novelfind.gpu_decode import (
     DecodedBatch,
-    FileDecoder,
     GpuDecoder,
     GpuDecodeUnavailable,
+    GpuFileDecoder,
     JpegInfo,
     draft_factor,
     inspect_jpeg,
@@ -322,15 +323,15 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
     paths = [str(files[k]) for k in order] + [str(missing)]
     known = frozenset({decode.file_digest(files["grey"].read_bytes())})
     gpu = GpuDecoder(PillowBackend())
-    fd = FileDecoder(gpu, threads=3, known=known, group=3)
-    got = list(fd.run(paths))
+    fd = GpuFileDecoder(3, known=known, gpu=gpu, group=3)
+    got = list(fd.decode(paths))
     fd.close()
     assert [pos for pos, _ in got] == list(range(len(paths)))
-    cpu = [pipeline._decode_task(p, known) for p in paths]
-    for (pos, (digest, pixels)), (want_digest, want) in zip(got, cpu, strict=True):
+    cpu = [pipeline.decode_file(p, known) for p in paths]
+    for (pos, (digest, pixels, reason)), (want_digest, want, want_reason) in zip(got, cpu, strict=True):
         name = Path(paths[pos]).name
         if want_digest is None:  # a failure: the same reason as the CPU path gives
-            assert (digest, pixels) == (None, want), name
+            assert (digest, pixels, reason) == (None, None, want_reason), name
             continue
         assert digest == want_digest, name
         if want is None:
@@ -340,16 +341,17 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
         assert np.abs(px.astype(int) - want.astype(int)).mean() < 1.5, name
     assert fd.stats == {"gpu": 3, "pillow": 2, "known": 1, "failed": 3}
     # the PNG and the CMYK JPEG went to Pillow: numpy rows; the JPEGs came back as device rows
-    kinds = {Path(paths[pos]).name: type(px) for pos, (_, px) in got if px is not None}
+    kinds = {Path(paths[pos]).name: type(d.pixels) for pos, d in got if d.pixels is not None}
     assert kinds["e.png"] is np.ndarray and kinds["g.jpg"] is np.ndarray
     assert kinds["a.jpg"] is torch.Tensor and kinds["b.jpg"] is torch.Tensor
 
 
 def test_rejected_jpeg_goes_to_pillow_in_the_file_decoder(files):
     data = files["rotated"].read_bytes()
-    fd = FileDecoder(GpuDecoder(PillowBackend(reject=[data])), threads=2)
-    [(pos, (digest, pixels))] = list(fd.run([str(files["rotated"])]))
+    fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend(reject=[data])))
+    [(pos, (digest, pixels, reason))] = list(fd.decode([str(files["rotated"])]))
     fd.close()
+    assert digest == decode.file_digest(data) and reason is None
     assert isinstance(pixels, np.ndarray)
     np.testing.assert_array_equal(pixels, cpu_path(data))
     assert fd.stats == {"pillow": 1}
@@ -398,8 +400,11 @@ class MemoryCache:
     def get_many_by_stat(self, files):
         return [None] * len(files)
 
-    def get_by_digest(self, digest):
-        return None
+    def get_many_by_digest(self, digests):
+        return [None] * len(digests)
+
+    def known_digests(self):
+        return frozenset()
 
     def put_many(self, rows):
         for f, digest, vec in rows:
@@ -411,9 +416,9 @@ def test_extract_with_gpu_decoding_agrees_with_the_cpu_path(files, monkeypatch):
     recs = [File(p, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(files.values())]
     gpu_cache, cpu_cache = MemoryCache(), MemoryCache()
     model = TensorFake()
-    on_gpu = extract(recs, model, gpu_cache, batch_size=4, workers=2, gpu_decode=True)
+    on_gpu = extract(recs, model, gpu_cache, batch_size=4, workers=2, decoder="gpu")
     assert torch.Tensor in model.kinds  # batches went to the model as tensors
-    on_cpu = extract(recs, TensorFake(), cpu_cache, batch_size=4, workers=0, gpu_decode=False)
+    on_cpu = extract(recs, TensorFake(), cpu_cache, batch_size=4, workers=0, decoder="pillow")
     assert [f.path for f in on_gpu.files] == [f.path for f in on_cpu.files]
     assert [p for p, _ in on_gpu.failures] == [p for p, _ in on_cpu.failures]
     assert [r for _, r in on_gpu.failures] == [r for _, r in on_cpu.failures]
@@ -421,55 +426,61 @@ def test_extract_with_gpu_decoding_agrees_with_the_cpu_path(files, monkeypatch):
     assert {p: d for p, (d, _) in gpu_cache.rows.items()} == {p: d for p, (d, _) in cpu_cache.rows.items()}
 
 
-def test_gpu_decoding_is_chosen_only_for_cuda_extractors(monkeypatch):
+class OnCuda:
+    device = "cuda"
+
+
+def test_auto_decodes_on_the_gpu_only_for_cuda_models(monkeypatch):
     opened = []
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: True)
-    monkeypatch.setattr(
-        gpu_decode,
-        "open_gpu_decoder",
-        lambda device, **kw: opened.append(device) or GpuDecoder(PillowBackend()),
-    )
 
-    class OnCuda:
-        device = "cuda"
+    def opening(device, **kw):
+        opened.append(device)
+        return GpuDecoder(PillowBackend())
 
-    assert gpu_decode.file_decoder_for(TensorFake(), threads=1, known=frozenset(), required=None) is None
-    assert pipeline._gpu_file_decoder(TensorFake(), None, 1, frozenset(), None) is None
-    fd = gpu_decode.file_decoder_for(OnCuda(), threads=1, known=frozenset(), required=None)
-    assert isinstance(fd, FileDecoder) and opened == ["cuda"]
-    assert gpu_decode.file_decoder_for(OnCuda(), threads=1, known=frozenset(), required=False) is None
+    monkeypatch.setattr(gpu_decode, "open_gpu_decoder", opening)
+    auto = pipeline.load(pipeline.DECODERS["auto"])
+    assert isinstance(auto(workers=0, window=1, extractor=TensorFake()), pipeline.ProcessDecoder)
+    assert isinstance(auto(workers=0, window=1, extractor=None), pipeline.ProcessDecoder)
+    assert opened == []
+    chosen = auto(workers=2, window=8, extractor=OnCuda())
+    assert isinstance(chosen, GpuFileDecoder) and opened == ["cuda"]
+    chosen.close()
 
 
 def test_missing_library_is_silent_and_a_broken_one_is_reported_once(monkeypatch):
-    class OnCuda:
-        device = "cuda"
-
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: False)
-    warnings_seen: list[str] = []
-    assert (
-        gpu_decode.file_decoder_for(
-            OnCuda(), threads=1, known=frozenset(), required=None, on_warning=warnings_seen.append
-        )
-        is None
-    )
-    assert warnings_seen == []
+    seen: list[str] = []
+    auto = pipeline.load(pipeline.DECODERS["auto"])
+    assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
+                      pipeline.ProcessDecoder)
+    assert seen == []
+    gpu = pipeline.load(pipeline.DECODERS["gpu"])
     with pytest.raises(GpuDecodeUnavailable, match="not installed"):
-        gpu_decode.file_decoder_for(OnCuda(), threads=1, known=frozenset(), required=True)
+        gpu(workers=0, window=1, extractor=OnCuda())
 
     def broken(device, **kw):
         raise GpuDecodeUnavailable("check decode failed: no nvJPEG")
 
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: True)
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", broken)
-    assert (
-        gpu_decode.file_decoder_for(
-            OnCuda(), threads=1, known=frozenset(), required=None, on_warning=warnings_seen.append
-        )
-        is None
-    )
-    assert warnings_seen == [
-        "GPU JPEG decoding unavailable (check decode failed: no nvJPEG); decoding on the CPU"
-    ]
+    assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
+                      pipeline.ProcessDecoder)
+    assert seen == ["GPU JPEG decoding unavailable (check decode failed: no nvJPEG); decoding on the CPU"]
+
+
+def test_a_cpu_scan_does_not_import_torch_for_the_auto_decoder(tmp_path):
+    """The default decoder is "auto": choosing Pillow for a CPU model must not pay for torch."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from novelfind import pipeline\n"
+            "class Model: device = 'cpu'\n"
+            "d = pipeline.load(pipeline.DECODERS['auto'])(workers=0, window=1, extractor=Model())\n"
+            "print(type(d).__name__, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ProcessDecoder", "False"]
 
 
 def test_no_cuda_means_unavailable_not_a_crash():
