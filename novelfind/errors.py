@@ -24,8 +24,8 @@ class NovelfindError(Exception):
     exit_code: ExitCode = ExitCode.ERROR
 
 
-class InputError(NovelfindError):
-    """Bad input from the user: a missing folder, an impossible option value."""
+class InputError(NovelfindError, ValueError):
+    """Bad input from the user: a missing folder, an impossible option value (also a ValueError)."""
 
     exit_code = ExitCode.USAGE
 
@@ -46,6 +46,11 @@ class LockedError(NovelfindError):
     """Another run holds the lock."""
 
     exit_code = ExitCode.BUSY
+
+
+class ClusterError(NovelfindError):
+    """A compute cluster cannot be reached or used (extraction on Ray: no extra installed, no cluster at
+    the address, no worker able to run, workers that kept failing)."""
 
 
 class DecodeError(Exception):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from novelfind.ads import ADSConfig, ads
+from novelfind.solver import ADSConfig, ads
 
 DEDUP = 0.15  # the shipped default near-duplicate threshold (distance between L2-normalised features)
 KNN_K = 10
