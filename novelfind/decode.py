@@ -120,6 +120,8 @@ def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
             w, h = img.size
             if w <= 0 or h <= 0:
                 raise DecodeError("empty image")
+            if w * h > MAX_IMAGE_PIXELS:  # our own bound: does not depend on Pillow's global setting
+                raise DecodeError(f"refused: too many pixels ({w} x {h}, limit {MAX_IMAGE_PIXELS})")
             if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
                 # DCT-domain (JPEG) or embedded-thumbnail (HEIF) reduced decode; both sides stay >= min_side
                 # so the later resize to the model's shorter side is still a downscale.
