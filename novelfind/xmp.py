@@ -47,13 +47,18 @@ import os
 import stat
 import tempfile
 import threading
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import platformdirs
+
 from novelfind.errors import NovelfindError, OutputError
+from novelfind.lock import RunLock
+from novelfind.report import write_atomic
 
 NAMESPACE = "http://ns.novelfind.org/xmp/1.0/"
 PREFIX = "novelfind"
@@ -164,15 +169,22 @@ def _exiv2() -> Iterator[tuple[Any, _Collect]]:
         raise NovelfindError(f"XMP support is not installed (pip install 'novelfind[xmp]'): {e}") from None
     global _registered
     with _lock:
+        # python-exiv2 passes libexiv2's messages to the "exiv2" logger; an application that silenced
+        # either must not hide a damaged sidecar from us, so both are opened for the call.
         logger = logging.getLogger("exiv2")
         collect = _Collect()
+        level, lib_level = logger.level, exiv2.LogMsg.level()
         logger.addHandler(collect)
+        logger.setLevel(logging.WARNING)
+        exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.warn)
         try:
             if not _registered:
                 exiv2.XmpProperties.registerNs(NAMESPACE, PREFIX)
                 _registered = True
             yield exiv2, collect
         finally:
+            exiv2.LogMsg.setLevel(lib_level)
+            logger.setLevel(level)
             logger.removeHandler(collect)
 
 
@@ -198,6 +210,10 @@ class _Packet:
         if data is None or not data.strip():
             self.image = exiv2.ImageFactory.create(exiv2.ImageType.xmp)
         else:
+            try:
+                ElementTree.fromstring(data)  # well-formed XML at all? (libexiv2 only logs when not)
+            except ElementTree.ParseError as e:
+                raise SidecarError(path, f"cannot parse: {e}") from None
             try:
                 self.image = exiv2.ImageFactory.open(data)
                 if self.image.imageType() != exiv2.ImageType.xmp:
@@ -362,9 +378,15 @@ def _delete(sidecar: Path) -> None:
 # ---------------------------------------------------------------------------------------------- edits
 
 
-def _check_photo(photo: Path) -> None:
+def _paths(photo: str | os.PathLike[str], sidecar: str | os.PathLike[str] | None) -> tuple[Path, Path]:
+    """(photo, its sidecar); ValueError when the photo is a sidecar or the sidecar is not one."""
+    photo = Path(photo)
     if photo.suffix.lower() == ".xmp":
         raise ValueError(f"expected a photo, got a sidecar: {photo}")
+    path = Path(sidecar) if sidecar is not None else sidecar_for(photo)
+    if path.suffix.lower() != ".xmp" or os.path.abspath(path) == os.path.abspath(photo):
+        raise ValueError(f"a sidecar's name ends in .xmp, got {path}")
+    return photo, path
 
 
 def _levels(keyword: str) -> list[str]:
@@ -420,10 +442,8 @@ def tag(
     when the sidecar already says all this ("unchanged"). Raises SidecarError (the sidecar is left as
     it was) and ValueError for an empty keyword or a photo named ``*.xmp``.
     """
-    photo = Path(photo)
-    _check_photo(photo)
     levels = _levels(keyword)
-    path = Path(sidecar) if sidecar is not None else sidecar_for(photo)
+    photo, path = _paths(photo, sidecar)
     data = _read(path)
     with _exiv2() as (exiv2, collect):
         packet = _Packet(exiv2, collect, path, data)
@@ -450,9 +470,7 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
     "removed" when something was taken out, "deleted" when the sidecar was novelfind's own and is now
     empty, "unchanged" when it held nothing of novelfind's (or there is no sidecar). Raises SidecarError.
     """
-    photo = Path(photo)
-    _check_photo(photo)
-    path = Path(sidecar) if sidecar is not None else sidecar_for(photo)
+    photo, path = _paths(photo, sidecar)
     data = _read(path)
     if data is None:
         return SidecarChange(photo, path, "unchanged")
@@ -502,8 +520,6 @@ def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
 
 def default_ledger_path() -> Path:
     """The record of the sidecars novelfind has tagged: ``sidecars.json`` in the user data folder."""
-    import platformdirs
-
     return platformdirs.user_data_path("novelfind") / "sidecars.json"
 
 
@@ -557,8 +573,6 @@ def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
 
 
 def _save_ledger(path: Path, entries: dict[str, dict[str, str]]) -> None:
-    from novelfind.report import write_atomic
-
     path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"version": 1, "sidecars": dict(sorted(entries.items()))}
     write_atomic(path, json.dumps(doc, indent=1, ensure_ascii=True) + "\n")
@@ -579,8 +593,6 @@ def apply_picks(
     under a lock. A sidecar that cannot be read or written is reported through ``on_problem(path,
     reason)`` and in the summary, and the run goes on; an untag that failed is tried again next run.
     """
-    from novelfind.lock import RunLock
-
     flat_roots = [os.path.abspath(os.fspath(r)) for r in roots]
     _levels(keyword)  # a bad keyword fails before any file is touched
     ledger_path = Path(ledger) if ledger is not None else default_ledger_path()

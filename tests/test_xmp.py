@@ -396,6 +396,15 @@ def test_untag_without_sidecar(tmp_path):
 # ---------------------------------------------------------------------------------------------- bad sidecars
 
 
+# Well-formed XML that is not valid XMP: libexiv2 only logs it and reads no property.
+BAD_RDF = (
+    b'<x:xmpmeta xmlns:x="adobe:ns:meta/"><rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#">'
+    b'<rdf:Description rdf:about="" xmlns:dc="http://purl.org/dc/elements/1.1/">'
+    b"<dc:subject><rdf:Bag><rdf:li>kept</rdf:li></rdf:Bag><rdf:Bag/></dc:subject>"
+    b"</rdf:Description></rdf:RDF></x:xmpmeta>"
+)
+
+
 @pytest.mark.parametrize(
     "content",
     [
@@ -403,8 +412,9 @@ def test_untag_without_sidecar(tmp_path):
         b"\x00\x01\x02 binary junk" * 40,
         b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 200,  # a JPEG named .xmp
         b'<?xml version="1.0"?><html><body>not xmp</body></html>',
+        BAD_RDF,
     ],
-    ids=["truncated", "binary", "jpeg", "other-xml"],
+    ids=["truncated", "binary", "jpeg", "other-xml", "bad-rdf"],
 )
 def test_unparseable_sidecar_is_left_untouched_and_reported(tmp_path, capfd, content):
     p = photo(tmp_path)
@@ -418,6 +428,36 @@ def test_unparseable_sidecar_is_left_untouched_and_reported(tmp_path, capfd, con
         assert "\n" not in str(excinfo.value)
     assert fingerprint(sidecar) == before
     assert capfd.readouterr() == ("", "")  # libexiv2's complaint is not printed
+
+
+def test_invalid_xmp_is_detected_even_when_the_application_silenced_libexiv2(tmp_path):
+    import logging
+
+    import exiv2
+
+    p = photo(tmp_path)
+    sidecar = tmp_path / "IMG_0001.JPG.xmp"
+    sidecar.write_bytes(BAD_RDF)
+    logger = logging.getLogger("exiv2")
+    old_level, old_lib = logger.level, exiv2.LogMsg.level()
+    logger.setLevel(logging.CRITICAL)
+    exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.mute)
+    try:
+        with pytest.raises(SidecarError, match="Invalid child of resource property element"):
+            xmp.tag(p, rank=1, score=1.0)
+        assert (logger.level, exiv2.LogMsg.level()) == (logging.CRITICAL, exiv2.LogMsg.Level.mute)  # restored
+    finally:
+        logger.setLevel(old_level)
+        exiv2.LogMsg.setLevel(old_lib)
+    assert sidecar.read_bytes() == BAD_RDF
+
+
+def test_explicit_sidecar_must_be_named_xmp(tmp_path):
+    p = photo(tmp_path)
+    with pytest.raises(ValueError, match="ends in .xmp"):
+        xmp.tag(p, rank=1, score=1.0, sidecar=p)
+    with pytest.raises(ValueError, match="ends in .xmp"):
+        xmp.untag(p, sidecar=tmp_path / "notes.txt")
 
 
 def test_empty_sidecar_is_filled(tmp_path):
