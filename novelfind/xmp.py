@@ -32,11 +32,12 @@ of another file with the same name (``IMG_1.CR2`` and ``IMG_1.JPG``).
 Merging goes through libexiv2 (python-exiv2): the sidecar is parsed into XMP properties, ours are changed
 and the packet is serialised again, so every other property (ratings, labels, face regions, custom
 namespaces) is kept. python-exiv2 rather than pyexiv2: both bundle libexiv2 0.28 and merge a sidecar in
-about 2 ms, but libexiv2 reports a damaged packet only through its log, which python-exiv2 routes to
-Python's ``logging`` (so it is seen here, and nothing is printed) where pyexiv2 prints it to the C stderr.
-A sidecar that does not parse is left as it is (``SidecarError``). Writes are atomic (a temporary file
-in the same folder, then a rename) and keep the file's mode and, where allowed, its owner; a new sidecar
-run by root belongs to the photo's owner.
+about 2 ms, but libexiv2 reports a packet its XMP toolkit rejects only through its log (and goes on with
+no properties, which written back would empty the sidecar); python-exiv2 routes that log to Python's
+``logging``, where it is caught here and nothing is printed, while pyexiv2 prints it to the C stderr.
+A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``).
+Writes are atomic (a temporary file in the same folder, then a rename) and keep the file's mode and,
+where allowed, its owner; a new sidecar made by a root cron job belongs to the photo's owner.
 """
 
 from __future__ import annotations
