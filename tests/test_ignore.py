@@ -146,16 +146,17 @@ def test_explicit_file_in_a_new_folder(tmp_path, photos):
 
 
 def test_survives_cache_clear(photos):
-    from novelfind.cache import FeatureCache, default_cache_path
+    from novelfind.cache import FeatureCache
     from novelfind.cli import cli
+    from novelfind.dirs import feature_cache_path
 
     IgnoreList().add(photos[:2])
-    FeatureCache(default_cache_path(), model_key="m").close()  # the cache a scan would have made
+    FeatureCache(feature_cache_path(), model_key="m").close()  # the cache a scan would have made
     result = CliRunner().invoke(cli, ["cache", "clear"])
     assert result.exit_code == 0, result.output
     assert result.output == "cleared\n"
     assert len(IgnoreList()) == 2
-    assert not default_path().is_relative_to(default_cache_path().parent.parent)
+    assert not default_path().is_relative_to(feature_cache_path().parent.parent)
 
 
 @pytest.mark.parametrize(
