@@ -14,6 +14,10 @@ camera already stored a processed preview. Two paths, cheapest first:
 
 ``scripts/bench_raw.py`` measures both paths on 24 MP DNGs.
 
+``read_any_for_model``, ``load_any`` and ``image_info_any`` take any file the walk offers and send a RAW
+file here, anything else to :mod:`novelfind.decode`: the decode workers, the HTML report and the contact
+sheet call them, so a RAW is read wherever a JPEG is.
+
 Everything a bad file can raise becomes ``DecodeError`` with a one-line reason, like any image.
 LibRaw itself writes one line to the C-level stderr for some damaged files ("FILE: Unexpected end of
 file"); rawpy offers no way to silence it, so a caller that must keep stderr clean decodes RAW files in
@@ -33,6 +37,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
+from novelfind import decode
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -256,7 +261,8 @@ def read_for_model(
 
 
 def image_info(path: str | os.PathLike[str]) -> dict:
-    """``{"width", "height", "taken"}`` of a RAW as displayed (LibRaw's visible area); ``taken`` is None.
+    """``{"width", "height", "taken"}`` of a RAW as displayed (LibRaw's visible area); ``taken`` is the
+    camera's local time of the shot (``2021-06-01T12:30:05``) as LibRaw reads it, None when unknown.
 
     Reads the header only. Never raises: unknown values are None.
     """
@@ -268,10 +274,36 @@ def image_info(path: str | os.PathLike[str]) -> dict:
 
         with rawpy.imread(os.fspath(path)) as raw:
             w, h, flip = raw.sizes.width, raw.sizes.height, raw.sizes.flip
+            other = getattr(raw, "other", None)  # rawpy >= 0.24
+            taken = getattr(other, "timestamp", None)
         if flip & 4:  # a quarter turn
             w, h = h, w
         if w > 0 and h > 0:
             info["width"], info["height"] = int(w), int(h)
+        if taken is not None and taken.year > 1970:  # LibRaw's 0 (the epoch) means unknown
+            info["taken"] = taken.replace(tzinfo=None, microsecond=0).isoformat()
     except Exception:  # noqa: BLE001 - informational only
         pass
     return info
+
+
+# ---------------------------------------------------------------------------------------------- any file
+
+
+def read_any_for_model(
+    path: str | os.PathLike[str], known: Container[str] = frozenset()
+) -> tuple[str, np.ndarray | None]:
+    """``read_for_model`` of this module for a RAW file, of :mod:`novelfind.decode` for any other."""
+    reader = read_for_model if is_raw_name(path) else decode.read_for_model
+    return reader(path, known)
+
+
+def load_any(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """``load_raw`` for a RAW file, ``decode.load_image`` for any other. Raises DecodeError."""
+    loader = load_raw if is_raw_name(path) else decode.load_image
+    return loader(path, min_side=min_side)
+
+
+def image_info_any(path: str | os.PathLike[str]) -> dict:
+    """``image_info`` of this module for a RAW file, of :mod:`novelfind.decode` for any other."""
+    return image_info(path) if is_raw_name(path) else decode.image_info(path)

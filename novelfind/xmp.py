@@ -29,6 +29,26 @@ default), else an existing ``NAME.xmp`` (Lightroom, Capture One), each also trie
 that exists is updated. Without one, ``NAME.EXT.xmp`` is created: it cannot be mistaken for the sidecar
 of another file with the same name (``IMG_1.CR2`` and ``IMG_1.JPG``).
 
+``NAME.xmp`` names no file of its own, so it is only taken when it cannot belong to another photo:
+
+* when every other file of that name in the folder is a file of the same photo (``twins``: the JPEG of
+  a RAW + JPEG pair): the pair shares it, as Lightroom and Capture One share it between a RAW and its
+  JPEG, and it gets the photo's one rank;
+* for a RAW file, also when none of the others is a RAW: Lightroom and Capture One write ``NAME.xmp``
+  for RAW files only, so ``IMG_1.xmp`` next to ``IMG_1.CR2`` and an exported ``IMG_1.tif`` is the RAW's.
+
+Otherwise (``a.JPG`` and an unrelated ``a.PNG`` next to ``a.xmp``) each file gets its own
+``NAME.EXT.xmp`` and ``NAME.xmp`` is left alone: one photo's rank never lands in another's sidecar.
+
+The namespace (``NAMESPACE``) is a URN made of a UUID, fixed for good: it identifies novelfind's
+properties in users' sidecars forever, so it must not depend on a domain name that can lapse and change
+hands. It never changes; a later version adds properties to it and never changes the meaning of one.
+
+What stays a limit: the record says which keyword novelfind added, not when. A keyword the user removes
+by hand is forgotten by the record at the next change of that sidecar, but one removed and added again
+by hand between two runs looks like novelfind's and is taken back when the photo is no longer picked.
+Keep a pick for good under another keyword (or a hierarchical one such as ``Keep|novel``).
+
 Merging goes through libexiv2 (python-exiv2): the sidecar is parsed into XMP properties, ours are changed
 and the packet is serialised again, so every other property (ratings, labels, face regions, custom
 namespaces) is kept. python-exiv2 rather than pyexiv2: both bundle libexiv2 0.28 and merge a sidecar in
@@ -55,13 +75,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import platformdirs
-
+from novelfind import dirs
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
+from novelfind.raw import is_raw_name
 from novelfind.report import write_atomic
 
-NAMESPACE = "http://ns.novelfind.org/xmp/1.0/"
+NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
 PREFIX = "novelfind"
 DEFAULT_KEYWORD = "novel"
 
@@ -137,13 +157,40 @@ def sidecar_candidates(photo: str | os.PathLike[str]) -> tuple[Path, ...]:
     )
 
 
-def sidecar_for(photo: str | os.PathLike[str]) -> Path:
-    """The sidecar ``tag`` writes for ``photo``: the first existing candidate, else ``NAME.EXT.xmp``."""
+def sidecar_for(photo: str | os.PathLike[str], twins: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """The sidecar ``tag`` writes for ``photo``: the first existing candidate, else ``NAME.EXT.xmp``.
+
+    ``twins`` are the other files of the same photo (a RAW + JPEG pair); ``NAME.xmp`` is skipped when
+    another file of the folder may own it (see the module doc).
+    """
     candidates = sidecar_candidates(photo)
-    for candidate in candidates:
-        if os.path.lexists(candidate):
-            return candidate
+    own = [c for c in candidates[:2] if os.path.lexists(c)]
+    if own:
+        return own[0]
+    shared = [c for c in candidates[2:] if os.path.lexists(c)]
+    if shared and _owns_name_xmp(Path(photo), twins):
+        return shared[0]
     return candidates[0]
+
+
+def _owns_name_xmp(photo: Path, twins: Iterable[str | os.PathLike[str]]) -> bool:
+    """Whether ``NAME.xmp`` can be ``photo``'s: no other file of that name, but its twins, may own it."""
+    stem = os.path.splitext(photo.name)[0].casefold()
+    mine = {photo.name, *(Path(t).name for t in twins)}
+    try:
+        names = os.listdir(photo.parent)
+    except OSError:
+        return False
+    others = [
+        n
+        for n in names
+        if n not in mine
+        and os.path.splitext(n)[0].casefold() == stem
+        and os.path.splitext(n)[1].lower() != ".xmp"
+    ]
+    if not others:
+        return True
+    return is_raw_name(photo.name) and not any(is_raw_name(n) for n in others)
 
 
 # ---------------------------------------------------------------------------------------------- libexiv2
@@ -379,12 +426,16 @@ def _delete(sidecar: Path) -> None:
 # ---------------------------------------------------------------------------------------------- edits
 
 
-def _paths(photo: str | os.PathLike[str], sidecar: str | os.PathLike[str] | None) -> tuple[Path, Path]:
+def _paths(
+    photo: str | os.PathLike[str],
+    sidecar: str | os.PathLike[str] | None,
+    twins: Iterable[str | os.PathLike[str]] = (),
+) -> tuple[Path, Path]:
     """(photo, its sidecar); ValueError when the photo is a sidecar or the sidecar is not one."""
     photo = Path(photo)
     if photo.suffix.lower() == ".xmp":
         raise ValueError(f"expected a photo, got a sidecar: {photo}")
-    path = Path(sidecar) if sidecar is not None else sidecar_for(photo)
+    path = Path(sidecar) if sidecar is not None else sidecar_for(photo, twins)
     if path.suffix.lower() != ".xmp" or os.path.abspath(path) == os.path.abspath(photo):
         raise ValueError(f"a sidecar's name ends in .xmp, got {path}")
     return photo, path
@@ -436,15 +487,19 @@ def tag(
     score: float,
     keyword: str = DEFAULT_KEYWORD,
     sidecar: str | os.PathLike[str] | None = None,
+    twins: Iterable[str | os.PathLike[str]] = (),
 ) -> SidecarChange:
     """Mark ``photo`` as a pick in its sidecar (see the module doc). Idempotent.
+
+    ``sidecar`` names the sidecar to write; by default ``sidecar_for(photo, twins)``, ``twins`` being the
+    photo's other files (a RAW + JPEG pair).
 
     A keyword a previous run added and that differs from ``keyword`` is taken back. Nothing is written
     when the sidecar already says all this ("unchanged"). Raises SidecarError (the sidecar is left as
     it was) and ValueError for an empty keyword or a photo named ``*.xmp``.
     """
     levels = _levels(keyword)
-    photo, path = _paths(photo, sidecar)
+    photo, path = _paths(photo, sidecar, twins)
     data = _read(path)
     with _exiv2() as (exiv2, collect):
         packet = _Packet(exiv2, collect, path, data)
@@ -520,17 +575,25 @@ def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
 
 
 def default_ledger_path() -> Path:
-    """The record of the sidecars novelfind has tagged: ``sidecars.json`` in the user data folder."""
-    return platformdirs.user_data_path("novelfind") / "sidecars.json"
+    """The record of the sidecars novelfind has tagged (:func:`novelfind.dirs.sidecar_record_path`)."""
+    return dirs.sidecar_record_path()
 
 
 @dataclass(frozen=True)
 class SidecarPick:
-    """One file to tag: a pick's file (each file of a RAW + JPEG pair is its own ``SidecarPick``)."""
+    """One file to tag: a pick's file. Each file of a RAW + JPEG pair is its own ``SidecarPick``, with
+    the pair's other files as ``twins`` (they decide whether a shared ``NAME.xmp`` is the photo's)."""
 
     path: Path
     rank: int
     score: float
+    twins: tuple[Path, ...] = ()
+
+    @classmethod
+    def for_photo(cls, files: Sequence[str | os.PathLike[str]], rank: int, score: float) -> list[SidecarPick]:
+        """One per file of a photo (``files``: the file read first, then its twins)."""
+        paths = [Path(f) for f in files]
+        return [cls(p, rank, score, tuple(q for q in paths if q != p)) for p in paths]
 
 
 @dataclass
@@ -618,7 +681,7 @@ def apply_picks(
             photo = os.path.abspath(os.fspath(pick.path))
             picked.add(photo)
             try:
-                change = tag(photo, rank=pick.rank, score=pick.score, keyword=keyword)
+                change = tag(photo, rank=pick.rank, score=pick.score, keyword=keyword, twins=pick.twins)
             except SidecarError as e:
                 problem(e.path, e.reason)
                 continue

@@ -111,13 +111,47 @@ def test_clear(ignored, photos):
     assert json.loads(ignored.path.read_text()) == {"version": 1, "ignored": {}}
 
 
-def test_unreadable_files_and_folders_are_failures(ignored, photos, tmp_path):
-    change = ignored.add([photos[0], tmp_path / "missing.jpg", tmp_path / "photos"])
-    assert [e.path for e in change.changed] == [photos[0]]
-    assert change.failures == [
-        (tmp_path / "missing.jpg", "No such file or directory"),
-        (tmp_path / "photos", "is a folder"),
-    ]
+def test_missing_paths_are_failures_the_rest_is_added(ignored, photos, tmp_path):
+    change = ignored.add([photos[0], tmp_path / "missing.jpg", photos[1]])
+    assert [e.path for e in change.changed] == [photos[0], photos[1]]
+    assert change.failures == [(tmp_path / "missing.jpg", "no such file or folder")]
+
+
+def test_unreadable_file_is_a_failure(ignored, photos):
+    from conftest import unprivileged
+
+    photos[0].chmod(0o000)
+    script = (
+        "import sys; from novelfind.ignore import IgnoreList; "
+        "c = IgnoreList(sys.argv[1]).add(sys.argv[2:]); print(c.failures, len(c.changed))"
+    )
+    out = subprocess.run(
+        unprivileged([sys.executable, "-c", script, str(ignored.path), str(photos[0]), str(photos[1])]),
+        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True,
+    ).stdout
+    assert out == f"[({photos[0]!r}, 'Permission denied')] 1\n"
+
+
+def test_a_folder_stands_for_the_images_under_it(ignored, photos, tmp_path):
+    """Walked as a scan walks: image files (RAW too) in nested folders, hidden and other files left out."""
+    nested = make_photo(tmp_path / "photos" / "deeper" / "x.png", (1, 2, 3), seed=9)
+    (tmp_path / "photos" / "notes.txt").write_text("not a photo")
+    (tmp_path / "photos" / ".hidden.jpg").write_bytes(photos[0].read_bytes() + b"x")
+    raw = tmp_path / "photos" / "IMG_9.CR2"
+    raw.write_bytes(b"raw bytes")
+    change = ignored.add([tmp_path / "photos"], exclude=["IMG_4.jpg"])
+    assert sorted(e.path for e in change.changed) == sorted([*photos[:4], nested, raw])
+    assert {e.path: e.size for e in ignored.entries()}[raw] == len(b"raw bytes")
+
+
+def test_remove_a_folder_takes_off_what_was_last_seen_under_it(ignored, photos, tmp_path):
+    elsewhere = make_photo(tmp_path / "other" / "y.jpg", (9, 9, 9), seed=7)
+    ignored.add([*photos[:2], elsewhere])
+    photos[0].unlink()  # gone: still taken off by its recorded path
+    change = ignored.remove([tmp_path / "photos"])
+    assert sorted(e.path for e in change.changed) == photos[:2]
+    assert [e.path for e in ignored.entries()] == [elsewhere]
+    assert ignored.remove([tmp_path / "photos"]).unchanged == [tmp_path / "photos"]
 
 
 def test_relative_paths_are_stored_absolute(ignored, photos, monkeypatch):
@@ -128,7 +162,8 @@ def test_relative_paths_are_stored_absolute(ignored, photos, monkeypatch):
 
 def test_digests_known_to_a_scan(ignored, photos, tmp_path):
     digests = [digest_file(p) for p in photos]
-    change = ignored.add_digests(zip(digests[:2], photos[:2], strict=True))
+    sizes = [p.stat().st_size for p in photos]
+    change = ignored.add_files(zip(digests[:2], photos[:2], sizes[:2], strict=True))
     assert [e.digest for e in change.changed] == digests[:2]
     assert ignored.mask(digests).tolist() == [True, True, False, False, False]
     moved = tmp_path / "new-home.jpg"
@@ -165,6 +200,7 @@ def test_survives_cache_clear(photos):
         ("{not json", "Expecting property name"),
         ('{"version": 99, "ignored": {}}', "unknown version 99"),
         ('{"version": 1, "ignored": {"ab": 3}}', "bad entry 'ab'"),
+        ('{"version": 1, "ignored": {"ab": {"path": "/x.jpg"}}}', "bad size in entry 'ab'"),
         ("[1, 2]", "not a JSON object"),
     ],
 )
@@ -189,7 +225,7 @@ import sys
 from novelfind.ignore import IgnoreList
 lst = IgnoreList(sys.argv[1])
 for p in sys.argv[2:]:
-    lst.add_digests([(p.rsplit("/", 1)[-1], p)])
+    lst.add_files([(p.rsplit("/", 1)[-1], p, 1)])
 """
 
 
@@ -206,3 +242,59 @@ def test_concurrent_changes_keep_every_entry(ignored, tmp_path):
         )
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0, 0]
     assert len(ignored) == 60
+
+
+class _File:
+    def __init__(self, path: Path):
+        self.path = path
+        self.size = path.stat().st_size
+
+
+def test_find_reads_only_files_of_an_ignored_size(ignored, photos, tmp_path, monkeypatch):
+    """A library's ignored photos are found by size first: no other file is looked up or read."""
+    from novelfind import ignore
+
+    ignored.add([photos[2]])
+    same_size = tmp_path / "photos" / "same-size.jpg"
+    same_size.write_bytes(b"\0" * photos[2].stat().st_size)  # the size of an ignored file, other bytes
+    library = [[_File(p)] for p in [*photos, same_size]]
+    read: list[Path] = []
+    looked_up: list[Path] = []
+    monkeypatch.setattr(ignore, "digest_file", lambda path: read.append(Path(path)) or digest_file(path))
+
+    def cache(files):
+        looked_up.extend(f.path for f in files)
+        return [None] * len(files)
+
+    found = ignored.find(library, known_digests=cache)
+    assert found.mask.tolist() == [False, False, True, False, False, False]
+    assert found.seen == {digest_file(photos[2]): photos[2]}
+    assert sorted(read) == sorted(looked_up) == sorted([photos[2], same_size])
+
+
+def test_find_takes_digests_the_cache_knows(ignored, photos, monkeypatch):
+    from novelfind import ignore
+
+    ignored.add([photos[1]])
+    monkeypatch.setattr(ignore, "digest_file", lambda path: pytest.fail(f"read {path}"))
+    digest = ignored.entries()[0].digest
+    found = ignored.find([[_File(p)] for p in photos], known_digests=lambda files: [digest] * len(files))
+    assert found.mask.tolist() == [False, True, False, False, False]
+
+
+def test_any_file_of_a_photo_makes_it_ignored(ignored, photos, tmp_path):
+    """RAW + JPEG: the photo is read through its JPEG, and ignoring the RAW ignores the photo."""
+    raw = tmp_path / "photos" / "IMG_0.CR2"
+    raw.write_bytes(b"raw bytes of IMG_0")
+    ignored.add([raw])
+    library = [[_File(photos[0]), _File(raw)], *[[_File(p)] for p in photos[1:]]]
+    found = ignored.find(library)
+    assert found.mask.tolist() == [True, False, False, False, False]
+    assert found.seen == {digest_file(raw): raw}
+
+
+def test_find_with_an_empty_list_reads_nothing(ignored, photos, monkeypatch):
+    from novelfind import ignore
+
+    monkeypatch.setattr(ignore, "digest_file", lambda path: pytest.fail(f"read {path}"))
+    assert ignored.find([[_File(p)] for p in photos]).mask.tolist() == [False] * 5

@@ -633,13 +633,68 @@ def test_root_prefix_is_not_a_parent(tmp_path):
     assert keywords(other) == ["novel"]
 
 
-def test_shared_sidecar_of_a_photo_picked_now_keeps_the_tag(tmp_path):
+def test_name_xmp_of_two_unrelated_photos_is_left_alone(tmp_path):
+    """a.JPG and a.PNG are two photos: a shared a.xmp could carry only one rank, so each gets its own."""
     ledger = tmp_path / "ledger.json"
     jpg, png = photo(tmp_path, "a.JPG"), photo(tmp_path, "a.PNG")
+    shared = tmp_path / "a.xmp"
+    shared.write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
+    before = fingerprint(shared)
+    xmp.apply_picks([SidecarPick(jpg, 1, 0.9), SidecarPick(png, 2, 0.5)], roots=[tmp_path], ledger=ledger)
+    assert fingerprint(shared) == before
+    assert xmp.read_sidecar(tmp_path / "a.JPG.xmp")[xmp.RANK] == "1"
+    assert xmp.read_sidecar(tmp_path / "a.PNG.xmp")[xmp.RANK] == "2"
+
+
+def test_name_xmp_is_the_raw_files_next_to_an_export(tmp_path):
+    """Lightroom writes NAME.xmp for RAW files only: next to IMG_1.CR2 and an exported IMG_1.tif, it is
+    the RAW's; the export gets its own."""
+    raw, tif = photo(tmp_path, "IMG_1.CR2"), photo(tmp_path, "IMG_1.tif")
+    (tmp_path / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR)
+    assert xmp.sidecar_for(raw) == tmp_path / "IMG_1.xmp"
+    assert xmp.sidecar_for(tif) == tmp_path / "IMG_1.tif.xmp"
+    converted = photo(tmp_path, "IMG_1.dng")  # a second RAW of that name: nobody's for sure
+    assert xmp.sidecar_for(raw) == tmp_path / "IMG_1.CR2.xmp"
+    assert xmp.sidecar_for(converted) == tmp_path / "IMG_1.dng.xmp"
+
+
+def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_path):
+    """RAW + JPEG: one SidecarPick per file; an existing NAME.xmp is the photo's (one rank for both),
+    without one each file gets NAME.EXT.xmp, as darktable and digiKam show the two files apart."""
+    ledger = tmp_path / "ledger.json"
+    lr = tmp_path / "lr"
+    jpg, raw = photo(lr, "IMG_1.JPG"), photo(lr, "IMG_1.CR2")
+    (lr / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
+    summary = xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 3, 0.25), roots=[lr], ledger=ledger)
+    assert [(c.photo.name, c.sidecar.name, c.action) for c in summary.changes] == [
+        ("IMG_1.JPG", "IMG_1.xmp", "updated"),
+        ("IMG_1.CR2", "IMG_1.xmp", "unchanged"),
+    ]
+    assert sorted(os.listdir(lr)) == ["IMG_1.CR2", "IMG_1.JPG", "IMG_1.xmp"]
+    props = xmp.read_sidecar(lr / "IMG_1.xmp")
+    assert props[xmp.SUBJECT] == ["Tokyo", "novel"] and props[xmp.RANK] == "3"
+
+    plain = tmp_path / "plain"
+    jpg, raw = photo(plain, "IMG_2.JPG"), photo(plain, "IMG_2.NEF")
+    xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[plain], ledger=ledger)
+    assert sorted(os.listdir(plain)) == ["IMG_2.JPG", "IMG_2.JPG.xmp", "IMG_2.NEF", "IMG_2.NEF.xmp"]
+    # the next run without the pair takes both back
+    xmp.apply_picks([], roots=[plain, lr], ledger=ledger)
+    assert sorted(os.listdir(plain)) == ["IMG_2.JPG", "IMG_2.NEF"]
+    assert xmp.read_sidecar(lr / "IMG_1.xmp")[xmp.SUBJECT] == ["Tokyo"]
+
+
+def test_shared_sidecar_of_a_photo_picked_now_keeps_the_tag(tmp_path):
+    """An entry of an earlier run whose sidecar a pick of this run writes: not untagged."""
+    ledger = tmp_path / "ledger.json"
+    jpg, raw = photo(tmp_path, "a.JPG"), photo(tmp_path, "a.CR2")
     (tmp_path / "a.xmp").write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
-    xmp.apply_picks(picks(jpg), roots=[tmp_path], ledger=ledger)
-    xmp.apply_picks(picks(png), roots=[tmp_path], ledger=ledger)  # the same a.xmp
+    xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[tmp_path], ledger=ledger)
+    raw.unlink()  # the RAW is deleted; the JPEG alone is picked again and writes the same a.xmp
+    summary = xmp.apply_picks(picks(jpg), roots=[tmp_path], ledger=ledger)
+    assert [(c.photo.name, c.action) for c in summary.changes] == [("a.JPG", "updated")]  # new score
     assert xmp.read_sidecar(tmp_path / "a.xmp")[xmp.SUBJECT] == ["Tokyo", "novel"]
+    assert set(json.loads(ledger.read_text())["sidecars"]) == {str(jpg)}
 
 
 def test_a_bad_sidecar_does_not_stop_the_others(tmp_path):
@@ -666,6 +721,12 @@ def test_damaged_ledger_is_kept_aside_and_the_run_goes_on(tmp_path):
     ]
     assert (tmp_path / "ledger.json.damaged").read_text() == "{not json"
     assert set(json.loads(ledger.read_text())["sidecars"]) == {str(a)}
+
+
+def test_namespace_is_permanent():
+    """Written into users' sidecars: it must never change (a URN of a fixed UUID, owned by no domain)."""
+    assert xmp.NAMESPACE == "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"
+    assert xmp.PREFIX == "novelfind"
 
 
 def test_default_ledger_lives_in_the_user_data_folder(tmp_path, isolated_user_dirs):
