@@ -1,9 +1,9 @@
 """Where novelfind keeps its files: every user folder is decided here, and only here.
 
 platformdirs knows each platform's convention: the XDG base directories on Linux (``~/.cache``,
-``~/.config``, ``~/.local/share``; a relative ``$XDG_CACHE_HOME`` or ``$XDG_CONFIG_HOME`` is ignored, as the XDG spec
-requires), ``~/Library`` on macOS, ``%LOCALAPPDATA%`` on Windows. Each file novelfind keeps can be
-moved by its own environment variable, named below.
+``~/.config``, ``~/.local/share``; a relative ``$XDG_CACHE_HOME``, ``$XDG_CONFIG_HOME`` or
+``$XDG_DATA_HOME`` is ignored, as the XDG spec requires), ``~/Library`` on macOS, ``%LOCALAPPDATA%`` on
+Windows. Each file novelfind keeps can be moved by its own environment variable, named below.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from novelfind.raw import image_info_any, load_any
 from novelfind.errors import OutputError
 from novelfind.pca import pca
+from novelfind.raw import image_info_any, load_any
 from novelfind.report import Failure, Pick, iso_utc, write_atomic
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -361,6 +361,8 @@ def _pick_card(
         ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
         ("size", _human_size(p.size)),
     ]
+    if p.also:  # a RAW + JPEG pair: the files that go with the one shown
+        details.append(("also", ", ".join(Path(f).name for f in p.also)))
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
     if p.neighbour is not None:
         pct = 100.0 * float(p.distance or 0.0) / max_distance

@@ -16,9 +16,9 @@ A photo of several files (RAW + JPEG, see :mod:`novelfind.pairs`) is ignored whe
 the list, so ``novelfind ignore IMG_0042.CR2`` ignores the photo listed as ``IMG_0042.JPG``.
 
 It is user data, not cache: a JSON file in the user data folder (:func:`novelfind.dirs.ignore_list_path`:
-on Linux ``~/.local/share/novelfind/ignored.json``), which ``novelfind cache clear`` does not touch. Every change
-is a read-modify-write under a lock file, written atomically (a temporary file, then a rename), so two
-runs adding at once both keep their entries and a crash never leaves half a list.
+on Linux ``~/.local/share/novelfind/ignored.json``), which ``novelfind cache clear`` does not touch.
+Every change is a read-modify-write under a lock file, written atomically (a temporary file, then a
+rename), so two runs adding at once both keep their entries and a crash never leaves half a list.
 """
 
 from __future__ import annotations

@@ -451,6 +451,11 @@ def _levels(keyword: str) -> list[str]:
     return levels
 
 
+def check_keyword(keyword: str) -> None:
+    """ValueError unless ``keyword`` is a keyword ``tag`` can write (non-empty text, no empty level)."""
+    _levels(keyword)
+
+
 def _spell(levels: list[str], separator: str | None) -> str:
     return levels[-1] if separator is None else separator.join(levels)
 

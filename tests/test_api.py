@@ -54,7 +54,7 @@ def test_scan_result_holds_the_counts_files_and_features(library, fake_extractor
     bad.write_text("not a jpeg")
     result = novelfind.scan([library["root"]], k=3, cache=tmp_path / "c.sqlite")
     assert result.counts == novelfind.Counts(found=34, from_cache=0, extracted=33, failed=1, candidates=33,
-                                             duplicates_dropped=0)
+                                             duplicates_dropped=0, photos=34, ignored=0, newly_ignored=0)
     assert result.failures == [novelfind.Failure(bad, result.failures[0].reason)]
     assert result.failures[0].reason == "not a recognised image format"
     assert len(result.files) == 33 and result.features.shape == (33, fake_extractor.dim)
