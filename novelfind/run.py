@@ -218,7 +218,7 @@ class ScanParameters:
 class Counts:
     """What happened to the files of one scan."""
 
-    found: int  # image files the walk found (the run's own outputs left out)
+    found: int  # image files of the photos found (RAW twins included; the run's own outputs left out)
     from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
     extracted: int  # vectors made by the model in this run
     failed: int  # files that could not be read (walk errors and decode failures)
