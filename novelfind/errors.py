@@ -55,6 +55,11 @@ class LockedError(NovelfindError):
     exit_code = ExitCode.BUSY
 
 
+class ClusterError(NovelfindError):
+    """A compute cluster cannot be reached or used (extraction on Ray: no extra installed, no cluster at
+    the address, no worker able to run, workers that kept failing)."""
+
+
 class DecodeError(Exception):
     """One file could not be read as an image. ``str(err)`` is the reason.
 

@@ -14,9 +14,10 @@ camera already stored a processed preview. Two paths, cheapest first:
 
 ``scripts/bench_raw.py`` measures both paths on 24 MP DNGs.
 
-``read_any_for_model``, ``load_any`` and ``image_info_any`` take any file the walk offers and send a RAW
-file here, anything else to :mod:`novelfind.decode`: the decode workers, the HTML report and the contact
-sheet call them, so a RAW is read wherever a JPEG is.
+``read_any_for_model``, ``model_input_any``, ``load_any`` and ``image_info_any`` take any file the walk
+offers and send a RAW file here, anything else to :mod:`novelfind.decode`: the decoders (Pillow's worker
+processes, the GPU decoder's CPU path, Ray workers), the HTML report and the contact sheet call them, so a
+RAW is read wherever a JPEG is.
 
 Everything a bad file can raise becomes ``DecodeError`` with a one-line reason, like any image.
 LibRaw itself writes one line to the C-level stderr for some damaged files ("FILE: Unexpected end of
@@ -296,6 +297,20 @@ def read_any_for_model(
     """``read_for_model`` of this module for a RAW file, of :mod:`novelfind.decode` for any other."""
     reader = read_for_model if is_raw_name(path) else decode.read_for_model
     return reader(path, known)
+
+
+def model_input_any(data: bytes, name: str) -> np.ndarray:
+    """The model's input (uint8 (224, 224, 3)) from a file's bytes: through LibRaw for a RAW ``name``,
+    ``decode.model_input_from_bytes`` for any other. Raises DecodeError."""
+    if not is_raw_name(name):
+        return decode.model_input_from_bytes(data, name)
+    img = decode_raw(data, name=name).image
+    try:
+        return to_model_input(img)
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DecodeError(_reason(e)) from None
 
 
 def load_any(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:

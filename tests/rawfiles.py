@@ -63,12 +63,13 @@ def write_dng(
     preview: np.ndarray | bytes | None = None,
     orientation: int = 1,
     compress: bool = False,
+    taken: str | None = None,
 ) -> Path:
     """Write ``rgb`` (H, W, 3 uint8, even sizes) as a DNG with TIFF ``orientation`` (1-8).
 
     ``preview``: an (h, w, 3) uint8 picture stored as the embedded JPEG preview, or ready JPEG bytes.
     ``compress``: the raw data as 256 x 256 lossless-JPEG tiles (what cameras and converters write; needs
-    imagecodecs), else uncompressed.
+    imagecodecs), else uncompressed. ``taken``: the TIFF DateTime tag (``"2021:06:01 12:30:05"``).
     """
     path = Path(path)
     cfa = bayer(rgb)
@@ -80,6 +81,8 @@ def write_dng(
         (50721, "2i", 9, _IDENTITY_MATRIX, True),  # ColorMatrix1
         (50728, "2I", 3, (1, 1, 1, 1, 1, 1), True),  # AsShotNeutral
     ]
+    if taken is not None:
+        camera.append((306, "s", 0, taken, True))  # DateTime
     raw_tags = [
         (33421, "H", 2, (2, 2), True),  # CFARepeatPatternDim
         (33422, "B", 4, (0, 1, 1, 2), True),  # CFAPattern: R G / G B

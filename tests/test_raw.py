@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
@@ -218,6 +219,18 @@ def test_image_info_reports_displayed_size(tmp_path):
     }
     assert raw.image_info(write_dng(tmp_path / "b.dng", rgb))["width"] == SCENE_W
     assert raw.image_info(tmp_path / "missing.dng") == {"width": None, "height": None, "taken": None}
+
+
+def test_image_info_reports_when_the_shot_was_taken(tmp_path, monkeypatch):
+    """The camera's local time, as written: the same in any time zone of the machine reading it."""
+    path = write_dng(tmp_path / "a.dng", _scene(), taken="2021:06:01 12:30:05")
+    for tz in ("UTC", "America/New_York", "Asia/Tokyo"):
+        monkeypatch.setenv("TZ", tz)
+        time.tzset()
+        assert raw.image_info(path)["taken"] == "2021-06-01T12:30:05"
+    monkeypatch.delenv("TZ")
+    time.tzset()
+    assert raw.image_info_any(path) == raw.image_info(path)
 
 
 # ------------------------------------------------------------------------------------------ bad files
