@@ -160,6 +160,14 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
     return _decode_bytes(data, path.name, min_side)
 
 
+def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """``load_image`` for bytes already in memory (a file read for its digest, a RAW's embedded preview).
+
+    ``name`` only hints at the format (a HEIF suffix registers pillow-heif). Raises DecodeError.
+    """
+    return _decode_bytes(data, name, min_side)
+
+
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
     if not data:
         raise DecodeError("empty file")
