@@ -143,9 +143,10 @@ def _worker_pixels(idx: range) -> np.ndarray:
     return _pixels(_WORKER_SET, idx)
 
 
-def _batches(s: sets.LabelledSet, batch: int, procs: int):
-    """Model input batches in order; rendered by ``procs`` forked workers when procs > 1."""
-    ranges = [range(b, min(len(s), b + batch)) for b in range(0, len(s), batch)]
+def _batches(s: sets.LabelledSet, batch: int, procs: int, first: int = 0, end: int | None = None):
+    """Model input batches of pictures ``first:end``; rendered by ``procs`` forked workers when procs > 1."""
+    end = len(s) if end is None else end
+    ranges = [range(b, min(end, b + batch)) for b in range(first, end, batch)]
     if procs <= 1:
         for r in ranges:
             yield _pixels(s, r)
@@ -183,11 +184,22 @@ class _CudaNet:
             return out
 
 
+CHUNK = 2048  # pictures per saved part: an interrupted extraction resumes from the last finished part
+
+
+def _save(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, **arrays)
+    os.replace(tmp, path)
+
+
 def features(name: str, seed: int, batch: int = 64, verbose: bool = True) -> dict[str, np.ndarray]:
     """Features and labels of set ``name`` drawn with ``seed`` (computed once, then read from disk).
 
     On a machine with CUDA the network runs on the GPU and the pictures are rendered by one worker
-    process per CPU; otherwise ONNX Runtime on the CPU renders and infers in turn.
+    process per CPU; otherwise ONNX Runtime on the CPU renders and infers in turn. Work is saved in
+    parts of ``CHUNK`` pictures (next to the final file), so a killed run loses at most one part.
     """
     path = sources.data_dir() / FEATURE_VERSION / f"{name}-s{seed}-{cache_key()}.npz"
     if path.is_file():
@@ -197,35 +209,48 @@ def features(name: str, seed: int, batch: int = 64, verbose: bool = True) -> dic
     import torch
 
     cuda = torch.cuda.is_available()
-    sess = _CudaNet() if cuda else session()
+    sess = None
     procs = (os.cpu_count() or 1) if cuda else 1
-    out: dict[str, list[np.ndarray]] = {"logits": [], "pooled": [], "mid": []}
+    kinds = ("logits", "pooled", "mid")
+    parts_dir = path.with_name(path.stem + ".parts")
+    parts: list[dict[str, np.ndarray]] = []
     t0 = time.time()
+    done_here = 0
     checked = cuda  # the CPU check builds the shipped extractor; on a GPU box it is checked separately
-    for b, x in enumerate(_batches(s, batch, procs)):
-        start = b * batch
-        pix = x
-        lo, po, mi = sess.run(None, {"pixels": x})
-        if not checked:
-            _check_against_shipped(x[:8], lo[:8], po[:8])
-            checked = True
-        out["logits"].append(lo)
-        out["pooled"].append(po)
-        out["mid"].append(mi)
-        if verbose and (start // batch) % 50 == 49:
-            done = start + len(pix)
-            print(f"  {name} s{seed}: {done}/{len(s)} ({done / (time.time() - t0):.0f}/s)", file=sys.stderr)
-    res = {
-        "logits": np.concatenate(out["logits"]).astype(np.float32),
-        "pooled": np.concatenate(out["pooled"]).astype(np.float32),
-        "mid": np.concatenate(out["mid"]).astype(np.float32),
-        "labels": s.labels,
-        "groups": s.groups,
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **res)
-    os.replace(tmp, path)
+    for first in range(0, len(s), CHUNK):
+        end = min(len(s), first + CHUNK)
+        part = parts_dir / f"{first:07d}-{end:07d}.npz"
+        if part.is_file():
+            z = np.load(part)
+            parts.append({k: z[k] for k in kinds})
+            continue
+        if sess is None:
+            sess = _CudaNet() if cuda else session()
+        out: dict[str, list[np.ndarray]] = {k: [] for k in kinds}
+        for x in _batches(s, batch, procs, first, end):
+            lo, po, mi = sess.run(None, {"pixels": x})
+            if not checked:
+                _check_against_shipped(x[:8], lo[:8], po[:8])
+                checked = True
+            out["logits"].append(lo)
+            out["pooled"].append(po)
+            out["mid"].append(mi)
+        arrays = {k: np.concatenate(v).astype(np.float32) for k, v in out.items()}
+        if end < len(s) or first > 0:
+            _save(part, arrays)
+        parts.append(arrays)
+        done_here += end - first
+        if verbose and end < len(s):
+            rate = done_here / (time.time() - t0)
+            print(f"  {name} s{seed}: {end}/{len(s)} ({rate:.1f}/s)", file=sys.stderr, flush=True)
+    res = {k: np.concatenate([p[k] for p in parts]) for k in kinds}
+    res["labels"] = s.labels
+    res["groups"] = s.groups
+    _save(path, res)
+    if parts_dir.is_dir():
+        for f in parts_dir.glob("*.npz"):
+            f.unlink()
+        parts_dir.rmdir()
     if verbose:
         print(f"{name} s{seed}: N={len(s)} K={s.k} {time.time() - t0:.0f}s", file=sys.stderr)
     return res
