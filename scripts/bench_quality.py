@@ -49,11 +49,12 @@ from quality import methods as M  # noqa: E402
 # The table: the shipped default, its ablations and the baselines.
 ABLATIONS = {
     "default": M.shipped("ads"),  # novelfind's default ranking, through the API
-    "default-no-ads": M.blend(wd=1.0),  # the default's density term alone (kNN on raw logits)
+    "default-no-ads": M.shipped_default(1.0),  # the shipped default's density term alone
     "default-no-whiten": M.blend(white=None),  # ADS term on raw logits instead of whitened ones
     "ads-alone": M.ads_alone(white="f64_32"),  # the default's ADS term alone, support K
     "knn": M.shipped("knn"),  # mean distance to 10 nearest neighbours, raw logits
     "knn-cos": M.knn_method("cos:logits"),
+    "knn-cos@po": M.knn_method("cos:pooled"),  # the dev split's best (k = 10, cosine, pooled features)
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
 }

@@ -56,6 +56,36 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
     return fn(x, k, method=method, config=cfg_cls(seed=seed))
 
 
+def ranking_module():
+    """The module of novelfind that holds ``rank`` and ``default_scores``."""
+    import importlib
+
+    for name in ("novelfind.ranking", "novelfind.rank"):
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(mod, "default_scores"):
+            return mod
+    raise ImportError("no novelfind ranking module with default_scores")
+
+
+def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
+    """The shipped default's score (``default_scores``) with another share for its density term:
+    1.0 is the default without its ADS term (the shipped density term alone, the same code path at
+    every N as the default's), 0.5 the default itself. Input scaled as ``rank`` scales it."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        mod = ranking_module()
+        x = np.asarray(f[kind], dtype=np.float32)
+        scale = float(np.abs(x).max())
+        xs = x / np.float32(scale) if scale > 0 else x
+        scores = mod.default_scores(xs, k, ADSConfig(seed=seed), density_weight=density_weight)
+        return _finish(np.asarray(scores, dtype=np.float64), f, k, kind=kind)
+
+    return run
+
+
 def shipped(method: str, kind: str = "logits") -> Callable:
     def run(f: dict, k: int, seed: int) -> Scored:
         r = api_rank(f[kind], k, method, seed)
@@ -181,11 +211,11 @@ def ads_weights(x: np.ndarray, support: int, seed: int, w: np.ndarray | None = N
     return s
 
 
-def _finish(scores: np.ndarray, f: dict, k: int, full: bool = True) -> Scored:
+def _finish(scores: np.ndarray, f: dict, k: int, full: bool = True, kind: str = "logits") -> Scored:
     order = np.lexsort((np.arange(len(scores)), -scores))
     if not full:
         order = order[: max(int((scores > 0).sum()), k)]
-    xn = _memo(f, ("l2n",), lambda: l2n(f["logits"]))
+    xn = _memo(f, ("l2n", kind), lambda: l2n(np.asarray(f[kind], dtype=np.float32)))
     return Scored(scores, dedup_picks(order, xn, k), full)
 
 
