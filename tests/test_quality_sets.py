@@ -20,6 +20,18 @@ SMALL = [*sets.SPLITS["dev"], *sets.SPLITS["test"]]
 LIBRARY = [*sets.SPLITS["dev-library"], *sets.SPLITS["test-library"]]
 
 
+@pytest.fixture(scope="module")
+def quality_data(tmp_path_factory) -> Path:
+    """One data folder for this module: the source packages (~420 MB, Stellarium's alone 246 MB) are
+    downloaded and unpacked once, not once per test (each test otherwise gets a fresh cache folder)."""
+    return tmp_path_factory.mktemp("novelfind-data")
+
+
+@pytest.fixture(autouse=True)
+def _shared_data(isolated_user_dirs, quality_data, monkeypatch):
+    monkeypatch.setenv("NOVELFIND_DATA", str(quality_data))
+
+
 def _sample(s: sets.LabelledSet, per_label: int = 5) -> list[int]:
     lab = s.labels
     return [*np.flatnonzero(lab)[:per_label], *np.flatnonzero(~lab)[:per_label]]
