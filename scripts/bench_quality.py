@@ -14,6 +14,7 @@ deviation over the seeds (independent draws); the summary line averages the sets
     python scripts/bench_quality.py --split dev                      # the ablation table on dev, 5 draws
     python scripts/bench_quality.py --split test --out test.json     # the reported table
     python scripts/bench_quality.py --split test-library --seeds 1   # 30,000-picture sets
+    python scripts/bench_quality.py --split test --first-seed 3 --seeds 2 --add-to test.json  # 2 more draws
     python scripts/bench_quality.py --split dev --methods default,knn,scaled-g2
 
 Methods: ``ABLATIONS`` (the table) and ``CANDIDATES`` (research on dev); shipped methods are called
@@ -204,6 +205,12 @@ def main() -> None:
     ap.add_argument("--split", default="dev", choices=sorted(sets.SPLITS))
     ap.add_argument("--sets", default=None, help="comma-separated subset of the split's sets")
     ap.add_argument("--seeds", type=int, default=None, help="draws per set (default 5; library splits 1)")
+    ap.add_argument("--first-seed", type=int, default=0, help="seed of the first draw")
+    ap.add_argument(
+        "--add-to",
+        default=None,
+        help="JSON of an earlier run of the same split: its rows for other draws are kept (more draws)",
+    )
     ap.add_argument("--methods", default=",".join(ABLATIONS))
     ap.add_argument("--out", default=None, help="JSON output (default bench_quality_<split>.json)")
     a = ap.parse_args()
@@ -221,7 +228,18 @@ def main() -> None:
     if a.split.startswith("test") and any(m in CANDIDATES for m in methods):
         print("note: research candidates on the test split; choose on dev only", file=sys.stderr)
     n_seeds = a.seeds or (1 if "library" in a.split else 5)
-    rows = evaluate(names, list(range(n_seeds)), methods)
+    rows = evaluate(names, list(range(a.first_seed, a.first_seed + n_seeds)), methods)
+    if a.add_to:
+        earlier = json.loads(Path(a.add_to).read_text())
+        if earlier["split"] != a.split:
+            ap.error(f"{a.add_to} is a run of split {earlier['split']}, not {a.split}")
+        done = {(r["set"], r["seed"]) for r in rows}
+        rows = [
+            r
+            for r in earlier["rows"]
+            if r["set"] in names and r["method"] in methods and (r["set"], r["seed"]) not in done
+        ] + rows
+    n_seeds = len({r["seed"] for r in rows})
     table, summary = summarise(rows, names, methods)
     print(
         f"F1 at K (mean ± sd over {n_seeds} draws); mean F1 / AP over sets (± sd over draws), "
