@@ -225,7 +225,7 @@ def main() -> None:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown methods: {', '.join(unknown)}")
-    if a.split.startswith("test") and any(m in CANDIDATES for m in methods):
+    if a.split.startswith("test") and any(m in CANDIDATES and m not in ABLATIONS for m in methods):
         print("note: research candidates on the test split; choose on dev only", file=sys.stderr)
     n_seeds = a.seeds or (1 if "library" in a.split else 5)
     rows = evaluate(names, list(range(a.first_seed, a.first_seed + n_seeds)), methods)
