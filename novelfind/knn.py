@@ -82,9 +82,10 @@ def knn_exact(
             own = (qi >= c0) & (qi < c1)  # queries whose own row is in this chunk
             if bool(own.any()):
                 d2[arange_q[own], qi[own] - c0] = math.inf
-            v, j = torch.topk(torch.cat([best_d, d2], 1), kk, dim=1, largest=False, sorted=True)  # (Q, k)
-            cand = torch.cat([best_i, torch.arange(c0, c1).expand(q, -1)], 1)  # (Q, k + C)
-            best_d, best_i = v, torch.gather(cand, 1, j)
+            m = min(kk, c1 - c0)
+            v, j = torch.topk(d2, m, dim=1, largest=False, sorted=False)  # (Q, m) this chunk's best
+            v, jj = torch.topk(torch.cat([best_d, v], 1), kk, dim=1, largest=False, sorted=False)  # merged
+            best_d, best_i = v, torch.gather(torch.cat([best_i, j + c0], 1), 1, jj)
         tops[p] = (best_d, best_i)
 
     _run_single_threaded(work, range(parts))
@@ -271,7 +272,8 @@ class KnnScores:
     ``knn_cells`` (in ``search``, a cheaper space whose near rows are near in x, default x itself) and
     takes the mean distance *in x* to those candidates: an upper bound, inflated by ``BOUND_SLACK`` so
     float rounding cannot put it below the exact value. ``make_exact(rows)`` replaces those rows' bounds
-    by exact scores, one blocked pass of ``knn_exact`` over all N. ``stats`` counts the exact rows and
+    by exact scores, one blocked pass of ``knn_exact`` over all N, and records each such row's nearest
+    other row (``nearest``, ``nearest_distance``). ``stats`` counts the exact rows and
     passes and keeps bound / exact for each row made exact (how tight the approximate search was).
     """
 
@@ -279,6 +281,8 @@ class KnnScores:
     k: int
     values: np.ndarray = field(repr=False)  # (N,) float32 exact where ``exact``, an upper bound elsewhere
     exact: np.ndarray = field(repr=False)  # (N,) bool
+    nearest: np.ndarray = field(repr=False)  # (N,) int64 nearest other row where ``exact``, else -1
+    nearest_distance: np.ndarray = field(repr=False)  # (N,) float32 distance to it, NaN where unknown
     stats: dict = field(default_factory=dict)
 
     @classmethod
@@ -293,6 +297,8 @@ class KnnScores:
             k=k,
             values=np.zeros(n, np.float32),
             exact=np.zeros(n, dtype=bool),
+            nearest=np.full(n, -1, dtype=np.int64),
+            nearest_distance=np.full(n, np.nan, dtype=np.float32),
             stats={"n": n, "k": k, "exact_rows": 0, "passes": 0, "bound_over_exact": []},
         )
         if n <= 1:  # no other row: score 0
@@ -318,8 +324,9 @@ class KnnScores:
         rows = np.unique(rows[~self.exact[rows]])
         if len(rows) == 0:
             return
-        dist, _ = knn_exact(self.x, rows, self.k)
+        dist, idx = knn_exact(self.x, rows, self.k)
         exact = dist.mean(1).astype(np.float32)
+        self.nearest[rows], self.nearest_distance[rows] = idx[:, 0], dist[:, 0]
         if self.stats["passes"] or self.stats.get("method") != "exact":
             bound = self.values[rows]
             ok = exact > 0

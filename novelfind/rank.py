@@ -50,7 +50,7 @@ DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (
 DEFAULT_DEDUP = 0.15
 # Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
-SCALE_ROWS = 1_024  # rows the density's median and MAD are measured on (each costs one exact search)
+SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
 POWER_MAX_N = 20_000
 
 
@@ -233,6 +233,7 @@ class Scores:
     current: Callable[[], np.ndarray]
     exact: np.ndarray | None = None
     refine: Callable[[np.ndarray], None] | None = None
+    density: knn.KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
     stats: dict = field(default_factory=dict)
 
     @classmethod
@@ -288,12 +289,14 @@ def default_scores(
     proj, var, resid = principal_space(x, WHITEN_DIMS)  # (N, d), (d,), (N,)
     w = _scale(proj, var, WHITEN_FLOOR)  # (N, d)
     dens = density(x, KNN_K, search=lambda: search_space(proj, resid))
-    sample = spread(n, SCALE_ROWS)
-    dens.make_exact(sample)
-    med, mad = _median_mad(dens.values[sample])
     support = min(n, max(2 * k, k + KNN_K))
     a = _ads_scores(w, support, config, device)  # (N,) sparse
     active = a > 0
+    sample = spread(n, SCALE_ROWS)
+    # one exact pass for the scale sample and the likely top: the ADS support, the highest bounds
+    likely = np.argpartition(-dens.values, min(n - 1, 2 * k + 2 * KNN_K))[: 2 * k + 2 * KNN_K]
+    dens.make_exact(np.concatenate([sample, np.flatnonzero(active), likely]))
+    med, mad = _median_mad(dens.values[sample])
     za = np.zeros(n, dtype=np.float64)
     if active.sum() > 2:
         za[active] = _zscore(a[active]) + 1.0  # being in the ADS support counts
@@ -303,13 +306,15 @@ def default_scores(
     def current() -> np.ndarray:
         return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
 
-    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, stats=dens.stats)
+    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats)
 
 
 def knn_method_scores(x: np.ndarray, k: int = KNN_K) -> Scores:
     """The ``knn`` method: mean distance to the k nearest other rows, raw features (``density``)."""
     dens = density(x, k)
-    return Scores(current=lambda: dens.values, exact=dens.exact, refine=dens.make_exact, stats=dens.stats)
+    return Scores(
+        current=lambda: dens.values, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
+    )
 
 
 # --------------------------------------------------------------------------- main entry
@@ -515,7 +520,10 @@ def rank(
         rest = [int(i) for i in full if int(i) not in taken]
         picks = np.concatenate([picks, np.asarray(rest[: k_eff - len(picks)], dtype=np.int64)])
         dropped = max(0, dropped - (k_eff - len(taken)))
-    nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
+    if scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
+        nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
+    else:
+        nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
     dist = (dist.astype(np.float64) * (scale if rescale else 1.0)).astype(np.float32)  # back to raw units
     return Ranking(
         indices=picks,

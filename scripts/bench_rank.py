@@ -134,6 +134,7 @@ class StageClock:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
         self._depth = 0
         self.scores: list = []
 
@@ -145,12 +146,13 @@ class StageClock:
             if clock._depth:
                 return fn(*args, **kwargs)
             clock._depth += 1
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 clock._depth -= 1
                 clock.seconds[stage] = clock.seconds.get(stage, 0.0) + time.perf_counter() - t
+                clock.cpu[stage] = clock.cpu.get(stage, 0.0) + time.process_time() - c
 
         setattr(owner, attr, timed)
 
@@ -186,6 +188,7 @@ def run_case(case: dict) -> dict:
     clock = instrument()
     ranking.rank(x[:256], 5, method=case["method"])  # warm up kernels, imports and thread pools
     clock.seconds.clear()
+    clock.cpu.clear()
     clock.scores.clear()
     rss0 = status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
@@ -194,6 +197,7 @@ def run_case(case: dict) -> dict:
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     stages = {name: round(s, 3) for name, s in clock.seconds.items()}
     stages["other"] = round(wall - sum(clock.seconds.values()), 3)
+    stages_cpu = {name: round(s, 3) for name, s in clock.cpu.items()}
     out = {
         **case,
         "k": K,
@@ -203,6 +207,7 @@ def run_case(case: dict) -> dict:
         "wall_s": wall,
         "cpu_s": cpu,
         "stages_s": stages,
+        "stages_cpu_s": stages_cpu,
         "peak_extra_mb": (status_kb("VmHWM") - rss0) / 1024,
         "features_mb": x.nbytes / 2**20,
         "threads": torch.get_num_threads(),

@@ -271,6 +271,7 @@ def test_candidates_ads_paper_widens_support_geometrically(monkeypatch):
 
 
 def test_nearest_neighbours_only_for_final_picks(monkeypatch):
+    """ads-paper searches the picks' neighbours once; ads and knn take them from their exact k-NN pass."""
     x, _ = blob_with_outliers(n=300)
     x[:6] = x[-1] + np.random.default_rng(2).normal(size=(6, 40)).astype(np.float32) * 1e-3
     calls = []
@@ -281,10 +282,13 @@ def test_nearest_neighbours_only_for_final_picks(monkeypatch):
         return real(xs, picks)
 
     monkeypatch.setattr(rank_mod, "nearest_neighbours", spy)
-    for method in ("ads", "ads-paper"):
+    for method, searches in (("ads", 0), ("knn", 0), ("ads-paper", 1)):
         calls.clear()
         r = rank(x, 5, method=method, candidates=np.arange(0, 300, 2))
-        assert len(calls) == 1 and calls[0].tolist() == r.indices.tolist()
+        assert len(calls) == searches and all(c.tolist() == r.indices.tolist() for c in calls)
+        nb, dist = real(x, r.indices)
+        assert r.neighbour.tolist() == nb.tolist()
+        np.testing.assert_allclose(r.distance, dist, rtol=1e-5, atol=1e-6)
 
 
 def _dedup_reference(order, xn, k, threshold):
