@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from novelfind import dirs
 from novelfind.errors import CacheError
 
 if TYPE_CHECKING:
-    from novelfind.scan import ImageFile
+    from novelfind.walk import ImageFile
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
@@ -78,16 +79,6 @@ class CacheWriteError(CacheError):
     def __init__(self, message: str, *, disk_full: bool = False):
         super().__init__(message)
         self.disk_full = disk_full
-
-
-def default_cache_path() -> Path:
-    """``$NOVELFIND_CACHE``, else ``$XDG_CACHE_HOME/novelfind/features.sqlite`` (``~/.cache`` by default)."""
-    explicit = os.environ.get("NOVELFIND_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base).expanduser() if os.path.isabs(os.path.expanduser(base)) else Path.home() / ".cache"
-    return root / "novelfind" / "features.sqlite"
 
 
 def _errorcode(err: sqlite3.Error) -> int | None:
@@ -156,6 +147,30 @@ class FeatureCache:
         self._on_warning = on_warning
         self._lock = threading.Lock()
         self._conn = self._open_or_recover()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        model_key: str | None = None,
+        *,
+        create: bool = True,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> FeatureCache:
+        """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
+        ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
+
+        With ``create`` False a missing file is ``CacheError("no cache at PATH")`` instead of a new,
+        empty cache. Use it as a context manager, or call :meth:`close`::
+
+            with novelfind.Cache.open() as cache:
+                print(cache.info()["entries"], "vectors")
+                cache.prune()
+        """
+        path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
+        if not create and not path.exists():
+            raise CacheError(f"no cache at {path}")
+        return cls(path, model_key, on_warning=on_warning)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -374,6 +389,29 @@ class FeatureCache:
                 out.append(None)
             else:
                 out.append(_from_blob(hit[3], hit[2]))
+        return out
+
+    def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
+        """The digest of each file's bytes as recorded when it was read, if it still has that size and
+        mtime (else None), without reading the file: the ignore list matches a library by these."""
+        found: dict[bytes, tuple[int, int, str]] = {}
+        encoded = [_encode_path(f.path) for f in files]
+        try:
+            with self._lock:
+                for start in range(0, len(encoded), _CHUNK):
+                    chunk = list(dict.fromkeys(encoded[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        f"SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})", chunk
+                    )
+                    for path, size, mtime_ns, digest in rows:
+                        found[path] = (size, mtime_ns, digest)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        out: list[str | None] = []
+        for f, path in zip(files, encoded, strict=True):
+            hit = found.get(path)
+            out.append(hit[2] if hit is not None and hit[:2] == (f.size, f.mtime_ns) else None)
         return out
 
     def known_digests(self) -> frozenset[str]:
@@ -605,6 +643,9 @@ class NullCache:
         return None
 
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
+        return [None] * len(files)
+
+    def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
         return [None] * len(files)
 
     def known_digests(self) -> frozenset[str]:

@@ -29,6 +29,34 @@ MAX_IMAGE_PIXELS = 2**28
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
+_PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
+_AVIF_SUFFIXES = frozenset({".avif"})  # read by Pillow itself when built with libavif (Pillow >= 11.2)
+
+
+def _heif_available() -> bool:
+    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
+    try:
+        import pillow_heif  # noqa: F401
+    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
+        return False
+    return True
+
+
+def _avif_available() -> bool:
+    from PIL import features
+
+    try:
+        return bool(features.check("avif"))
+    except Exception:  # noqa: BLE001 - an older Pillow that does not know the feature
+        return False
+
+
+# The one list of what novelfind reads (lower case, with the dot): the walk offers exactly these files.
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(_PILLOW_EXTENSIONS).union(
+    _HEIF_SUFFIXES if _heif_available() else (), _AVIF_SUFFIXES if _avif_available() else ()
+)
+
 _heif_lock = threading.Lock()
 _heif_state: bool | None = None  # None: not tried yet
 
@@ -48,9 +76,6 @@ def _register_heif() -> bool:
                 except Exception:  # noqa: BLE001 - optional dependency, any import failure means "absent"
                     _heif_state = False
     return _heif_state
-
-
-_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif", ".avif"})
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
@@ -95,6 +120,8 @@ def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
             w, h = img.size
             if w <= 0 or h <= 0:
                 raise DecodeError("empty image")
+            if w * h > MAX_IMAGE_PIXELS:  # our own bound: does not depend on Pillow's global setting
+                raise DecodeError(f"refused: too many pixels ({w} x {h}, limit {MAX_IMAGE_PIXELS})")
             if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
                 # DCT-domain (JPEG) or embedded-thumbnail (HEIF) reduced decode; both sides stay >= min_side
                 # so the later resize to the model's shorter side is still a downscale.
@@ -133,12 +160,52 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
     return _decode_bytes(data, path.name, min_side)
 
 
+def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """``load_image`` for bytes already in memory (a file read for its digest, a RAW's embedded preview).
+
+    ``name`` only hints at the format (a HEIF suffix registers pillow-heif). Raises DecodeError.
+    """
+    return _decode_bytes(data, name, min_side)
+
+
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
     if not data:
         raise DecodeError("empty file")
     if Path(name).suffix.lower() in _HEIF_SUFFIXES or data[4:8] == b"ftyp":
         _register_heif()
     return _open_decoded(io.BytesIO(data), name, min_side)
+
+
+def resized_geometry(w: int, h: int) -> tuple[int, int, int, int]:
+    """(new_w, new_h, left, top): the size after 'short side to 256' and the centre crop's offsets in it."""
+    # same size rule as torchvision's resize(256): the short side is 256, the long side truncated
+    if w <= h:
+        new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
+    else:
+        new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
+    # torchvision center_crop: offsets rounded, same as F.center_crop
+    top = int(round((new_h - INPUT_SIZE) / 2.0))
+    left = int(round((new_w - INPUT_SIZE) / 2.0))
+    return new_w, new_h, left, top
+
+
+def crop_box(w: int, h: int) -> tuple[float, float, float, float] | None:
+    """The source region (x0, y0, x1, y1) of a w x h image that becomes the model's 224 x 224 input.
+
+    None when no resampling is needed (the image is already 256 on its short side): the crop is then
+    a plain cut at ``resized_geometry``'s offsets.
+    """
+    new_w, new_h, left, top = resized_geometry(w, h)
+    if (new_w, new_h) == (w, h):
+        return None
+    # the crop's edges in source coordinates (output pixel x covers source [x*sx, (x+1)*sx))
+    sx, sy = w / new_w, h / new_h
+    return (
+        max(0.0, left * sx),
+        max(0.0, top * sy),
+        min(float(w), (left + INPUT_SIZE) * sx),
+        min(float(h), (top + INPUT_SIZE) * sy),
+    )
 
 
 def to_model_input(img: Image.Image) -> np.ndarray:
@@ -151,25 +218,11 @@ def to_model_input(img: Image.Image) -> np.ndarray:
     if img.mode != "RGB":
         img = _to_rgb(img)
     w, h = img.size
-    # same size rule as torchvision's resize(256): the short side is 256, the long side truncated
-    if w <= h:
-        new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
-    else:
-        new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
-    # torchvision center_crop: offsets rounded, same as F.center_crop
-    top = int(round((new_h - INPUT_SIZE) / 2.0))
-    left = int(round((new_w - INPUT_SIZE) / 2.0))
-    if (new_w, new_h) == (w, h):
+    box = crop_box(w, h)
+    if box is None:
+        new_w, new_h, left, top = resized_geometry(w, h)
         img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
     else:
-        # the crop's edges in source coordinates (output pixel x covers source [x*sx, (x+1)*sx))
-        sx, sy = w / new_w, h / new_h
-        box = (
-            max(0.0, left * sx),
-            max(0.0, top * sy),
-            min(float(w), (left + INPUT_SIZE) * sx),
-            min(float(h), (top + INPUT_SIZE) * sy),
-        )
         img = img.resize(
             (INPUT_SIZE, INPUT_SIZE), Image.Resampling.BILINEAR, box=box
         )  # Pillow's bilinear antialiases downscales
@@ -184,6 +237,28 @@ def file_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole file; DecodeError with the system's reason when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise DecodeError(e.strerror or _short(e)) from None
+
+
+def model_input_from_bytes(data: bytes, name: str) -> np.ndarray:
+    """Encoded file bytes -> uint8 (224, 224, 3), the model's input. ``name`` picks the format hint.
+
+    Raises DecodeError.
+    """
+    img = _decode_bytes(data, name, RESIZE_SIZE)
+    try:
+        return to_model_input(img)
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DecodeError(_short(e)) from None
+
+
 def read_for_model(
     path: str | os.PathLike, known: Container[str] = frozenset()
 ) -> tuple[str, np.ndarray | None]:
@@ -193,21 +268,11 @@ def read_for_model(
     touched file) the image is not decoded and the pixels are None.
     """
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise DecodeError(e.strerror or _short(e)) from None
+    data = read_bytes(path)
     digest = file_digest(data)
     if digest in known:
         return digest, None
-    img = _decode_bytes(data, path.name, RESIZE_SIZE)
-    try:
-        arr = to_model_input(img)
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_short(e)) from None
-    return digest, arr
+    return digest, model_input_from_bytes(data, path.name)
 
 
 _ORIENTATION = 0x0112

@@ -156,7 +156,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict:
         if lines and lines[-1].startswith("{")
         else {"code": proc.returncode, "maxrss_kib": 0}
     )
-    summary = next((line for line in reversed(lines) if "images found" in line), "")
+    summary = next((line for line in reversed(lines) if "files) found" in line), "")
     if report["code"] not in (0, 3):
         raise SystemExit(f"scan failed ({report['code']}):\n" + "\n".join(lines[-20:]))
     return {
@@ -219,7 +219,6 @@ def main() -> None:
 
     folders = ensure_library(args.library, max(sizes), args.jobs)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     rows = []
     with tempfile.TemporaryDirectory(prefix="novelfind-bench-") as tmp:
         env["XDG_CACHE_HOME"] = str(Path(tmp) / "xdg")

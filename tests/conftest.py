@@ -11,6 +11,37 @@ import pytest
 from PIL import Image
 
 
+def pytest_addoption(parser):
+    parser.addoption("--require-cuda", action="store_true", default=False,
+                     help="fail the tests marked cuda instead of skipping them when CUDA (or the GPU "
+                          "decoding library) is missing: for runs on a GPU machine")
+
+
+@pytest.fixture(scope="session")
+def cuda(request):
+    """The CUDA device for a test marked ``cuda``: skipped without one, a failure under --require-cuda."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if request.config.getoption("--require-cuda"):
+            pytest.fail("--require-cuda: no CUDA device")
+        pytest.skip("needs CUDA")
+    return torch.device("cuda")
+
+
+@pytest.fixture(scope="session")
+def nvimgcodec(cuda, request):
+    """A checked GPU JPEG decoder (nvImageCodec) on the CUDA device; skipped or failed like ``cuda``."""
+    from novelfind import gpu_decode
+
+    try:
+        return gpu_decode.open_gpu_decoder(cuda)
+    except gpu_decode.GpuDecodeUnavailable as e:
+        if request.config.getoption("--require-cuda"):
+            pytest.fail(f"--require-cuda: GPU JPEG decoding unavailable: {e}")
+        pytest.skip(f"GPU JPEG decoding unavailable: {e}")
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One folder for the exported ONNX model, shared by the whole session (exporting takes seconds)."""
@@ -19,10 +50,11 @@ def model_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path_factory, monkeypatch, model_cache):
-    """Every test gets its own cache and config folders and no NOVELFIND_* settings from outside."""
+    """Every test gets its own cache, config and data folders and no NOVELFIND_* settings from outside."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     for name in list(os.environ):
         if name.startswith("NOVELFIND_"):
             monkeypatch.delenv(name)

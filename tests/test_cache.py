@@ -23,10 +23,9 @@ from novelfind.cache import (
     CacheWriteError,
     FeatureCache,
     NullCache,
-    default_cache_path,
 )
 from novelfind.errors import CacheError
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 REPO = Path(cache_mod.__file__).resolve().parents[1]
 DIM = 16
@@ -91,6 +90,18 @@ def test_known_digests_are_those_of_this_model(db):
     with FeatureCache(db, "m1") as c:
         assert c.known_digests() == frozenset({"d0", "d1", "d2"})
     assert NullCache().known_digests() == frozenset()
+
+
+def test_digests_by_stat_without_reading_the_files(db):
+    """What the ignore list matches a library by: the recorded digest, only while size and mtime hold."""
+    files = [fake(i) for i in range(3)]
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(f, f"d{i}", vec(i)) for i, f in enumerate(files[:2])])
+    changed = ImageFile(files[1].path, files[1].size + 1, files[1].mtime_ns)
+    with FeatureCache(db, "m2") as c:  # the digest is the file's, whatever model made vectors of it
+        assert c.digests_by_stat([files[0], changed, files[2], files[0]]) == ["d0", None, None, "d0"]
+        assert c.digests_by_stat([]) == []
+    assert NullCache().digests_by_stat(files) == [None, None, None]
 
 
 def test_survives_reopening(db):
@@ -455,18 +466,6 @@ def test_null_cache_stores_nothing():
         c.clear()
 
 
-def test_default_cache_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_path() == tmp_path / "xdg" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("NOVELFIND_CACHE", str(tmp_path / "mine.sqlite"))
-    assert default_cache_path() == tmp_path / "mine.sqlite"
-
-
 # -- crashes and concurrency (real processes) ----------------------------------------------------------
 
 _WRITER_SCRIPT = """
@@ -474,7 +473,7 @@ import sys
 import numpy as np
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 db, name, batches, size, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 go = Path(sys.argv[6]) if len(sys.argv) > 6 else None
@@ -576,7 +575,7 @@ _READER_SCRIPT = """
 import sys, json
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 db, rounds = sys.argv[1], int(sys.argv[2])
 files = [ImageFile(Path("/lib", f"a-0-{i}.jpg"), 0, i) for i in range(50)]
 hits = []

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind import knn
-from novelfind import rank as rank_mod
-from novelfind.ads import ADSConfig, ads
-from novelfind.rank import METHODS, rank
+from novelfind import knn, pca
+from novelfind import ranking as rank_mod
+from novelfind.ranking import METHODS, rank
+from novelfind.solver import ADSConfig, ads
 
 
 def blob_with_outliers(n=400, m=40, k=5, seed=0, shift=6.0):
@@ -173,14 +173,6 @@ def test_whiten_constant_rows():
     assert np.all(w == 0)
 
 
-def test_power_iteration_matches_dense_eigenvector():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(60, 5)).astype(np.float32)
-    d = np.linalg.norm(x[:, None] - x[None], axis=2)
-    vals, vecs = np.linalg.eigh(d)
-    v = np.abs(vecs[:, -1])
-    s = rank_mod.power_scores(x)
-    np.testing.assert_allclose(s, v, atol=1e-4)
 
 
 def test_same_seed_same_ranking():
@@ -410,7 +402,7 @@ def test_library_scale_with_candidates_and_bursts(method, monkeypatch):
 def test_principal_space_and_its_lower_bound():
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(3000, 40)) * np.r_[np.linspace(8, 5, 8), np.ones(32)]).astype(np.float32)
-    proj, var, resid = rank_mod.principal_space(x, 8)
+    proj, var, resid = pca.principal_space(x, 8)
     c = x - x.mean(0)
     np.testing.assert_allclose((c * c).sum(1), (proj * proj).sum(1) + resid**2, rtol=1e-3)
     z = rank_mod.search_space(proj, resid)
@@ -419,16 +411,16 @@ def test_principal_space_and_its_lower_bound():
     low = np.linalg.norm(z[i] - z[j], axis=1)
     assert np.all(low <= raw * (1 + 1e-4) + 1e-4)  # a lower bound of the raw distance
     # past max_rows the axes come from evenly spaced rows: the same subspace
-    full, _, _ = rank_mod.principal_axes(x, 8)
-    part, var_s, _ = rank_mod.principal_axes(x, 8, rows=rank_mod.spread(3000, 1000))
+    full, _, _ = pca.principal_axes(x, 8)
+    part, var_s, _ = pca.principal_axes(x, 8, rows=pca.spread(3000, 1000))
     assert np.linalg.svd(full.T @ part, compute_uv=False).min() > 0.98  # cosines of the principal angles
     np.testing.assert_allclose(var_s, var, rtol=0.15)
-    proj_s, _, _ = rank_mod.principal_space(x, 8, max_rows=1000)
+    proj_s, _, _ = pca.principal_space(x, 8, max_rows=1000)
     np.testing.assert_allclose(proj_s, (x - x.mean(0)) @ part, rtol=1e-4, atol=1e-3)
 
 
 def test_spread_is_an_even_sample():
-    assert rank_mod.spread(10, 4).tolist() == [0, 2, 5, 7]
-    assert rank_mod.spread(3, 10).tolist() == [0, 1, 2]
-    s = rank_mod.spread(100_003, 2048)
+    assert pca.spread(10, 4).tolist() == [0, 2, 5, 7]
+    assert pca.spread(3, 10).tolist() == [0, 1, 2]
+    s = pca.spread(100_003, 2048)
     assert len(s) == len(np.unique(s)) == 2048 and s[-1] < 100_003

@@ -4,9 +4,10 @@
 
 Methods (``METHODS``):
 
-- ``ads`` (default): Approximate Densest Subgraph (paper Algorithm 1) run on whitened features
-  (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the spread of the ``WHITEN_FLOOR``-th),
-  blended with a local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
+- ``ads`` (default): not ADS alone, but a blend of two scores. Approximate Densest Subgraph (paper
+  Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
+  spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
+  local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
   makes subtle differences (a defect, a different digit) count next to the big ones; the density
   term keeps small clusters of ordinary pictures from looking novel. Sub-quadratic: ADS costs
   O(E N J d); the density term is exact for every row up to ``novelfind.knn.EXACT_MAX_N`` rows and,
@@ -14,10 +15,11 @@ Methods (``METHODS``):
   candidates found in the principal axes, the top made exact until no bound can reach it), so the
   picks are those of the exact computation at any N.
 - ``ads-paper``: Algorithm 1 exactly as written, on the raw features.
-- ``power``: exact power iteration on the full distance matrix, then top-K (O(N^2); reference only).
 - ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features): the default's density
   term alone, exact and certified in the same way.
-- ``iforest``: scikit-learn's IsolationForest (needs scikit-learn).
+
+The research baselines the benchmark compares against (exact power iteration, IsolationForest) live
+with it, in ``scripts/baselines.py``.
 
 The scores that ``Ranking.all_scores`` holds are exact for the picks and every row ranked above the
 last one examined; past ``EXACT_MAX_N`` rows the others hold upper bounds.
@@ -32,14 +34,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from novelfind import knn
-from novelfind.ads import ADSConfig, ads
+from novelfind.pca import pca, principal_space, spread
 
-METHODS = ("ads", "ads-paper", "power", "knn", "iforest")
+if TYPE_CHECKING:
+    from novelfind.knn import KnnScores
+    from novelfind.solver import ADSConfig
+
+# torch (and the solver and novelfind.knn, which are torch code) is imported where it is used: the command
+# line and the cache commands import this module for METHODS and must start without paying for torch.
+
+METHODS = ("ads", "ads-paper", "knn")
 WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
@@ -51,11 +59,12 @@ DEFAULT_DEDUP = 0.15
 # Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
 SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
-POWER_MAX_N = 20_000
 
 
 @dataclass
 class Ranking:
+    """The picks of :func:`rank`, best first; K' = min(k, N, number of candidates)."""
+
     indices: np.ndarray  # int64 (K',) best first
     scores: np.ndarray  # float32 (K',)
     neighbour: np.ndarray  # int64 (K',) index of each pick's nearest other image (-1 if N == 1)
@@ -79,80 +88,6 @@ def _check(features: np.ndarray, k: int) -> np.ndarray:
     if not np.isfinite(x).all():
         raise ValueError(f"features contain {int((~np.isfinite(x)).sum())} NaN or infinite values")
     return x
-
-
-def principal_axes(
-    x: np.ndarray, dims: int, chunk: int = 16384, rows: np.ndarray | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Principal axes of the rows of x -> (axes float32 (M, d), variances (d,), mean (M,)).
-
-    The covariance (M, M) is accumulated in chunks, so memory stays O(chunk M + M^2); ``rows`` (indices)
-    estimates it from those rows only. Axes with no variance are dropped; all rows identical gives no axis
-    (shape (M, 0)).
-    """
-    n, m = x.shape
-    mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)  # (M,)
-    use = np.arange(n) if rows is None else np.asarray(rows, dtype=np.int64)
-    cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
-    for i in range(0, len(use), chunk):
-        sel = use[i : i + chunk]
-        c = (x[sel] if rows is not None else x[i : i + chunk]) - mean  # (C, M) float32
-        cov += c.T @ c
-    cov /= max(len(use) - 1, 1)
-    # float32 eigensolver (torch): 3-10x faster than numpy's float64 one for M = 1000, same top axes
-    evals, evecs = (a.double().numpy() for a in torch.linalg.eigh(torch.from_numpy(cov.astype(np.float32))))
-    d = int(min(dims, m, max(len(use) - 1, 1)))
-    evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
-    keep = evals > evals[0] * 1e-6 if evals[0] > 0 else np.zeros(d, dtype=bool)
-    return evecs[:, keep].astype(np.float32), evals[keep], mean
-
-
-def pca(x: np.ndarray, dims: int, chunk: int = 16384) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Principal axes of the rows of x -> (projections float32 (N, d), variances (d,), mean (M,)).
-
-    Memory O(N d + M^2) (see ``principal_axes``); all rows identical gives one zero column.
-    """
-    n = x.shape[0]
-    axes, var, mean = principal_axes(x, dims, chunk)
-    if axes.shape[1] == 0:
-        return np.zeros((n, 1), dtype=np.float32), np.ones(1), mean
-    out = np.empty((n, axes.shape[1]), dtype=np.float32)
-    for i in range(0, n, chunk):
-        out[i : i + chunk] = (x[i : i + chunk] - mean) @ axes
-    return out, var, mean
-
-
-def principal_space(
-    x: np.ndarray, dims: int = WHITEN_DIMS, chunk: int = 16384, max_rows: int = PCA_ROWS
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's coordinates on the top ``dims`` principal axes and its distance from their subspace.
-
-    -> (projections float32 (N, d), variances (d,), residual norms float32 (N,)). Past ``max_rows`` rows
-    the axes come from ``max_rows`` evenly spaced rows (``spread``). ``||a - b||^2`` is the squared
-    distance of the projections plus ``||r_a - r_b||^2`` of the residuals, which is at least the squared
-    difference of the residual norms: so the distance between rows (projection, residual norm) is a
-    lower bound of the raw one that still separates a row lying far off the main axes.
-    """
-    n = x.shape[0]
-    axes, var, mean = principal_axes(x, dims, chunk, rows=spread(n, max_rows) if n > max_rows else None)
-    if axes.shape[1] == 0:
-        axes, var = np.zeros((x.shape[1], 1), np.float32), np.ones(1)
-    proj = np.empty((n, axes.shape[1]), dtype=np.float32)  # (N, d)
-    resid = np.empty(n, dtype=np.float32)  # (N,)
-    shift, msq = mean @ axes, float(mean @ mean)  # so the rows need not be centred (copied) first
-    for i in range(0, n, chunk):
-        c = x[i : i + chunk]  # (C, M)
-        p = c @ axes - shift  # (C, d) = (c - mean) @ axes
-        proj[i : i + chunk] = p
-        csq = np.einsum("ij,ij->i", c, c) - 2 * (c @ mean) + msq  # |c - mean|^2
-        resid[i : i + chunk] = np.sqrt(np.maximum(csq - np.einsum("ij,ij->i", p, p), 0))
-    return proj, var, resid
-
-
-def spread(n: int, m: int) -> np.ndarray:
-    """min(n, m) evenly spaced row indices of n rows (int64, increasing): a sample with no seed."""
-    m = min(n, m)
-    return (np.arange(m) * (n / m)).astype(np.int64)
 
 
 def whiten(
@@ -180,34 +115,19 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
 
 def knn_scores(x: np.ndarray, k: int = KNN_K) -> np.ndarray:
     """Mean distance of every row to its k nearest other rows -> float32 (N,). Exact: O(N^2 M)."""
+    from novelfind import knn
+
     return knn.KnnScores.build(x, k, exact_max_n=x.shape[0]).values
 
 
 def nearest_neighbours(x: np.ndarray, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest other row of each pick (raw space), exact, one blocked pass -> (index, distance)."""
+    from novelfind import knn
+
     if x.shape[0] == 1 or len(picks) == 0:
         return np.full(len(picks), -1, dtype=np.int64), np.full(len(picks), np.nan, dtype=np.float32)
     d, i = knn.knn_exact(x, picks.astype(np.int64), 1)
     return i[:, 0], d[:, 0].astype(np.float32)
-
-
-def power_scores(x: np.ndarray, iters: int = 100, tol: float = 1e-7, chunk: int = 2048) -> np.ndarray:
-    """Principal eigenvector of the Euclidean distance matrix (power iteration, D s chunked) -> (N,)."""
-    n = x.shape[0]
-    if n > POWER_MAX_N:
-        raise ValueError(f"power iteration is O(N^2); N={n} > {POWER_MAX_N}")
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).double()
-    s = torch.full((n,), 1 / np.sqrt(n), dtype=torch.float64)
-    for _ in range(iters):
-        new = torch.empty_like(s)
-        for i in range(0, n, chunk):
-            new[i : i + chunk] = torch.cdist(xt[i : i + chunk], xt) @ s  # (C,)
-        new /= new.norm().clamp_min(1e-300)
-        done = (new - s).norm() < tol
-        s = new
-        if done:
-            break
-    return s.float().numpy()
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
@@ -234,7 +154,7 @@ class Scores:
     current: Callable[[], np.ndarray]
     exact: np.ndarray | None = None
     refine: Callable[[np.ndarray], None] | None = None
-    density: knn.KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
+    density: KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
     stats: dict = field(default_factory=dict)
 
     @classmethod
@@ -244,6 +164,8 @@ class Scores:
 
 def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.ndarray:
     """ADS weights as an (N,) score (zero outside the K-sparse support)."""
+    from novelfind.solver import ads
+
     res = ads(x, k, config, device=device)
     return np.asarray(res.weights, dtype=np.float32)
 
@@ -255,16 +177,18 @@ def search_space(proj: np.ndarray, resid: np.ndarray) -> np.ndarray:
     return np.hstack([proj, resid[:, None]])
 
 
-def density(x: np.ndarray, k: int = KNN_K, search: Callable[[], np.ndarray] | None = None) -> knn.KnnScores:
+def density(x: np.ndarray, k: int = KNN_K, search: Callable[[], np.ndarray] | None = None) -> KnnScores:
     """Mean distance of each row of x to its k nearest other rows (raw features): ``knn.KnnScores``.
 
     Exact for every row up to ``knn.EXACT_MAX_N`` rows; above, upper bounds from candidates found in
     ``search()`` (default: ``search_space`` of x) and measured in x, made exact where asked.
     """
+    from novelfind import knn
+
     if x.shape[0] <= knn.EXACT_MAX_N:
         return knn.KnnScores.build(x, k)
     if search is None:
-        proj, _, resid = principal_space(x, WHITEN_DIMS)
+        proj, _, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)
         z = search_space(proj, resid)
     else:
         z = search()
@@ -287,7 +211,7 @@ def default_scores(
     n = x.shape[0]
     if n == 1:
         return Scores.of(np.ones(1, dtype=np.float32))
-    proj, var, resid = principal_space(x, WHITEN_DIMS)  # (N, d), (d,), (N,)
+    proj, var, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)  # (N, d), (d,), (N,)
     w = _scale(proj, var, WHITEN_FLOOR)  # (N, d)
     dens = density(x, KNN_K, search=lambda: search_space(proj, resid))
     support = min(n, max(2 * k, k + KNN_K))
@@ -424,15 +348,8 @@ def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=
         return default_scores(x, k, config, device)
     if method == "ads-paper":
         return Scores.of(_ads_scores(x, k, config, device))
-    if method == "power":
-        return Scores.of(power_scores(x))
     if method == "knn":
         return knn_method_scores(x, KNN_K)
-    if method == "iforest":
-        from sklearn.ensemble import IsolationForest
-
-        f = IsolationForest(n_estimators=200, random_state=config.seed).fit(x)
-        return Scores.of((-f.score_samples(x)).astype(np.float32))
     raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -448,10 +365,16 @@ def rank(
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
+    ``features``: any real (N, M) array (converted to float32), one row per image. ``method``: one of
+    ``METHODS``: ``"ads"`` (default: ADS on whitened features blended with a k-NN density score),
+    ``"ads-paper"`` (the paper's Algorithm 1 alone, on the raw features) or ``"knn"`` (mean distance to
+    the 10 nearest neighbours). ``config``: the ADS solver's settings (``ADSConfig()``: the paper's E, J,
+    alpha, beta and seed 0); the same seed on the same device gives the same ranking. ``device``: where
+    the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
+
     ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
-    L2-normalised features); None means ``DEFAULT_DEDUP``, 0 turns it off. ValueError for bad
-    shapes, NaN/inf, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``. When fewer
-    than k images are left after dropping near-duplicates, the dropped ones fill the end of the list.
+    L2-normalised features); None means ``DEFAULT_DEDUP`` (0.15), 0 turns it off. When fewer than k
+    images are left after dropping near-duplicates, the dropped ones fill the end of the list.
 
     ``candidates``: the rows that may be picked, a bool mask (N,) or int indices (None: all). The
     scores are computed on all rows exactly as without it (same support k, same seed), the ranked
@@ -459,6 +382,19 @@ def rank(
     returned; neighbours are searched among all rows. For ``ads-paper`` (scores zero outside a
     K-sparse support) the support is doubled until enough candidates are in it, or it is all N.
     No candidates: an empty Ranking.
+
+    Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
+    each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
+    ``duplicates_dropped``. Raises ValueError for a shape other than (N, M) with N, M >= 1, NaN or
+    infinite values, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``.
+
+    Example::
+
+        >>> import numpy as np, novelfind
+        >>> x = np.random.default_rng(0).normal(size=(500, 64))
+        >>> x[7] += 6  # one row far from the rest
+        >>> int(novelfind.rank(x, 3).indices[0])
+        7
     """
     x = _check(features, k)
     if method not in METHODS:
@@ -467,7 +403,10 @@ def rank(
         dedup = DEFAULT_DEDUP
     if not dedup >= 0:
         raise ValueError(f"dedup must be >= 0, got {dedup}")
-    config = config or ADSConfig()
+    if config is None:
+        from novelfind.solver import ADSConfig
+
+        config = ADSConfig()
     n = x.shape[0]
     cand = _candidate_mask(candidates, n)  # bool (N,) or None
     k_eff = min(k, n if cand is None else int(cand.sum()))
@@ -502,7 +441,9 @@ def rank(
                 order = order[cand[order]]
             walk(order)
         else:  # exact as far as the near-duplicate pass reads (novelfind.knn)
-            order, scores = knn.certified_order(
+            from novelfind.knn import certified_order
+
+            order, scores = certified_order(
                 scored.current, scored.exact, scored.refine, walk, rows=cand, first=2 * k_eff + 2 * KNN_K
             )
             ranked = n

@@ -3,6 +3,12 @@
 The walk streams: it lists one directory at a time (sorted by name), descends depth first and
 yields an ``ImageFile`` per image as soon as it is seen. It never opens a file; whether a file
 really is an image is decided later, by the decoder.
+
+What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode.IMAGE_EXTENSIONS``),
+and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
+next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
+LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
+out (``run.py``), with one warning that says how many and how to read them.
 """
 
 from __future__ import annotations
@@ -15,25 +21,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import InputError
-
-_BASE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-_HEIF_EXTENSIONS = (".heic", ".heif")
-
-
-def _heif_available() -> bool:
-    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
-    try:
-        import pillow_heif  # noqa: F401
-    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
-        return False
-    return True
-
-
-# Lower-case, with the dot. HEIC/HEIF only when pillow-heif is installed to decode them.
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    _BASE_EXTENSIONS + (_HEIF_EXTENSIONS if _heif_available() else ())
-)
+from novelfind.raw import RAW_EXTENSIONS
 
 OnError = Callable[[Path, str], None]
 
@@ -47,9 +37,12 @@ class ImageFile:
     mtime_ns: int  # st_mtime_ns
 
 
+WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
+
+
 def is_image_name(name: str) -> bool:
-    """True when ``name`` has one of the ``IMAGE_EXTENSIONS`` (any case)."""
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+    """True when ``name`` has an extension the walk offers (``WALKED_EXTENSIONS``), any case."""
+    return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS
 
 
 class _Excluder:

@@ -1,4 +1,4 @@
-"""Tests for the ADS solver (novelfind.ads)."""
+"""Tests for the ADS solver (novelfind.solver)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from novelfind.ads import ADSConfig, ADSResult, _k_at, ads, ads_reference
+from novelfind.solver import ADSConfig, ADSResult, _k_at, ads, ads_reference
 
 SOLVERS = [ads, ads_reference]
 
@@ -126,13 +126,24 @@ def test_numpy_torch_and_dtypes_agree():
     assert a.ranking.tolist() == b.ranking.tolist()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu_selection():
+@pytest.mark.cuda
+def test_cuda_matches_cpu_selection(cuda):
     x, out = planted(3000, 32, 20)
-    a = ads(torch.from_numpy(x).cuda(), 20)
+    a = ads(torch.from_numpy(x).to(cuda), 20)
     assert sorted(a.ranking.tolist()) == out.tolist()
-    b = ads(torch.from_numpy(x).cuda(), 20)
+    assert a.ranking.tolist() == ads(x, 20).ranking.tolist()
+    b = ads(torch.from_numpy(x).to(cuda), 20)
     np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_spread_rows_stay_in_range_past_float32_integers():
+    from novelfind.solver import _spread_rows
+
+    for n in (1, 2, 5, 8192, 16_777_220, 100_000_007):
+        rows = _spread_rows(n, 8192)
+        assert rows.numel() == min(n, 8192)
+        assert int(rows[0]) == 0 and int(rows[-1]) == n - 1
+        assert bool((rows[1:] > rows[:-1]).all())  # distinct and increasing
 
 
 def test_batched_blocks_path(monkeypatch):
@@ -140,7 +151,7 @@ def test_batched_blocks_path(monkeypatch):
     x, _ = planted(1000, 16, 10)
     cfg = ADSConfig(block=96)  # 10 full blocks and a tail of 40 rows
     one = ads(x, 10, cfg)
-    monkeypatch.setattr("novelfind.ads._blocks_per_step", lambda device, block: 3)
+    monkeypatch.setattr("novelfind.solver._blocks_per_step", lambda device, block: 3)
     three = ads(x, 10, cfg)
     np.testing.assert_allclose(one.weights, three.weights, rtol=1e-4, atol=1e-6)
     assert one.ranking.tolist() == three.ranking.tolist()
