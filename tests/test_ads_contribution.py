@@ -52,7 +52,7 @@ def _data(kind: str, seed: int) -> np.ndarray:
     return x / np.abs(x).max()  # as rank() scales its input
 
 
-def _hits(scores: np.ndarray, x: np.ndarray) -> int:
+def _hits(scores: np.ndarray, x: np.ndarray) -> int:  # N = 500: the scores are exact everywhere
     """Planted novelties among the K picks (near-duplicates removed as rank() does by default)."""
     order = np.lexsort((np.arange(len(scores)), -scores))
     picks, _ = dedup_order(order, l2_normalise(x), K, DEFAULT_DEDUP)
@@ -68,12 +68,12 @@ def hits():
         for ds in DATA_SEEDS:
             x = _data(kind, ds)
             # the density term does not depend on the solver seed: one run per dataset, repeated per seed
-            no_ads = _hits(default_scores(x, K, ADSConfig(seed=0), density_weight=1.0), x)
+            no_ads = _hits(default_scores(x, K, ADSConfig(seed=0), density_weight=1.0).current(), x)
             knn_w = _hits(knn_scores(whiten(x, WHITEN_DIMS, floor=WHITEN_FLOOR)), x)
             for s in ADS_SEEDS:
                 cfg = ADSConfig(seed=s)
-                h["default"].append(_hits(default_scores(x, K, cfg), x))
-                h["ads-term"].append(_hits(default_scores(x, K, cfg, density_weight=0.0), x))
+                h["default"].append(_hits(default_scores(x, K, cfg).current(), x))
+                h["ads-term"].append(_hits(default_scores(x, K, cfg, density_weight=0.0).current(), x))
                 h["no-ads"].append(no_ads)
                 h["knn-whitened"].append(knn_w)
         out[kind] = h

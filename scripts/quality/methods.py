@@ -56,31 +56,28 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
     return fn(x, k, method=method, config=cfg_cls(seed=seed))
 
 
-def ranking_module():
-    """The module of novelfind that holds ``rank`` and ``default_scores``."""
-    import importlib
-
-    for name in ("novelfind.ranking", "novelfind.rank"):
-        try:
-            mod = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(mod, "default_scores"):
-            return mod
-    raise ImportError("no novelfind ranking module with default_scores")
-
-
 def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
-    """The shipped default's score (``default_scores``) with another share for its density term:
-    1.0 is the default without its ADS term (the shipped density term alone, the same code path at
-    every N as the default's), 0.5 the default itself. Input scaled as ``rank`` scales it."""
+    """The shipped default's score (``novelfind.ranking.default_scores``) with another share for its
+    density term: 1.0 is the default without its ADS term (the shipped density term alone, by the same
+    code path as the default's at every N), 0.5 the default itself. The order is read as ``rank`` reads
+    it (``novelfind.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
+    (above ``knn.EXACT_MAX_N`` rows) by upper bounds, which only AP sees."""
 
     def run(f: dict, k: int, seed: int) -> Scored:
-        mod = ranking_module()
-        x = np.asarray(f[kind], dtype=np.float32)
-        scale = float(np.abs(x).max())
-        xs = x / np.float32(scale) if scale > 0 else x
-        scores = mod.default_scores(xs, k, ADSConfig(seed=seed), density_weight=density_weight)
+        from novelfind import ranking
+        from novelfind.knn import certified_order
+
+        x = np.ascontiguousarray(f[kind], dtype=np.float32)
+        sc = ranking.default_scores(x, k, ADSConfig(seed=seed), density_weight=density_weight)
+        if sc.exact is None:
+            return _finish(np.asarray(sc.current(), dtype=np.float64), f, k, kind=kind)
+        xn = _memo(f, ("l2n", kind), lambda: l2n(x))
+
+        def walk(order: np.ndarray) -> int:
+            picks, dropped = ranking.dedup_order(order, xn, k, DEDUP)
+            return len(picks) + dropped if len(picks) == k else len(order)
+
+        _, scores = certified_order(sc.current, sc.exact, sc.refine, walk, first=2 * k + 2 * KNN_K)
         return _finish(np.asarray(scores, dtype=np.float64), f, k, kind=kind)
 
     return run
