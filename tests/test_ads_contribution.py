@@ -6,7 +6,8 @@ Three fixed datasets (500 points, 100 dimensions, five loud ones; 6 planted nove
 three data seeds and ranked with three solver seeds:
 
 - ``far``: novelties far from everything in the raw space. Every variant finds all of them: removing the
-  ADS term changes nothing. This is what the labelled sets of real pictures show too (README, Quality).
+  ADS term changes nothing. On the labelled sets of real pictures it changes nothing measurable either
+  (README, Quality).
 - ``quiet``: novelties along a quiet direction, invisible next to the loud ones. Only the ADS term sees
   them, because it works on whitened features; plain k-NN on the same whitened features finds them as well
   as ADS does, so what carries the default here is the whitening, not the ADS objective.
@@ -52,8 +53,9 @@ def _data(kind: str, seed: int) -> np.ndarray:
     return x / np.abs(x).max()  # as rank() scales its input
 
 
-def _hits(scores: np.ndarray, x: np.ndarray) -> int:  # N = 500: the scores are exact everywhere
-    """Planted novelties among the K picks (near-duplicates removed as rank() does by default)."""
+def _hits(scores: np.ndarray, x: np.ndarray) -> int:
+    """Planted novelties among the K picks (near-duplicates removed as rank() does by default).
+    With N = 500 (below ``knn.EXACT_MAX_N``) every score is exact, so ``current()`` is the order."""
     order = np.lexsort((np.arange(len(scores)), -scores))
     picks, _ = dedup_order(order, l2_normalise(x), K, DEFAULT_DEDUP)
     return int((picks >= N - K).sum())
