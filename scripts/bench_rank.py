@@ -30,7 +30,7 @@ the share of exact bounds on 2048 evenly spaced rows, and planted share in the t
     python scripts/bench_rank.py --sizes 100k --alternatives 100k --out /tmp/r.json
 
 Prints a markdown table and writes JSON (default docs/bench/rank.json). The 1M matrix is 4 GB;
-the default ranking at 1M peaks near 2 GB above it.
+the default ranking at 1M peaks near 3.8 GB above it.
 """
 
 from __future__ import annotations
