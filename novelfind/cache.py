@@ -9,11 +9,20 @@ says what made it.
 Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
 flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
 moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning.
+
+Any number of runs may open, create and write one new cache at the same instant (two cron jobs
+starting together). Two things make that safe. The file's identity (application id, schema
+version, tables) is always read in one statement, so a reader sees the file before or after
+another run's creating transaction, never half of it; and the schema is created in one
+``BEGIN IMMEDIATE`` transaction that checks the identity again under the write lock. The switch
+to WAL and ``BEGIN IMMEDIATE`` can answer SQLITE_BUSY at once, without waiting on the busy
+timeout (SQLite does so when waiting could deadlock), so both are retried until the timeout.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -22,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -30,6 +39,8 @@ from novelfind.errors import CacheError
 
 if TYPE_CHECKING:
     from novelfind.scan import ImageFile
+
+T = TypeVar("T")
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
@@ -196,6 +207,8 @@ class FeatureCache:
 
     def _open_error(self, err: sqlite3.Error) -> CacheError:
         code = _errorcode(err)
+        if code == _SQLITE_FULL:
+            return CacheError(f"the disk holding the feature cache {self.path} is full")
         if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN) or not os.access(self.path.parent, os.W_OK):
             return CacheError(f"cannot write the feature cache {self.path}: {err}")
         return CacheError(f"cannot open the feature cache {self.path}: {err}")
@@ -208,11 +221,10 @@ class FeatureCache:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
             self._check_health(conn)
-            self._check_ours(conn)  # before anything writes to a file that may not be ours
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                # e.g. a file system without shared memory; rollback journal still keeps batches atomic
-                conn.execute("PRAGMA journal_mode = DELETE")
+            self._check_ours(*self._header(conn))  # before anything writes to a file that may not be ours
+            # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
+            # journal, which still keeps each batch atomic.
+            self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
             self._init_schema(conn)
         except BaseException:
@@ -230,10 +242,13 @@ class FeatureCache:
             err.sqlite_errorcode = _SQLITE_CORRUPT  # type: ignore[attr-defined]
             raise err
 
-    def _check_ours(self, conn: sqlite3.Connection) -> None:
-        """CacheError unless the file is a novelfind cache this version reads, or still empty."""
-        app_id, version = self._header(conn)
-        if app_id != APPLICATION_ID and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+    def _check_ours(self, app_id: int, version: int, tables: int) -> None:
+        """CacheError unless the file is a novelfind cache this version reads, or still empty.
+
+        The three values must come from one snapshot (``_header``): read one at a time, a file that
+        another run creates in between looks like a database with tables and no novelfind mark.
+        """
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
             raise CacheError(f"{self.path} is an SQLite database of another program, not a novelfind cache")
         if version > SCHEMA_VERSION:
             raise CacheError(
@@ -242,25 +257,29 @@ class FeatureCache:
             )
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
-        app_id, version = self._header(conn)
-        if app_id == APPLICATION_ID and version == SCHEMA_VERSION:
-            with self._write(conn):  # a write probe: SQLite opens a read-only file without complaint
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            return
+        """Create the tables if the file is new: one write transaction, which is also the write probe."""
         with self._write(conn):
-            self._check_ours(conn)  # again under the write lock: another run may have created it meanwhile
-            # version < SCHEMA_VERSION: a new file (no older schema exists yet; migrations go here)
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            app_id, version, tables = self._header(conn)
+            self._check_ours(app_id, version, tables)  # under the write lock: no other run is mid-creation
+            if app_id != APPLICATION_ID or version < SCHEMA_VERSION:
+                # a new file (no older schema exists yet; migrations go here)
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            # Written even when unchanged: SQLite opens a read-only file without complaint, and this
+            # write is what finds out.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @staticmethod
-    def _header(conn: sqlite3.Connection) -> tuple[int, int]:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        return app_id, version
+    def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """(application id, schema version, number of schema objects), read in one statement."""
+        row = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()), "
+            "(SELECT user_version FROM pragma_user_version()), "
+            "(SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
 
     def _move_aside(self, identity: tuple[int, int] | None) -> Path | None:
         """Rename the damaged file (and its WAL) out of the way; None if another run already did."""
@@ -301,17 +320,7 @@ class FeatureCache:
     def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         """One write transaction (BEGIN IMMEDIATE), retried while another run holds the lock."""
         conn = conn or self._conn
-        deadline = time.monotonic() + self._busy_timeout
-        delay = 0.01
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as err:
-                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
             yield conn
             conn.execute("COMMIT")
@@ -322,6 +331,25 @@ class FeatureCache:
                 except sqlite3.Error:
                     pass
             raise
+
+    def _retry_busy(self, action: Callable[[], T]) -> T:
+        """``action()``, tried again while it fails with SQLITE_BUSY / LOCKED, for up to the busy timeout.
+
+        SQLite's own busy handler does not cover every case: a statement that would deadlock waiting
+        (BEGIN IMMEDIATE, a journal mode switch, against a run that holds a read lock and wants the
+        write lock) is answered SQLITE_BUSY at once, so the whole statement is tried again here.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as err:
+                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                    raise
+            # jittered backoff, so runs that collided once do not collide again in step
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
 
     def _require_key(self) -> str:
         if self.model_key is None:
@@ -466,13 +494,11 @@ class FeatureCache:
             code = _errorcode(err)
             if code == _SQLITE_FULL:
                 raise CacheWriteError(
-                    f"the disk holding the feature cache {self.path} is full; not caching any more",
-                    disk_full=True,
+                    f"the disk holding the feature cache {self.path} is full", disk_full=True
                 ) from None
             if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
                 raise CacheWriteError(
-                    f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s; "
-                    "not caching any more"
+                    f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s"
                 ) from None
             raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
 
