@@ -1,3 +1,88 @@
-"""novelfind: find the most novel photos in a large library."""
+"""novelfind: find the most novel photos in a large library.
+
+The Python API (the command line is a shell over it)::
+
+    import novelfind
+
+    result = novelfind.scan("photos", k=20)          # walk, extract (cached), rank: a ScanResult
+    for pick in result.picks:
+        print(pick.rank, pick.score, pick.path, pick.neighbour)
+
+    ranking = novelfind.rank(result.features, 10, method="knn")   # any (N, M) matrix
+    weights = novelfind.ads(result.features, 10).weights          # the paper's Algorithm 1
+
+    with novelfind.Cache.open() as cache:                # the feature cache: info, prune, clear
+        print(cache.info())
+
+Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick`, :class:`Progress`,
+:func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, and the exceptions
+:class:`NovelfindError` (every error a run can stop with) and :class:`InputError`. They are imported
+on first use, so ``import novelfind`` itself is quick.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# public name -> (module, attribute)
+_API = {
+    "scan": ("novelfind.run", "scan"),
+    "ScanResult": ("novelfind.run", "ScanResult"),
+    "ScanParameters": ("novelfind.run", "ScanParameters"),
+    "Counts": ("novelfind.run", "Counts"),
+    "Progress": ("novelfind.run", "Progress"),
+    "Pick": ("novelfind.report", "Pick"),
+    "Failure": ("novelfind.report", "Failure"),
+    "rank": ("novelfind.ranking", "rank"),
+    "Ranking": ("novelfind.ranking", "Ranking"),
+    "ads": ("novelfind.solver", "ads"),
+    "ADSConfig": ("novelfind.solver", "ADSConfig"),
+    "ADSResult": ("novelfind.solver", "ADSResult"),
+    "Cache": ("novelfind.cache", "FeatureCache"),
+    "NovelfindError": ("novelfind.errors", "NovelfindError"),
+    "InputError": ("novelfind.errors", "InputError"),
+}
+
+__all__ = [
+    "ADSConfig",
+    "ADSResult",
+    "Cache",
+    "Counts",
+    "Failure",
+    "InputError",
+    "NovelfindError",
+    "Pick",
+    "Progress",
+    "Ranking",
+    "ScanParameters",
+    "ScanResult",
+    "__version__",
+    "ads",
+    "rank",
+    "scan",
+]
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ below imports on demand
+    from novelfind.cache import FeatureCache as Cache
+    from novelfind.errors import InputError, NovelfindError
+    from novelfind.ranking import Ranking, rank
+    from novelfind.report import Failure, Pick
+    from novelfind.run import Counts, Progress, ScanParameters, ScanResult, scan
+    from novelfind.solver import ADSConfig, ADSResult, ads
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _API[name]
+    except KeyError:
+        raise AttributeError(f"module 'novelfind' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))

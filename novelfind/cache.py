@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from novelfind import dirs
 from novelfind.errors import CacheError
 
 if TYPE_CHECKING:
-    from novelfind.scan import ImageFile
+    from novelfind.walk import ImageFile
 
 T = TypeVar("T")
 
@@ -89,16 +90,6 @@ class CacheWriteError(CacheError):
     def __init__(self, message: str, *, disk_full: bool = False):
         super().__init__(message)
         self.disk_full = disk_full
-
-
-def default_cache_path() -> Path:
-    """``$NOVELFIND_CACHE``, else ``$XDG_CACHE_HOME/novelfind/features.sqlite`` (``~/.cache`` by default)."""
-    explicit = os.environ.get("NOVELFIND_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base).expanduser() if os.path.isabs(os.path.expanduser(base)) else Path.home() / ".cache"
-    return root / "novelfind" / "features.sqlite"
 
 
 def _errorcode(err: sqlite3.Error) -> int | None:
@@ -167,6 +158,30 @@ class FeatureCache:
         self._on_warning = on_warning
         self._lock = threading.Lock()
         self._conn = self._open_or_recover()
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        model_key: str | None = None,
+        *,
+        create: bool = True,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> FeatureCache:
+        """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
+        ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
+
+        With ``create`` False a missing file is ``CacheError("no cache at PATH")`` instead of a new,
+        empty cache. Use it as a context manager, or call :meth:`close`::
+
+            with novelfind.Cache.open() as cache:
+                print(cache.info()["entries"], "vectors")
+                cache.prune()
+        """
+        path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
+        if not create and not path.exists():
+            raise CacheError(f"no cache at {path}")
+        return cls(path, model_key, on_warning=on_warning)
 
     # -- opening -------------------------------------------------------------------------------
 

@@ -8,35 +8,19 @@ defaults. Click implements the first, second and last; this module turns a TOML 
 from __future__ import annotations
 
 import datetime
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from novelfind import dirs
 from novelfind.errors import InputError
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
-
-CONFIG_ENV = "NOVELFIND_CONFIG"
-
-
-def default_config_path() -> Path | None:
-    """The config file used when ``--config`` is not given, or None when there is none.
-
-    ``$NOVELFIND_CONFIG`` if set, else ``$XDG_CONFIG_HOME/novelfind/config.toml``
-    (``~/.config/novelfind/config.toml``) when that file exists.
-    """
-    env = os.environ.get(CONFIG_ENV)
-    if env:
-        return Path(env)
-    base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    candidate = base / "novelfind" / "config.toml"
-    return candidate if candidate.is_file() else None
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -103,10 +87,10 @@ def _check_type(param: click.Option, value: Any, key: str, source: Path) -> None
     if param.is_flag:
         ok = isinstance(value, bool)
         wanted = "true or false"
-    elif param.type is click.INT:
+    elif isinstance(param.type, click.types.IntParamType):  # click.INT and click.IntRange
         ok = isinstance(value, int) and not isinstance(value, bool)
         wanted = "a whole number"
-    elif param.type is click.FLOAT:
+    elif isinstance(param.type, click.types.FloatParamType):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         wanted = "a number"
     elif isinstance(param.type, click.DateTime):
@@ -121,8 +105,8 @@ def _check_type(param: click.Option, value: Any, key: str, source: Path) -> None
 
 def configured_cache(command: click.Command) -> Path | None:
     """The ``cache`` key of the default config file, for the cache commands (None when unset)."""
-    path = default_config_path()
+    path = dirs.config_path()
     if path is None:
         return None
-    value = to_default_map(command, read_config(path), path).get("cache_path")
+    value = to_default_map(command, read_config(path), path).get("cache")
     return Path(value) if value is not None else None

@@ -45,6 +45,34 @@ BOMB_CHECK_PIXELS = 2**25
 MAX_PIXELS_PER_BYTE = 4096
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
+_PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
+_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
+_AVIF_SUFFIXES = frozenset({".avif"})  # read by Pillow itself when built with libavif (Pillow >= 11.2)
+
+
+def _heif_available() -> bool:
+    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
+    try:
+        import pillow_heif  # noqa: F401
+    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
+        return False
+    return True
+
+
+def _avif_available() -> bool:
+    from PIL import features
+
+    try:
+        return bool(features.check("avif"))
+    except Exception:  # noqa: BLE001 - an older Pillow that does not know the feature
+        return False
+
+
+# The one list of what novelfind reads (lower case, with the dot): the walk offers exactly these files.
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(_PILLOW_EXTENSIONS).union(
+    _HEIF_SUFFIXES if _heif_available() else (), _AVIF_SUFFIXES if _avif_available() else ()
+)
+
 _heif_lock = threading.Lock()
 _heif_state: bool | None = None  # None: not tried yet
 
@@ -64,9 +92,6 @@ def _register_heif() -> bool:
                 except Exception:  # noqa: BLE001 - optional dependency, any import failure means "absent"
                     _heif_state = False
     return _heif_state
-
-
-_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif", ".avif"})
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

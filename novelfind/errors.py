@@ -24,8 +24,8 @@ class NovelfindError(Exception):
     exit_code: ExitCode = ExitCode.ERROR
 
 
-class InputError(NovelfindError):
-    """Bad input from the user: a missing folder, an impossible option value."""
+class InputError(NovelfindError, ValueError):
+    """Bad input from the user: a missing folder, an impossible option value (also a ValueError)."""
 
     exit_code = ExitCode.USAGE
 

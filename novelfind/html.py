@@ -11,105 +11,43 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from novelfind.decode import image_info, load_image
 from novelfind.errors import OutputError
-
-if TYPE_CHECKING:
-    from novelfind.report import Pick
+from novelfind.pca import pca
+from novelfind.report import Failure, Pick, iso_utc, write_atomic
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 NEIGHBOUR_THUMB_SIZE = 160
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
-_PCA_COVARIANCE_MAX_DIM = 64  # above this, randomized subspace iteration (O(N M L)) instead of M x M
 
 
 # ---------------------------------------------------------------------------------------------
-# PCA for the library map
+# The library map
 
 
-def pca_2d(features: np.ndarray, *, seed: int = 0, chunk: int = 65536) -> np.ndarray:
+def pca_2d(features: np.ndarray, *, chunk: int = 16384) -> np.ndarray:
     """Project ``features`` (N, M) on their top two principal components -> float32 (N, 2).
 
-    Covariance method (accumulated over row chunks) for M up to 64, randomized subspace iteration
-    above: O(N M) time and memory for the usual 1000- or 1280-d features. Signs are fixed (largest
-    loading positive) so the map is deterministic. Raises ValueError for a non-2-D or non-finite
-    input.
+    The ranking's PCA (:func:`novelfind.pca.pca`), so the map and the whitening see the same axes;
+    signs are fixed, so the map is deterministic. Fewer than two rows, no columns or no spread give
+    zeros. Raises ValueError for a non-2-D or non-finite input.
     """
     x = np.asarray(features)
     if x.ndim != 2:
         raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
     n, m = x.shape
-    out = np.zeros((n, 2), dtype=np.float32)
     if n < 2 or m == 0:
-        return out
-    mean = np.zeros(m, dtype=np.float64)
-    for start in range(0, n, chunk):
-        mean += x[start : start + chunk].sum(axis=0, dtype=np.float64)
-    mean /= n  # (M,)
-    if not np.all(np.isfinite(mean)):
+        return np.zeros((n, 2), dtype=np.float32)
+    if not np.isfinite(x.mean(axis=0, dtype=np.float64)).all():  # a NaN or inf anywhere reaches the mean
         raise ValueError("features contain NaN or inf")
-
-    if m <= _PCA_COVARIANCE_MAX_DIM:
-        cov = np.zeros((m, m), dtype=np.float64)
-        for start in range(0, n, chunk):
-            block = x[start : start + chunk].astype(np.float64) - mean  # (B, M)
-            cov += block.T @ block  # (M, M)
-        _, vecs = np.linalg.eigh(cov)  # ascending eigenvalues
-        basis = vecs[:, ::-1][:, :2]  # (M, 2)
-    else:
-        basis = _randomized_basis(x, mean, seed=seed, chunk=chunk)  # (M, 2)
-    if basis.shape[1] < 2:
-        basis = np.pad(basis, ((0, 0), (0, 2 - basis.shape[1])))
-    signs = np.sign(basis[np.abs(basis).argmax(axis=0), [0, 1]])
-    basis = basis * np.where(signs == 0, 1.0, signs)  # (M, 2)
-    basis32 = basis.astype(np.float32)
-    shift = mean @ basis  # (2,)
-    for start in range(0, n, chunk):
-        block = np.asarray(x[start : start + chunk], dtype=np.float32)  # (B, M)
-        out[start : start + chunk] = block @ basis32 - shift  # (B, 2)
-    return out
-
-
-def _randomized_basis(x: np.ndarray, mean: np.ndarray, *, seed: int, chunk: int) -> np.ndarray:
-    """Top-2 right singular vectors of the centred ``x`` by subspace iteration (Halko et al.)."""
-    n, m = x.shape
-    rank = min(12, n, m)  # 2 wanted + oversampling
-    rng = np.random.default_rng(seed)
-    q = _orthonormal(rng.standard_normal((m, rank)))  # (M, L)
-    for _ in range(5):
-        q = _orthonormal(_gram_times(x, mean, q, chunk))  # (M, L)
-    # Rayleigh-Ritz on the subspace.
-    small = q.T @ _gram_times(x, mean, q, chunk)  # (L, L)
-    _, vecs = np.linalg.eigh((small + small.T) / 2)
-    return q @ vecs[:, ::-1][:, :2]  # (M, 2)
-
-
-def _orthonormal(v: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of the columns of ``v`` (M, L) via the small (L, L) Gram matrix, twice
-    for accuracy (CholeskyQR2-like; LAPACK's QR on tall matrices is slow on some builds)."""
-    for _ in range(2):
-        vals, vecs = np.linalg.eigh(v.T @ v)  # (L,), (L, L)
-        vals = np.maximum(vals, vals.max() * 1e-12 + 1e-300)
-        v = v @ (vecs / np.sqrt(vals))  # (M, L)
-    return v
-
-
-def _gram_times(x: np.ndarray, mean: np.ndarray, v: np.ndarray, chunk: int) -> np.ndarray:
-    """(X - mean)^T (X - mean) v without forming the centred matrix (float32 products)."""
-    v32 = v.astype(np.float32)  # (M, L)
-    shift = (mean @ v).astype(np.float32)  # (L,)
-    acc = np.zeros(v.shape, dtype=np.float64)
-    for start in range(0, x.shape[0], chunk):
-        block = np.asarray(x[start : start + chunk], dtype=np.float32)  # (B, M), no copy for float32
-        centred = block @ v32 - shift  # (B, L) = (block - mean) @ v
-        acc += block.T @ centred  # (M, L); the mean's term vanishes since centred sums to 0 overall
-    return acc
+    proj, _, _ = pca(x.astype(np.float32, copy=False), 2, chunk)  # (N, d), d <= 2
+    return np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,6 +244,15 @@ def _img_or_missing(uri: str | None, alt: str) -> str:
     return f'<img src="{uri}" alt="{alt}">'
 
 
+# The run record's counts (docs/output-schema.md), shown up front: (key, label).
+_COUNTS = (
+    ("images_found", "images found"),
+    ("from_cache", "read from cache"),
+    ("extracted", "extracted"),
+    ("failed", "failed"),
+)
+
+
 def write_html_report(
     path: Path | str,
     picks: Sequence[Pick],
@@ -322,156 +269,161 @@ def write_html_report(
 
     ``points2d`` (N, 2) places the whole library on a map (see :func:`pca_2d`), ``pick_indices``
     (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
-    titles. ``run`` is the run record of ``docs/output-schema.md``; its counts (``images_found``,
-    ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
-    Fills ``width``, ``height`` and ``taken`` of the picks when missing. Raises OutputError when
-    the file cannot be written and ValueError for inconsistent map inputs.
+    titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
+    ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table. Raises
+    OutputError when the file cannot be written and ValueError for inconsistent map inputs.
     """
-    from novelfind.report import iso_utc, write_atomic
-
     picks = list(picks)
-    failures = [(p, str(r)) for p, r in failures]
+    failures = [Failure(Path(p), str(r)) for p, r in failures]
     run = dict(run or {})
-    order = sorted(range(len(picks)), key=lambda j: picks[j].rank)
-    map_html = ""
+    map_section = ""
     if points2d is not None:
         if pick_indices is None:
             raise ValueError("pick_indices is required with points2d")
-        map_html = _svg_map(points2d, list(pick_indices), picks, paths, max_points)
-        n_points = int(np.asarray(points2d).shape[0])
-    else:
-        n_points = None
+        map_section = _map_section(points2d, list(pick_indices), picks, paths, max_points)
+    picks.sort(key=lambda p: p.rank)
+    body = [
+        _headline(picks, run, failures),
+        map_section,
+        _picks_section(picks),
+        _run_section(run),
+        _failures_section(failures),
+    ]
+    write_atomic(path, _page(title, len(picks), "\n".join(part for part in body if part)))
 
+
+def _headline(picks: Sequence[Pick], run: Mapping[str, Any], failures: Sequence[Failure]) -> str:
+    """Title, the run's paths and method, and the counts."""
+    found = run.get("images_found")
+    headline = f"{len(picks)} most novel photos" + (f" of {found}" if found is not None else "")
+    parts = [f"<h1>{_display(headline)}</h1>"]
+    shown = ("paths", "method", "feature", "since")
+    subtitle = [f"{_display(k)}: {_display(v)}" for k, v in _flatten(run) if k in shown and v]
+    if subtitle:
+        parts.append(f'<p class="sub">{" · ".join(subtitle)}</p>')
+    counts = {**{key: run.get(key) for key, _ in _COUNTS}, "picked": len(picks)}
+    if counts["failed"] is None:
+        counts["failed"] = len(failures)
+    labels = dict(_COUNTS, picked="picked")
+    boxes = "".join(
+        f'<div class="count"><b>{_display(value)}</b><span>{labels[key]}</span></div>'
+        for key, value in counts.items()
+        if value is not None
+    )
+    parts.append(f'<div class="counts">{boxes}</div>')
+    return "\n".join(parts)
+
+
+def _map_section(
+    points2d: np.ndarray,
+    pick_indices: Sequence[int],
+    picks: Sequence[Pick],
+    paths: Sequence[Path | str] | None,
+    max_points: int,
+) -> str:
+    svg = _svg_map(points2d, pick_indices, picks, paths, max_points)
+    others = int(np.asarray(points2d).shape[0]) - len(picks)
+    shown = min(max_points, max(0, others))
+    note = f"; {shown} of {others} other photos shown" if shown < others else ""
+    return (
+        f'<h2>Map of the library</h2>\n<div class="map">{svg}</div>\n'
+        '<p class="legend">First two principal components of the image features. '
+        f'<span style="color:var(--pick)">●</span> picks (click to jump), '
+        f"<span>●</span> the rest of the library{note}. Hover a point for its path.</p>"
+    )
+
+
+def _picks_section(picks: Sequence[Pick]) -> str:
+    """One card per pick: thumbnail, facts about the file, and its nearest neighbour."""
     wanted = [(Path(p.path), THUMB_SIZE) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE) for p in picks if p.neighbour is not None]
     thumbs = _thumbnails(wanted)
-    for p in picks:
-        if p.width is None or p.height is None or p.taken is None:
-            info = image_info(p.path)
-            p.width = p.width if p.width is not None else info.get("width")
-            p.height = p.height if p.height is not None else info.get("height")
-            p.taken = p.taken if p.taken is not None else info.get("taken")
-
-    def count(name: str, *aliases: str) -> Any:
-        nested = run.get("counts") if isinstance(run.get("counts"), Mapping) else {}
-        for key in (name, *aliases):
-            for source in (nested, run):
-                if source.get(key) is not None:
-                    return source[key]
-        return None
-
-    found = count("images_found", "found", "scanned")
-    found = n_points if found is None else found
-    failed = count("failed")
-    failed = len(failures) if failed is None else failed
-    headline = f"{len(picks)} most novel photos" + (f" of {found}" if found is not None else "")
-    count_boxes = [
-        ("images found", found),
-        ("read from cache", count("from_cache", "cached")),
-        ("extracted", count("extracted")),
-        ("failed", failed),
-        ("picked", len(picks)),
-    ]
+    infos = _image_infos([p.path for p in picks])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
+    cards = [_pick_card(p, thumbs, info, max_distance) for p, info in zip(picks, infos, strict=True)]
+    return "<h2>Picks, most novel first</h2>\n" + "\n".join(cards)
 
-    body: list[str] = [f"<h1>{_display(headline)}</h1>"]
-    subtitle = [
-        f"{_display(k)}: {_display(v)}"
-        for k, v in _flatten(run)
-        if k in ("paths", "method", "feature", "since") and v
+
+def _image_infos(paths: Sequence[Path]) -> list[dict]:
+    """Dimensions and EXIF date of each pick, read in a few threads (headers only)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        return list(pool.map(image_info, paths))
+
+
+def _pick_card(
+    p: Pick, thumbs: Mapping[tuple[Path, int], str | None], info: Mapping[str, Any], max_distance: float
+) -> str:
+    width, height, taken = info.get("width"), info.get("height"), info.get("taken")
+    details = [
+        ("score", f"{p.score:.6f}"),
+        ("dimensions", f"{width} × {height}" if width and height else "?"),
+        ("taken", taken.replace("T", " ") if taken else "unknown (no EXIF date)"),
+        ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
+        ("size", _human_size(p.size)),
     ]
-    if subtitle:
-        body.append(f'<p class="sub">{" · ".join(subtitle)}</p>')
-    body.append('<div class="counts">')
-    for label, value in count_boxes:
-        if value is not None:
-            body.append(f'<div class="count"><b>{_display(value)}</b><span>{label}</span></div>')
-    body.append("</div>")
-
-    if map_html:
-        body.append("<h2>Map of the library</h2>")
-        body.append(f'<div class="map">{map_html}</div>')
-        shown = min(max_points, max(0, n_points - len(picks))) if n_points is not None else 0
-        note = (
-            f"; {shown} of {n_points - len(picks)} other photos shown"
-            if n_points and shown < n_points - len(picks)
-            else ""
-        )
-        body.append(
-            '<p class="legend">First two principal components of the image features. '
-            f'<span style="color:var(--pick)">●</span> picks (click to jump), '
-            f"<span>●</span> the rest of the library{note}. Hover a point for its path.</p>"
-        )
-
-    body.append("<h2>Picks, most novel first</h2>")
-    for j in order:
-        p = picks[j]
-        alt = f"#{p.rank}"
-        dims = f"{p.width} × {p.height}" if p.width and p.height else "?"
-        details = [
-            ("score", f"{p.score:.6f}"),
-            ("dimensions", dims),
-            ("taken", p.taken.replace("T", " ") if p.taken else "unknown (no EXIF date)"),
-            ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
-            ("size", _human_size(p.size)),
-        ]
-        dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
-        if p.neighbour is not None:
-            pct = 100.0 * float(p.distance or 0.0) / max_distance
-            distance = "?" if p.distance is None else f"{p.distance:.4f}"
-            nb = (
-                '<div class="nb"><div>nearest photo in the library</div>'
-                f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE)), 'neighbour')}"
-                f'<div class="path">{_display(p.neighbour)}</div>'
-                f"<div>distance {distance}: no other photo is closer (bar: relative to the picks)"
-                f'</div><div class="bar"><i style="width:{pct:.0f}%"></i></div></div>'
-            )
-        else:
-            nb = '<div class="nb">the only photo in the library</div>'
-        body.append(
-            f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
-            f'<div class="thumb">{_img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE)), alt)}</div>'
-            f'<div class="meta"><p class="path">{_display(p.path)}</p><dl>{dl}</dl></div>{nb}</section>'
-        )
-
-    body.append("<h2>Run</h2>")
-    rows = "".join(f"<tr><td>{_display(k)}</td><td>{_display(v)}</td></tr>" for k, v in _flatten(run))
-    body.append(f'<table class="params">{rows or "<tr><td>no parameters recorded</td></tr>"}</table>')
-
-    body.append(f"<h2>Files that could not be read ({len(failures)})</h2>")
-    if failures:
-        items = "".join(
-            f'<li>{_display(fp)} <span class="why">— {_display(reason)}</span></li>'
-            for fp, reason in failures[:MAX_FAILURES_SHOWN]
-        )
-        more = len(failures) - MAX_FAILURES_SHOWN
-        if more > 0:
-            items += f"<li>… and {more} more</li>"
-        body.append(
-            f'<details class="failures"{" open" if len(failures) <= 50 else ""}>'
-            f"<summary>{len(failures)} file{'s' if len(failures) != 1 else ''}</summary>"
-            f"<ul>{items}</ul></details>"
+    dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
+    if p.neighbour is not None:
+        pct = 100.0 * float(p.distance or 0.0) / max_distance
+        distance = "?" if p.distance is None else f"{p.distance:.4f}"
+        nb = (
+            '<div class="nb"><div>nearest photo in the library</div>'
+            f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE)), 'neighbour')}"
+            f'<div class="path">{_display(p.neighbour)}</div>'
+            f"<div>distance {distance}: no other photo is closer (bar: relative to the picks)"
+            f'</div><div class="bar"><i style="width:{pct:.0f}%"></i></div></div>'
         )
     else:
-        body.append('<p class="sub">none</p>')
+        nb = '<div class="nb">the only photo in the library</div>'
+    thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE)), f"#{p.rank}")
+    return (
+        f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
+        f'<div class="thumb">{thumb}</div>'
+        f'<div class="meta"><p class="path">{_display(p.path)}</p><dl>{dl}</dl></div>{nb}</section>'
+    )
 
+
+def _run_section(run: Mapping[str, Any]) -> str:
+    rows = "".join(f"<tr><td>{_display(k)}</td><td>{_display(v)}</td></tr>" for k, v in _flatten(run))
+    return f'<h2>Run</h2>\n<table class="params">{rows or "<tr><td>no parameters recorded</td></tr>"}</table>'
+
+
+def _failures_section(failures: Sequence[Failure]) -> str:
+    heading = f"<h2>Files that could not be read ({len(failures)})</h2>"
+    if not failures:
+        return heading + '\n<p class="sub">none</p>'
+    items = "".join(
+        f'<li>{_display(f.path)} <span class="why">— {_display(f.reason)}</span></li>'
+        for f in failures[:MAX_FAILURES_SHOWN]
+    )
+    more = len(failures) - MAX_FAILURES_SHOWN
+    if more > 0:
+        items += f"<li>… and {more} more</li>"
+    return (
+        f'{heading}\n<details class="failures"{" open" if len(failures) <= 50 else ""}>'
+        f"<summary>{len(failures)} file{'s' if len(failures) != 1 else ''}</summary>"
+        f"<ul>{items}</ul></details>"
+    )
+
+
+def _page(title: str, n_picks: int, body: str) -> str:
+    """The page around ``body``: styles inline, and a content security policy that forbids the network."""
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
     csp = f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'"
-    page = (
+    return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{csp}">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_display(title)}</title><style>{_CSS}</style></head>\n"
-        f'<body data-picks="{len(picks)}"><main>\n' + "\n".join(body) + "\n</main>"
+        f'<body data-picks="{n_picks}"><main>\n{body}\n</main>'
         f"<script>{_SCRIPT}</script></body></html>\n"
     )
-    write_atomic(path, page)
 
 
 # ---------------------------------------------------------------------------------------------
 # Contact sheet
 
-_SHEET_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
+# The one list of contact-sheet file types: suffix -> Pillow format.
+CONTACT_SHEET_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
 
 
 def write_contact_sheet(
@@ -479,10 +431,8 @@ def write_contact_sheet(
 ) -> None:
     """A grid image of the picks in rank order, each with its rank number (format from the suffix:
     .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written."""
-    from novelfind.report import write_atomic
-
     path = Path(path)
-    fmt = _SHEET_FORMATS.get(path.suffix.lower())
+    fmt = CONTACT_SHEET_FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise OutputError(f"cannot write contact sheet {path}: use a .jpg, .png or .webp name")
     if cell < 32:

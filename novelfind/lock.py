@@ -1,29 +1,32 @@
-"""A lock that keeps two novelfind runs off the same output (the cache needs none: see cache.py).
+"""Locks that keep two novelfind runs off the same output (the cache needs none: see cache.py).
 
-``flock`` on a lock file: the kernel drops the lock when the holder exits, however it exits
-(SIGKILL included), so a stale lock never blocks the next run. The holder's pid is written into
-the file only to name it in the message. The lock file is left in place on release: removing it
-would let a waiting run lock a file that no longer has a name.
+The locking is filelock's (``flock`` on Unix): the kernel drops the lock when its holder exits,
+however it exits (SIGKILL included), so a stale lock never blocks the next run, and the lock file is
+left in place on release, so waiting runs always meet on the same file. What is added here: the
+holder writes its pid into the lock file, so a run that finds it taken can say who holds it, and
+locks on the same file nest within one process instead of waiting for themselves.
 """
 
 from __future__ import annotations
 
 import errno
-import fcntl
+import hashlib
 import os
-import threading
-import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
+import filelock
+
+from novelfind import dirs
 from novelfind.errors import LockedError, NovelfindError
 
-_POLL_S = 0.05  # how often a run waiting with a timeout retries
 
-# Lock files this process holds: (st_dev, st_ino) -> [depth, descriptor]. flock is per open file,
-# so a second RunLock on the same file in the same process would wait for itself forever; it nests.
-_held: dict[tuple[int, int], list[int]] = {}
-_held_guard = threading.Lock()
+def _write_pid(fd: int) -> None:
+    """filelock's ``on_acquired`` hook: the holder's pid, for the message a blocked run prints."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
 
 
 class RunLock:
@@ -50,7 +53,11 @@ class RunLock:
         self.wait = wait
         self.timeout = timeout
         self.label = label if label is not None else str(self.path)
-        self._key: tuple[int, int] | None = None
+        # One instance per file in this process (is_singleton), so a second RunLock nests.
+        self._lock = filelock.FileLock(
+            self.path, is_singleton=True, thread_local=False, on_acquired=_write_pid
+        )
+        self._held = False
 
     def acquire(self) -> None:
         """Take the lock (see the class doc for waiting).
@@ -58,49 +65,22 @@ class RunLock:
         Raises LockedError when another run holds it, NovelfindError when the lock file cannot
         be created or opened.
         """
-        if self._key is not None:
+        if self._held:
             raise RuntimeError(f"{self!r} is already held")
+        timeout = (-1 if self.timeout is None else self.timeout) if self.wait else 0
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            self._lock.acquire(timeout=timeout)
+        except filelock.Timeout:
+            raise LockedError(self._message()) from None
         except OSError as err:
-            raise NovelfindError(f"cannot create the lock file {self.path}: {err.strerror or err}") from None
-        try:
-            st = os.fstat(fd)
-            key = (st.st_dev, st.st_ino)
-            with _held_guard:
-                if key in _held:
-                    _held[key][0] += 1
-                    self._key = key
-                    os.close(fd)
-                    return
-            self._lock(fd)
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
-        with _held_guard:
-            _held[key] = [1, fd]
-        self._key = key
+            # filelock creates missing folders; under a file that fails as "File exists": say why
+            parent_is_file = self.path.parent.exists() and not self.path.parent.is_dir()
+            reason = os.strerror(errno.ENOTDIR) if parent_is_file else err.strerror or str(err)
+            raise NovelfindError(f"cannot create the lock file {self.path}: {reason}") from None
+        self._held = True
 
-    def _lock(self, fd: int) -> None:
-        if self.wait and self.timeout is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # Ctrl-C still interrupts the wait
-            return
-        deadline = time.monotonic() + (self.timeout or 0.0)
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except OSError as err:
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-            if not self.wait or time.monotonic() >= deadline:
-                raise LockedError(self._message(fd))
-            time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
-
-    def _message(self, fd: int) -> str:
-        holder = holder_pid(fd)
+    def _message(self) -> str:
+        holder = holder_pid(self.path)
         who = f"pid {holder}" if holder is not None else "pid unknown"
         if self.wait:
             return f"another novelfind run is still using {self.label} ({who}) after {self.timeout:g} s"
@@ -108,23 +88,15 @@ class RunLock:
 
     def release(self) -> None:
         """Give the lock back; a no-op when not held."""
-        key = self._key
-        if key is None:
+        if not self._held:
             return
-        self._key = None
-        with _held_guard:
-            entry = _held[key]
-            entry[0] -= 1
-            if entry[0] > 0:
-                return  # still held by an enclosing RunLock in this process
-            del _held[key]
-            fd = entry[1]
-        try:
-            os.ftruncate(fd, 0)  # the pid is no longer true; a waiting run writes its own
-        except OSError:
-            pass
-        finally:
-            os.close(fd)  # closing the last descriptor releases the flock
+        self._held = False
+        if self._lock.lock_counter == 1:  # the outermost holder: the pid is no longer true
+            try:
+                os.truncate(self.path, 0)
+            except OSError:
+                pass
+        self._lock.release()
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -142,14 +114,54 @@ class RunLock:
         return f"RunLock({str(self.path)!r}, wait={self.wait}, timeout={self.timeout})"
 
 
-def holder_pid(fd_or_path: int | str | os.PathLike[str]) -> int | None:
+def holder_pid(path: str | os.PathLike[str]) -> int | None:
     """The pid written into a lock file, or None when it is empty or unreadable."""
     try:
-        if isinstance(fd_or_path, int):
-            data = os.pread(fd_or_path, 32, 0)
-        else:
-            with open(fd_or_path, "rb") as f:
-                data = f.read(32)
-        return int(data.split()[0])
+        with open(path, "rb") as f:
+            return int(f.read(32).split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def output_lock_path(target: Path) -> Path:
+    """The lock file guarding one output path (in the user cache folder, never next to the output)."""
+    digest = hashlib.sha1(str(Path(target).absolute()).encode()).hexdigest()[:16]
+    return dirs.lock_dir() / f"{digest}.lock"
+
+
+@contextmanager
+def output_lock(
+    target: Path,
+    *,
+    wait: bool,
+    on_wait: Callable[[], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> Iterator[None]:
+    """Hold the lock on one output, so two runs writing it never interleave.
+
+    Taken at once when free. Otherwise: LockedError with ``wait`` False, or ``on_wait()`` and then
+    wait for the other run. A lock folder that cannot be created is reported through ``on_warning``
+    and the run goes on without the lock.
+    """
+    path = output_lock_path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if on_warning is not None:
+            on_warning(f"cannot create lock folder {path.parent} ({err.strerror}); running without a lock")
+        yield
+        return
+    lock = RunLock(path, wait=False, label=str(target))
+    try:
+        lock.acquire()
+    except LockedError:
+        if not wait:
+            raise
+        if on_wait is not None:
+            on_wait()
+        lock = RunLock(path, wait=True, label=str(target))
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()

@@ -1,49 +1,119 @@
-"""Streaming extraction: cache lookups, parallel decode, batched inference, per-batch cache writes.
+"""The extraction stage: feature vectors for a list of image files, from the cache where possible.
 
 Flow for a list of files (walk order):
   1. stat lookup in the cache (path, size, mtime) in chunks: no image byte is read for a hit;
-  2. the misses are read + decoded in worker processes (a bounded window of tasks in flight, so memory does
-     not grow with the library); each worker returns (blake2b digest, uint8 224x224x3);
+  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes and
+     the model's input pixels (uint8 224x224x3), in input order, with a bounded window of files in
+     flight, so memory does not grow with the library;
   3. a digest already in the cache (moved or renamed file) reuses its vector without inference;
   4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
      so an interrupted run loses at most the batch in flight.
+
+Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with
+Pillow in worker processes (:class:`ProcessDecoder`); another decoder (say, JPEG decoding on the GPU)
+is a class with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
+extraction stages: ``local`` is :func:`extract` on this machine; an engine that spreads the work over
+a cluster is a function with :func:`extract`'s signature. Both are "module:attribute" strings, imported
+only when chosen, so an engine's dependencies (Ray, say) stay optional.
 """
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from novelfind.decode import read_for_model
 from novelfind.errors import CacheError, DecodeError
-from novelfind.features import available_cpus
+from novelfind.features import Extractor, available_cpus
 
 STAT_CHUNK = 2048  # files per cache stat lookup
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
+MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
+
+DECODERS: dict[str, str] = {"pillow": "novelfind.pipeline:ProcessDecoder"}
+ENGINES: dict[str, str] = {"local": "novelfind.pipeline:extract"}
+
+OnFailure = Callable[[Path, str], None]
+OnWarning = Callable[[str], None]
+OnProgress = Callable[[int, int], None]  # (files done, files in all)
 
 
 @dataclass
 class Extraction:
+    """What the extraction stage returns."""
+
     files: list  # list[ImageFile]: successfully featurised, in walk order
     features: np.ndarray  # float32 (N, dim), row i <-> files[i]
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
-    from_cache: int = 0
-    extracted: int = 0
+    from_cache: int = 0  # vectors found by stat or by digest
+    extracted: int = 0  # vectors made by the model in this run
+
+
+class Decoded(NamedTuple):
+    """One file read for the model: ``digest`` None means it failed, ``reason`` says why; ``pixels``
+    None with a digest means its bytes were already known (no decode was needed)."""
+
+    digest: str | None
+    pixels: Any = None  # uint8 (224, 224, 3): a numpy array, or whatever the decoder's stack() takes
+    reason: str | None = None
+
+
+class Decoder(Protocol):
+    """Step 2 of the flow: files to :class:`Decoded` results, in input order.
+
+    Constructed as ``Decoder(workers=..., window=..., known=..., extractor=..., on_warning=...)``:
+    ``workers`` decode processes (or threads, or streams: the decoder's choice; 0 = in this process),
+    at most ``window`` files in flight, the digests in ``known`` need no pixels, ``extractor`` is the
+    model the pixels go to (its device, say), ``on_warning`` takes one-line messages.
+    """
+
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        """Yield (position in ``paths``, result) in input order; never raises for a bad file."""
+        ...
+
+    def stack(self, pixels: list[Any]) -> Any:
+        """One batch for the extractor from the pixels of several files: (B, 224, 224, 3) uint8 (a numpy
+        array, or a tensor already on the model's device). A file whose vector vanished from the cache
+        during the scan is decoded by :func:`decode_file`, so numpy pixels may come in too."""
+        ...
+
+    def terminate(self) -> None:
+        """Stop at once (Ctrl-C, an error elsewhere): drop queued work, stop the workers."""
+        ...
+
+    def close(self) -> None:
+        """Everything was decoded: release the workers."""
+        ...
+
+
+class FeatureStore(Protocol):
+    """What the extraction stage needs of a cache (``FeatureCache`` and ``NullCache`` have it)."""
+
+    def get_many_by_stat(self, files: Sequence[Any]) -> list[np.ndarray | None]: ...
+    def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
+    def known_digests(self) -> frozenset[str]: ...
+    def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
+
+
+def load(spec: str) -> Any:
+    """The object a ``DECODERS`` / ``ENGINES`` entry names ("package.module:attribute")."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def default_workers() -> int:
@@ -51,24 +121,25 @@ def default_workers() -> int:
     return available_cpus()
 
 
+# --------------------------------------------------------------------------- decoding in processes
+
 _KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for
 
 
-def _decode_task(
-    path: str, known: frozenset[str] | None = None
-) -> tuple[str, np.ndarray | None] | tuple[None, str]:
-    """Worker body: (digest, pixels), (digest, None) for bytes already cached, or (None, reason).
+def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
+    """Read and decode one file for the model; never raises for a bad file.
 
-    Never raises for a bad file. ``known`` defaults to the set the worker was started with.
+    ``known`` defaults to the set the worker process was started with.
     """
     try:
-        return read_for_model(path, _KNOWN if known is None else known)
+        digest, pixels = read_for_model(path, _KNOWN if known is None else known)
+        return Decoded(digest, pixels)
     except DecodeError as e:
-        return None, str(e) or "cannot decode"
+        return Decoded(None, reason=str(e) or "cannot decode")
     except MemoryError:
-        return None, "out of memory while decoding"
+        return Decoded(None, reason="out of memory while decoding")
     except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
-        return None, f"{type(e).__name__}: {e}"[:200]
+        return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
 
 
 def _worker_init(parent_pid: int, known: frozenset[str]) -> None:
@@ -112,15 +183,18 @@ def _mp_context():
     return ctx
 
 
-class _Decoder:
-    """Decode misses in order with at most ``window`` tasks in flight; in-process when ``workers`` == 0."""
+class ProcessDecoder:
+    """The ``pillow`` decoder: Pillow in ``workers`` processes, in order, at most ``window`` files in
+    flight; in this process when ``workers`` is 0 (or when worker processes cannot start here)."""
 
-    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset()):
+    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(), **context: Any):
         self.workers = workers
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
         self.pool: ProcessPoolExecutor | None = None
         self.pool_worked = False  # a pool that never returned a result is broken, not the files
+
+    stack = staticmethod(np.stack)
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
@@ -128,17 +202,16 @@ class _Decoder:
                                             initargs=(os.getpid(), self.known))
         return self.pool
 
-    def run(self, paths: Sequence[str]):
-        """Yield (position, (digest, pixels) | (None, reason)) in input order."""
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         if self.workers <= 0:
             for i, p in enumerate(paths):
-                yield i, _decode_task(p, self.known)
+                yield i, decode_file(p, self.known)
             return
         pending: deque[tuple[int, Future]] = deque()
         nxt = 0
         while nxt < len(paths) or pending:
             while nxt < len(paths) and len(pending) < self.window:
-                pending.append((nxt, self._start().submit(_decode_task, paths[nxt])))
+                pending.append((nxt, self._start().submit(decode_file, paths[nxt])))
                 nxt += 1
             i, fut = pending.popleft()
             try:
@@ -154,7 +227,7 @@ class _Decoder:
                     self._discard()
                     self.workers = 0
                     for j in redo:
-                        yield j, _decode_task(paths[j], self.known)
+                        yield j, decode_file(paths[j], self.known)
                     return
                 # A decoder crashed the worker (e.g. a segfault in a codec). Find the culprit by decoding the
                 # affected files one at a time in fresh pools, then go on.
@@ -166,12 +239,12 @@ class _Decoder:
                 continue
             yield i, result
 
-    def _isolated(self, path: str):
+    def _isolated(self, path: str) -> Decoded:
         try:
-            return self._start().submit(_decode_task, path).result()
+            return self._start().submit(decode_file, path).result()
         except BrokenProcessPool:
             self._discard()
-            return None, "decoder crashed"
+            return Decoded(None, reason="decoder crashed")
 
     def _discard(self) -> None:
         if self.pool is not None:
@@ -179,7 +252,7 @@ class _Decoder:
             self.pool = None
 
     def terminate(self) -> None:
-        """Stop the workers now (Ctrl-C, an error): cancel queued work, let running decodes finish briefly.
+        """Cancel queued work, let running decodes finish briefly, then kill the workers.
 
         Killing a worker while it sends a result can leave the pool's manager thread blocked on a half
         message at interpreter exit, so workers get a short grace period before they are killed.
@@ -203,164 +276,178 @@ class _Decoder:
             self.pool = None
 
 
-def _progress_bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="img", desc="extracting", file=sys.stderr, dynamic_ncols=True, leave=False)
+# --------------------------------------------------------------------------- the stage
 
 
 def extract(
     files: Iterable[Any],
-    extractor: Any,
-    cache: Any,
+    extractor: Extractor,
+    cache: FeatureStore,
     *,
     batch_size: int = 32,
     workers: int | None = None,
-    progress: bool = False,
-    on_failure: Callable[[Path, str], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
+    decoder: str = "pillow",
+    on_progress: OnProgress | None = None,
+    on_failure: OnFailure | None = None,
+    on_warning: OnWarning | None = None,
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
-    ``workers``: decode processes (None = one per core, 0 = decode in this process). Bad files are reported
-    through ``on_failure(path, reason)`` as they happen and listed in ``failures``; they are never cached.
-    KeyboardInterrupt stops the workers and propagates; batches already written stay in the cache.
-    A cache that cannot be written (disk full, I/O error) is reported once through ``on_warning`` and
-    the scan goes on without storing more.
+    ``extractor``: the model, uint8 (B, 224, 224, 3) -> float32 (B, extractor.dim). ``workers``:
+    decode processes (None = one per core, 0 = decode in this process). ``decoder``: a ``DECODERS``
+    name. Bad files are reported through ``on_failure(path, reason)`` as they happen and listed in
+    ``failures``; they are never cached. ``on_progress(done, total)`` follows the files resolved
+    (found, extracted or failed). KeyboardInterrupt stops the workers and propagates; batches already
+    written stay in the cache. A cache that cannot be written (disk full, I/O error) is reported once
+    through ``on_warning`` and the scan goes on without storing more.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     if workers is not None and workers < 0:
         raise ValueError(f"workers must be >= 0, got {workers}")
-    files = list(files)
-    n = len(files)
-    dim = int(extractor.dim)
-    matrix = np.empty((n, dim), np.float32)  # (N, dim): row i <-> files[i]; the only per-library buffer
-    done = np.zeros(n, bool)  # row i filled
-    reasons: dict[int, str] = {}
-
-    # 1. stat hits: no image data read
-    for start in range(0, n, STAT_CHUNK):
-        chunk = files[start : start + STAT_CHUNK]
-        for j, vec in enumerate(cache.get_many_by_stat(chunk)):
-            if vec is not None and np.shape(vec) == (dim,):
-                matrix[start + j] = vec
-                done[start + j] = True
-    misses = np.flatnonzero(~done).tolist()
-    from_cache = n - len(misses)
-    extracted = 0
-
-    bar = _progress_bar(n, progress and n > 0)
-    if bar is not None:
-        bar.update(from_cache)
-
-    cache_writable = True
-
-    def store(rows: list) -> None:
-        nonlocal cache_writable
-        if not rows or not cache_writable:
-            return
-        try:
-            cache.put_many(rows)
-        except CacheError as err:
-            cache_writable = False
-            message = f"{err}; going on without caching"
-            if on_warning is not None:
-                on_warning(message)
-            else:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-
-    def fail(i: int, reason: str) -> None:
-        reasons[i] = reason
-        if on_failure is not None:
-            on_failure(files[i].path, reason)
-
+    if decoder not in DECODERS:
+        raise ValueError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
+    stage = _Stage(list(files), extractor, cache, batch_size, on_progress, on_failure, on_warning)
+    misses = stage.stat_hits()
     if misses:
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
-        known_digests = getattr(cache, "known_digests", None)
-        decoder = _Decoder(workers, window, known_digests() if known_digests else frozenset())
-        batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels)
-        moved: list[tuple[Any, str, np.ndarray]] = []  # digest hits: rows to record under their new path
+        decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests(),
+                                           extractor=extractor, on_warning=on_warning)
+        stage.run(misses, decoding)
+    return stage.result()
 
-        def flush() -> None:
-            nonlocal extracted
-            if not batch:
-                if moved:
-                    store(list(moved))
-                    moved.clear()
-                return
-            pixels = np.stack([b[2] for b in batch])  # (B, 224, 224, 3) uint8
-            out = np.asarray(extractor(pixels), dtype=np.float32)  # (B, dim)
-            if out.shape != (len(batch), dim):
-                raise RuntimeError(f"extractor returned {out.shape}, expected {(len(batch), dim)}")
-            rows = list(moved)
-            moved.clear()
-            for (i, digest, _), vec in zip(batch, out, strict=True):
-                if np.all(np.isfinite(vec)):
-                    matrix[i] = vec
-                    done[i] = True
-                    rows.append((files[i], digest, vec))
-                else:
-                    fail(i, "model produced non-finite values")
-            store(rows)  # one transaction per batch
-            extracted += int(done[[b[0] for b in batch]].sum())
-            if bar is not None:
-                bar.update(len(batch))
-            batch.clear()
 
-        digest_lookup = getattr(cache, "get_many_by_digest", None)
+class _Stage:
+    """The state of one :func:`extract` call; each method is one step of the flow."""
+
+    def __init__(self, files: list, extractor: Extractor, cache: FeatureStore, batch_size: int,
+                 on_progress: OnProgress | None, on_failure: OnFailure | None,
+                 on_warning: OnWarning | None) -> None:
+        self.files, self.extractor, self.cache, self.batch_size = files, extractor, cache, batch_size
+        self.on_progress, self.on_failure, self.on_warning = on_progress, on_failure, on_warning
+        n = len(files)
+        self.dim = int(extractor.dim)
+        self.matrix = np.empty((n, self.dim), np.float32)  # (N, dim): row i <-> files[i]; the only big buffer
+        self.done = np.zeros(n, bool)  # row i filled
+        self.reasons: dict[int, str] = {}  # file index -> why it failed
+        self.from_cache = 0
+        self.extracted = 0
+        self.batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels) for the model
+        self.moved: list[tuple[Any, str, np.ndarray]] = []  # (file, digest, vector) to record under new paths
+        self.cache_writable = True
+        self.reported = 0  # files resolved when progress was last reported
+        self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
+
+    # -- step 1: stat hits
+
+    def stat_hits(self) -> list[int]:
+        """Fill every row the cache has by (path, size, mtime); the rest (the misses) by index."""
+        for start in range(0, len(self.files), STAT_CHUNK):
+            chunk = self.files[start : start + STAT_CHUNK]
+            for j, vec in enumerate(self.cache.get_many_by_stat(chunk)):
+                if self._fits(vec):
+                    self._fill(start + j, vec)
+        self.from_cache = int(self.done.sum())
+        self._progress()
+        return np.flatnonzero(~self.done).tolist()
+
+    # -- steps 2-4: decode, reuse by digest, infer in batches
+
+    def run(self, misses: list[int], decoder: Decoder) -> None:
+        self.stack = decoder.stack
         try:
-            for pos, (digest, payload) in decoder.run([str(files[i].path) for i in misses]):
-                i = misses[pos]
-                if digest is None:
-                    fail(i, payload)
-                    if bar is not None:
-                        bar.update(1)
-                    continue
-                known = digest_lookup([digest])[0] if digest_lookup else cache.get_by_digest(digest)
-                if payload is None and (known is None or np.shape(known) != (dim,)):
-                    # cached when the scan began, gone now (another run cleared the cache): decode here
-                    digest, payload = _decode_task(str(files[i].path), frozenset())
-                    if digest is None:
-                        fail(i, payload)
-                        if bar is not None:
-                            bar.update(1)
-                        continue
-                if known is not None and np.shape(known) == (dim,):
-                    # same bytes seen before (moved / renamed): reuse, and record the new path
-                    matrix[i] = known
-                    done[i] = True
-                    from_cache += 1
-                    moved.append((files[i], digest, known))
-                    if bar is not None:
-                        bar.update(1)
-                    if len(moved) >= 8 * batch_size and not batch:
-                        flush()
-                    continue
-                batch.append((i, digest, payload))
-                if len(batch) >= batch_size:
-                    flush()
-            flush()
+            for pos, decoded in decoder.decode([str(self.files[i].path) for i in misses]):
+                self._take(misses[pos], decoded)
+                self._progress()
+            self._flush()
+            self._progress()
         except BaseException:
             decoder.terminate()
-            if bar is not None:
-                bar.close()
             raise
         decoder.close()
-    if bar is not None:
-        bar.close()
 
-    keep = np.flatnonzero(done).tolist()
-    features = matrix if len(keep) == n else matrix[done]  # (N_ok, dim)
-    failures = [(files[i].path, reasons[i]) for i in sorted(reasons)]
-    return Extraction(
-        files=[files[i] for i in keep],
-        features=features,
-        failures=failures,
-        from_cache=from_cache,
-        extracted=extracted,
-    )
+    def _take(self, i: int, decoded: Decoded) -> None:
+        if decoded.digest is None:
+            self._fail(i, decoded.reason or "cannot decode")
+            return
+        known = self.cache.get_many_by_digest([decoded.digest])[0]
+        if self._fits(known):  # the same bytes were seen before (moved, renamed, touched): reuse
+            self._fill(i, known)
+            self.from_cache += 1
+            self.moved.append((self.files[i], decoded.digest, known))
+            if len(self.moved) >= MOVED_FLUSH * self.batch_size and not self.batch:
+                self._flush()
+            return
+        if decoded.pixels is None:  # cached when the scan began, gone now (a cleared cache): decode it here
+            decoded = decode_file(str(self.files[i].path), frozenset())
+            if decoded.digest is None:
+                self._fail(i, decoded.reason or "cannot decode")
+                return
+        self.batch.append((i, decoded.digest, decoded.pixels))
+        if len(self.batch) >= self.batch_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Run the model on the batch and write it, with the waiting moved files, in one transaction."""
+        rows, self.moved = self.moved, []
+        if self.batch:
+            pixels = self.stack([b[2] for b in self.batch])  # (B, 224, 224, 3) uint8
+            out = np.asarray(self.extractor(pixels), dtype=np.float32)  # (B, dim)
+            if out.shape != (len(self.batch), self.dim):
+                raise RuntimeError(f"extractor returned {out.shape}, expected {(len(self.batch), self.dim)}")
+            for (i, digest, _), vec in zip(self.batch, out, strict=True):
+                if np.all(np.isfinite(vec)):
+                    self._fill(i, vec)
+                    self.extracted += 1
+                    rows.append((self.files[i], digest, vec))
+                else:
+                    self._fail(i, "model produced non-finite values")
+            self.batch = []
+        self._store(rows)
+
+    # -- bookkeeping
+
+    def _fits(self, vec: np.ndarray | None) -> bool:
+        return vec is not None and np.shape(vec) == (self.dim,)
+
+    def _fill(self, i: int, vec: np.ndarray) -> None:
+        self.matrix[i] = vec
+        self.done[i] = True
+
+    def _fail(self, i: int, reason: str) -> None:
+        self.reasons[i] = reason
+        if self.on_failure is not None:
+            self.on_failure(self.files[i].path, reason)
+
+    def _store(self, rows: list) -> None:
+        if not rows or not self.cache_writable:
+            return
+        try:
+            self.cache.put_many(rows)
+        except CacheError as err:
+            self.cache_writable = False
+            message = f"{err}; going on without caching"
+            if self.on_warning is not None:
+                self.on_warning(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+
+    def _progress(self) -> None:
+        """The one place progress is reported: files resolved (found, extracted or failed) so far."""
+        resolved = self.from_cache + self.extracted + len(self.reasons)
+        if self.on_progress is not None and resolved != self.reported:
+            self.on_progress(resolved, len(self.files))
+        self.reported = resolved
+
+    def result(self) -> Extraction:
+        keep = np.flatnonzero(self.done)
+        features = self.matrix if len(keep) == len(self.files) else self.matrix[keep]  # (N_ok, dim)
+        return Extraction(
+            files=[self.files[i] for i in keep],
+            features=features,
+            failures=[(self.files[i].path, self.reasons[i]) for i in sorted(self.reasons)],
+            from_cache=self.from_cache,
+            extracted=self.extracted,
+        )

@@ -1,7 +1,7 @@
-"""Ranked output: text formats, atomic writes and placing the picks in a folder.
+"""Ranked output: the pick record, text formats, atomic writes and placing the picks in a folder.
 
-The HTML report and the contact sheet live in :mod:`novelfind.html` and are re-exported here.
-The formats are described in ``docs/output-schema.md``.
+The formats are described in ``docs/output-schema.md``. The HTML report and the contact sheet build
+on this module, in :mod:`novelfind.html`.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from novelfind.errors import OutputError
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 1
-FORMATS = ("tsv", "paths", "paths0", "csv", "json", "jsonl")
+FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0")
 CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance")
 PLACE_MODES = ("copy", "symlink", "hardlink")
 MANIFEST_NAME = ".novelfind-picks.json"
@@ -33,21 +33,29 @@ _TMP_PREFIX = ".novelfind-tmp-"
 _NAME_MAX = 255  # bytes in one file name on common file systems
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pick:
-    """One selected image, best first by ``rank`` (1-based)."""
+    """One selected image; ``rank`` 1 is the most novel."""
 
     rank: int
-    score: float
-    path: Path
-    size: int
-    mtime_ns: int
+    score: float  # the ranking's score: higher = more novel; comparable within one run only
+    path: Path  # absolute, as found by the walk (symbolic links kept)
+    size: int  # bytes, when it was scanned
+    mtime_ns: int  # modification time when it was scanned, ns since the epoch
     neighbour: Path | None = None  # nearest other image in the library (None when it is alone)
-    distance: float | None = None  # distance to it in the feature space
-    # Filled lazily by the HTML report (novelfind.html) when None.
-    width: int | None = None
-    height: int | None = None
-    taken: str | None = None  # ISO 8601 local time from EXIF, when present
+    distance: float | None = None  # distance to it in the feature space: the reason it is novel
+
+    @property
+    def mtime(self) -> datetime:
+        """The modification time as an aware UTC datetime (microsecond precision)."""
+        return utc_datetime(self.mtime_ns)
+
+
+class Failure(NamedTuple):
+    """A file that could not be read, and why (one line)."""
+
+    path: Path
+    reason: str
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,9 +159,13 @@ def _score(score: float) -> str:
 
 def iso_utc(mtime_ns: int) -> str:
     """``2024-05-01T12:34:56.123456Z`` for a nanosecond timestamp (microsecond precision)."""
+    return utc_datetime(mtime_ns).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def utc_datetime(mtime_ns: int) -> datetime:
+    """An aware UTC datetime for a nanosecond timestamp (microsecond precision)."""
     seconds, rest = divmod(int(mtime_ns), 1_000_000_000)
-    stamp = datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=rest // 1000)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=rest // 1000)
 
 
 def _pick_record(p: Pick) -> dict[str, Any]:
@@ -475,28 +487,3 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True  # exists, owned by someone else
     return True
-
-
-# The HTML report and contact sheet (kept in their own module; re-exported for callers).
-from novelfind.html import pca_2d, write_contact_sheet, write_html_report  # noqa: E402
-
-__all__ = [
-    "CSV_COLUMNS",
-    "FORMATS",
-    "MANIFEST_NAME",
-    "PLACE_MODES",
-    "RESULT_SCHEMA",
-    "RESULT_SCHEMA_VERSION",
-    "Pick",
-    "encode_output",
-    "escape_field",
-    "format_results",
-    "iso_utc",
-    "pca_2d",
-    "pick_filename",
-    "place_picks",
-    "unescape_field",
-    "write_atomic",
-    "write_contact_sheet",
-    "write_html_report",
-]

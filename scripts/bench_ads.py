@@ -23,9 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from novelfind.ads import MIN_DRAWS, ADSConfig, ads, ads_reference  # noqa: E402
+from novelfind.solver import MIN_DRAWS, ADSConfig, ads, ads_reference
 
 METHODS = ("ads", "ads-literal", "exact-power", "greedy-dispersion", "knn")
 

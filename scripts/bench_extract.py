@@ -29,8 +29,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 PHOTO_SIZE = (4000, 3000)  # 12 MP
 SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "cat")
@@ -130,7 +128,7 @@ def make_small_library(folder: Path, count: int) -> None:
 
 
 def _image_files(folder: Path) -> list:
-    from novelfind.scan import walk
+    from novelfind.walk import walk
 
     return list(walk([folder]))
 

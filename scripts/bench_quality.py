@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Ranking quality on labelled sets built from package images (novelfind.datasets).
+"""Ranking quality on labelled sets built from package images (scripts/photosets.py).
 
 For every set and seed the images are built, featurised with MobileNet-V2 (1000-d logits and
 1280-d pooled features, cached on disk) and ranked by each method. Scores: precision, recall and
@@ -12,7 +12,7 @@ the rest in the method's score order, or in random order for a method that only 
 
 Prints a markdown table and writes JSON (``--out``, default bench_quality.json).
 
-Besides the shipped methods (novelfind.rank.METHODS, run through ``rank()`` with its default
+Besides the shipped methods (novelfind.ranking.METHODS, run through ``rank()`` with its default
 near-duplicate threshold; ``+dd<t>`` sets it, ``+dd0`` turns it off), ``--methods`` takes the
 variants that were compared to choose the default (see ``_variant``): ``ads-w`` / ``knn-w`` (full
 whitening to 32 axes), ``maha``, ``knn-s<f>`` / ``ads-s<f>`` (all axes, loud ones scaled to the f-th),
@@ -33,11 +33,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import photosets as datasets
+from baselines import BASELINES
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from novelfind import datasets  # noqa: E402
-from novelfind import rank as rank_mod  # noqa: E402
+from novelfind import ranking as rank_mod
+from novelfind.solver import ADSConfig
 
 CACHE = Path(os.environ.get("NOVELFIND_BENCH_CACHE", Path.home() / ".cache" / "novelfind-bench"))
 
@@ -182,14 +182,17 @@ def bench_rank(feats: dict, k: int, method: str, seed: int):
     """Run ``method`` ("name" or "name@pooled") on a cached set; shipped methods go through rank()."""
     name, _, kind = method.partition("@")
     x = feats[kind or "logits"]
-    cfg = rank_mod.ADSConfig(seed=seed)
+    cfg = ADSConfig(seed=seed)
     dedup = None  # rank(): the default threshold; variants: no dedup
     if "+dd" in name:
         name, _, thr = name.partition("+dd")
         dedup = float(thr)
     if name in rank_mod.METHODS:
         return rank_mod.rank(x, k, method=name, config=cfg, dedup=dedup)
-    scores = _variant(x, k, name, cfg)
+    if name in BASELINES:
+        scores = BASELINES[name](x, seed)
+    else:
+        scores = _variant(x, k, name, cfg)
     order = np.lexsort((np.arange(len(scores)), -scores))
     picks, dropped = rank_mod.dedup_order(order, rank_mod.l2_normalise(x), k, dedup)
     return rank_mod.Ranking(

@@ -219,7 +219,6 @@ def main() -> None:
 
     folders = ensure_library(args.library, max(sizes), args.jobs)
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     rows = []
     with tempfile.TemporaryDirectory(prefix="novelfind-bench-") as tmp:
         env["XDG_CACHE_HOME"] = str(Path(tmp) / "xdg")

@@ -16,9 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from novelfind.datasets import example_set, write_set  # noqa: E402
+from photosets import example_set, write_set
 
 
 def main() -> int:

@@ -26,12 +26,10 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+from photosets import wheel_path
 from PIL import Image, ImageDraw, ImageOps
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from novelfind.ads import ADSConfig, ads, ads_reference  # noqa: E402
-from novelfind.datasets import wheel_path  # noqa: E402
+from novelfind.solver import ADSConfig, ads, ads_reference
 
 # ---------------------------------------------------------------------------- drawing
 

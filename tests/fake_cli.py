@@ -13,15 +13,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # conftest
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(1, str(HERE.parent))  # the package, when it is not installed
-
-import numpy as np  # noqa: E402
-from conftest import FakeExtractor  # noqa: E402
+import numpy as np
+from conftest import FakeExtractor  # this script's folder is on sys.path: tests/
 
 
 class SlowCountingExtractor(FakeExtractor):

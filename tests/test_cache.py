@@ -24,10 +24,9 @@ from novelfind.cache import (
     CacheWriteError,
     FeatureCache,
     NullCache,
-    default_cache_path,
 )
 from novelfind.errors import CacheError
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 REPO = Path(cache_mod.__file__).resolve().parents[1]
 DIM = 16
@@ -462,18 +461,6 @@ def test_null_cache_stores_nothing():
         c.clear()
 
 
-def test_default_cache_path(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert default_cache_path() == tmp_path / "xdg" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # the XDG spec: relative paths are invalid
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert default_cache_path() == tmp_path / "home" / ".cache" / "novelfind" / "features.sqlite"
-    monkeypatch.setenv("NOVELFIND_CACHE", str(tmp_path / "mine.sqlite"))
-    assert default_cache_path() == tmp_path / "mine.sqlite"
-
-
 # -- crashes and concurrency (real processes) ----------------------------------------------------------
 
 _WRITER_SCRIPT = """
@@ -481,7 +468,7 @@ import sys
 import numpy as np
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 db, name, batches, size, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 go = Path(sys.argv[6]) if len(sys.argv) > 6 else None
@@ -671,7 +658,7 @@ _READER_SCRIPT = """
 import sys, json
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 db, rounds = sys.argv[1], int(sys.argv[2])
 files = [ImageFile(Path("/lib", f"a-0-{i}.jpg"), 0, i) for i in range(50)]
 hits = []

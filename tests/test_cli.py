@@ -15,8 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from novelfind import __version__
-from novelfind.cli import cli, output_lock_path
+from novelfind.cli import cli
 from novelfind.config import config_keys
+from novelfind.lock import output_lock_path
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,13 +119,16 @@ def test_k_larger_than_library_ranks_all_with_a_note(library, fake_extractor):
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--k", "0"], 2, "error: --k must be at least 1, got 0"),
-        (["--k", "-3"], 2, "error: --k must be at least 1, got -3"),
-        (["--batch-size", "-1"], 2, "error: --batch-size must be at least 1, got -1"),
-        (["--batch-size", "100000000"], 2, "error: --batch-size must be at most 4096, got 100000000"),
-        (["--epochs", "0"], 2, "error: --epochs must be at least 1, got 0"),
-        (["--lr", "-1"], 2, "error: --lr must be a positive number, got -1.0"),
-        (["--momentum", "1.5"], 2, "error: --momentum must be in [0, 1), got 1.5"),
+        (["--k", "0"], 2, "error: Invalid value for '--k': 0 is not in the range x>=1.\n"),
+        (["--k", "-3"], 2, "error: Invalid value for '--k': -3 is not in the range x>=1.\n"),
+        (["--batch-size", "-1"], 2,
+         "error: Invalid value for '--batch-size': -1 is not in the range 1<=x<=4096.\n"),
+        (["--batch-size", "100000000"], 2,
+         "error: Invalid value for '--batch-size': 100000000 is not in the range 1<=x<=4096.\n"),
+        (["--epochs", "0"], 2, "error: Invalid value for '--epochs': 0 is not in the range 1<=x<=100000.\n"),
+        (["--lr", "-1"], 2, "error: Invalid value for '--lr': -1.0 is not in the range x>0.\n"),
+        (["--momentum", "1.5"], 2,
+         "error: Invalid value for '--momentum': 1.5 is not in the range 0<=x<1.\n"),
         (["--k", "ten"], 2, "error: Invalid value for '--k': 'ten' is not a valid integer."),
         (["--format", "xml"], 2, "error: Invalid value for '--format'"),
     ],
@@ -160,7 +164,8 @@ def test_unwritable_copy_to(library, fake_extractor, tmp_path):
     blocker.write_text("x")
     result = run("scan", library["root"], "--copy-to", blocker / "picks")
     assert result.exit_code == 1
-    assert result.stderr.startswith("error: --copy-to")
+    picks = blocker / "picks"
+    assert result.stderr == f"error: cannot place the picks in {picks}: {blocker} is not a folder\n"
     assert len(result.stderr.strip().splitlines()) == 1
     assert fake_extractor.images == 0
 
@@ -404,7 +409,8 @@ def test_contact_sheet_name_is_checked_before_scanning(library, fake_extractor, 
     result = run("scan", library["root"], "--contact-sheet", tmp_path / "sheet.gif")
     assert result.exit_code == 2
     sheet = tmp_path / "sheet.gif"
-    assert result.stderr == f"error: --contact-sheet {sheet}: use a .jpg, .png or .webp name\n"
+    message = f"error: Invalid value for '--contact-sheet': {sheet}: use a .jpg, .png or .webp name\n"
+    assert result.stderr == message
     assert fake_extractor.images == 0
 
 
@@ -451,3 +457,25 @@ def test_reader_closing_the_pipe_early_is_not_an_error(library, tmp_path):
     assert proc.returncode == 0, stderr
     assert "error" not in stderr and "Traceback" not in stderr
     assert "33 images found" in stderr
+
+
+def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
+    from novelfind.cli import Console, ProgressBars
+    from novelfind.run import Progress
+
+    bars = ProgressBars(enabled=True, console=Console(quiet=False))
+    for event in [Progress("walk", 1000), Progress("walk", 1500), Progress("extract", 3, 10),
+                  Progress("extract", 10, 10)]:
+        bars(event)
+    assert (bars.stage, bars.bar.n, bars.bar.total) == ("extract", 10, 10)  # one bar per stage, moved to done
+    for event in [Progress("rank", 0, 1), Progress("wait", path=tmp_path / "o")]:
+        bars(event)
+    bars.close()
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "walking" in err and "extracting" in err
+    assert f"note: waiting for another novelfind run writing {tmp_path / 'o'}" in err
+    quiet = ProgressBars(enabled=False, console=Console(quiet=True))
+    quiet(Progress("extract", 1, 2))
+    quiet(Progress("wait", path=tmp_path / "o"))
+    assert capsys.readouterr() == ("", "")

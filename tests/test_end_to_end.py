@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from novelfind.datasets import example_set, write_set
+from photosets import example_set, write_set
 
 pytestmark = pytest.mark.slow
 
@@ -56,3 +55,42 @@ def test_paper_method_also_finds_them(example, tmp_path):
     assert result.stderr == ""
     picked = {Path(line) for line in result.stdout.splitlines()}
     assert len(picked & odd) >= 4
+
+
+def readme_python_example() -> str:
+    """The first ```python block of the README's "Python API" section, exactly as written there."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_python_example_runs_as_written(example, tmp_path):
+    """The example runs in a folder holding the quick start's `example-photos`, with the real model."""
+    dest, _, odd = example
+    (tmp_path / "example-photos").symlink_to(dest, target_is_directory=True)
+    code = readme_python_example()
+    assert "novelfind.scan(" in code and "novelfind.rank(" in code
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Counts(found=80, from_cache=0, extracted=80, failed=0")
+    picked = [line.split()[2] for line in lines[1:6]]
+    assert [line.split()[0] for line in lines[1:6]] == ["1", "2", "3", "4", "5"]
+    assert set(picked) == {p.name for p in odd}
+    assert lines[6].startswith("knn: ")
+    assert proc.stderr == ""  # the library prints nothing
+
+
+def test_api_and_cli_agree_with_the_real_model(example, tmp_path):
+    import novelfind
+
+    dest, _, _ = example
+    cache = tmp_path / "c.sqlite"
+    cli = scan(dest, "--k", "8", "--cache", cache, "--format", "json", "-q")
+    assert cli.returncode == 0, cli.stderr
+    api = novelfind.scan(dest, 8, cache=cache)
+    assert api.counts.from_cache == 80  # the same cache, the same vectors
+    assert [(Path(p["path"]), p["score"]) for p in json.loads(cli.stdout)["picks"]] == [
+        (p.path, p.score) for p in api.picks
+    ]

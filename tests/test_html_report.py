@@ -14,7 +14,8 @@ from PIL import Image, ImageDraw
 
 from novelfind import html as nfhtml
 from novelfind.errors import OutputError
-from novelfind.report import Pick, pca_2d, write_contact_sheet, write_html_report
+from novelfind.html import pca_2d, write_contact_sheet, write_html_report
+from novelfind.report import Pick
 
 # --- fixtures ----------------------------------------------------------------------------------
 

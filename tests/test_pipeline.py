@@ -45,8 +45,11 @@ class DictCache:
             out.append(self.vectors.get(hit[2]) if ok else None)
         return out
 
-    def get_by_digest(self, digest):
-        return self.vectors.get(digest)
+    def get_many_by_digest(self, digests):
+        return [self.vectors.get(d) for d in digests]
+
+    def known_digests(self):
+        return frozenset(self.vectors)
 
     def put_many(self, rows):
         self.transactions.append(len(rows))
@@ -157,7 +160,7 @@ def test_changed_file_reextracted_moved_file_reused(tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_moved_and_touched_files_are_hashed_not_decoded(tmp_path, monkeypatch, workers):
     files = make_library(tmp_path / "lib", 5)
-    cache, model = KnownDigestCache(), MeanColour()
+    cache, model = DictCache(), MeanColour()
     first = extract(files, model, cache, workers=0)
     moved = tmp_path / "lib" / "sub" / "renamed.png"
     moved.parent.mkdir()
@@ -177,11 +180,6 @@ def test_moved_and_touched_files_are_hashed_not_decoded(tmp_path, monkeypatch, w
     assert model.images == 1
     assert (res.from_cache, res.extracted) == (5, 1)
     np.testing.assert_array_equal(res.features[:5], first.features)
-
-
-class KnownDigestCache(DictCache):
-    def known_digests(self):
-        return frozenset(self.vectors)
 
 
 _real_decode_bytes = decode._decode_bytes
@@ -257,17 +255,62 @@ def test_decoder_window_bounds_work_in_flight(tmp_path, monkeypatch):
         def shutdown(self, wait=True, cancel_futures=False):
             pass
 
-    monkeypatch.setattr(pipeline._Decoder, "_start", lambda self: InlinePool())
+    monkeypatch.setattr(pipeline.ProcessDecoder, "_start", lambda self: InlinePool())
     res = extract(files, MeanColour(), DictCache(), batch_size=4, workers=1)
     assert len(res.files) == 40
     assert state["max_open"] == max(2 * 4, 4 * 1)  # the window, not the library size
 
 
-def test_progress_goes_to_stderr(tmp_path, capsys):
-    files = make_library(tmp_path, 3)
-    extract(files, MeanColour(), DictCache(), workers=0, progress=True)
-    out, err = capsys.readouterr()
-    assert out == "" and "extracting" in err
+def test_progress_counts_every_file_once_and_prints_nothing(tmp_path, capsys):
+    files = make_library(tmp_path, 9, bad=(4,))
+    cache = DictCache()
+    extract(files[:3], MeanColour(), cache, workers=0)  # three are cached already
+    seen = []
+    extract(files, MeanColour(), cache, batch_size=2, workers=0, on_progress=lambda d, t: seen.append((d, t)))
+    assert seen[0] == (3, 9)  # the stat hits, at once
+    assert seen[-1] == (9, 9)  # found + extracted + failed = every file
+    done = [d for d, _ in seen]
+    assert done == sorted(set(done)), "progress went back or repeated itself"
+    assert {t for _, t in seen} == {9}
+    assert capsys.readouterr() == ("", "")  # the library prints nothing
+
+
+class InlineDecoder:
+    """A decoder from outside the package: decodes in this process and records what it was given."""
+
+    made: list[dict] = []
+
+    def __init__(self, workers, window, known, extractor, on_warning):
+        InlineDecoder.made.append({"workers": workers, "window": window, "known": known,
+                                   "model": extractor.model_key})
+
+    def stack(self, pixels):
+        InlineDecoder.made[-1].setdefault("batches", []).append(len(pixels))
+        return np.stack(pixels)
+
+    def decode(self, paths):
+        for i, p in enumerate(paths):
+            yield i, pipeline.decode_file(p, frozenset())
+
+    def terminate(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_another_decoder_plugs_in_by_name(tmp_path, monkeypatch):
+    files = make_library(tmp_path, 5, bad=(1,))
+    monkeypatch.setitem(pipeline.DECODERS, "inline", f"{__name__}:InlineDecoder")
+    InlineDecoder.made.clear()
+    res = extract(files, MeanColour(), DictCache(), batch_size=2, workers=3, decoder="inline")
+    reference = extract(files, MeanColour(), DictCache(), batch_size=2, workers=0)
+    made = {"workers": 3, "window": 12, "known": frozenset(), "model": "fake-mean-colour", "batches": [2, 2]}
+    assert InlineDecoder.made == [made]
+    np.testing.assert_array_equal(res.features, reference.features)
+    assert res.failures == reference.failures
+    with pytest.raises(ValueError, match="unknown decoder 'nvjpeg'; choose from pillow, inline"):
+        extract(files, MeanColour(), DictCache(), decoder="nvjpeg")
 
 
 def test_bad_arguments():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import os
@@ -281,8 +282,7 @@ def test_copy_creates_folder_and_rank_prefixed_names(library, tmp_path):
 
 
 def test_pad_width_grows_with_k(library, tmp_path):
-    pick = picks_for(library[:1])[0]
-    pick.rank = 1234
+    pick = dataclasses.replace(picks_for(library[:1])[0], rank=1234)
     assert [p.name for p in place_picks([pick], tmp_path / "d")] == ["1234_IMG_4411.jpg"]
 
 

@@ -2,7 +2,7 @@
 
 Most tests drive the command line in-process with the fake extractor. Signals, two runs at once and
 resource limits need real processes: those run ``tests/fake_cli.py`` (the CLI with the fake
-extractor) in a subprocess. The solver's property tests (hypothesis) live in ``tests/test_ads.py``.
+extractor) in a subprocess. The solver's property tests (hypothesis) live in ``tests/test_solver.py``.
 """
 
 from __future__ import annotations
@@ -170,16 +170,16 @@ def corpus(tmp_path):
 
 
 def test_awkward_corpus_every_file_ranked_or_reported_once(corpus, fake_extractor, tmp_path, monkeypatch):
-    import novelfind.scan
+    import novelfind.walk
 
-    real_walk = novelfind.scan.walk
+    real_walk = novelfind.walk.walk
 
     def walk_then_delete(*args, **kwargs):
         files = list(real_walk(*args, **kwargs))
         corpus.vanishing.unlink()  # gone after the walk listed it, before it is decoded
         return iter(files)
 
-    monkeypatch.setattr(novelfind.scan, "walk", walk_then_delete)
+    monkeypatch.setattr(novelfind.walk, "walk", walk_then_delete)
     result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
@@ -579,8 +579,8 @@ def _features(n: int = 12, m: int = 8, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
 def test_solver_and_rank_reject_nan_and_inf(poison):
-    from novelfind.ads import ads, ads_reference
-    from novelfind.rank import METHODS, rank
+    from novelfind.ranking import METHODS, rank
+    from novelfind.solver import ads, ads_reference
 
     x = _features()
     x[3, 2] = poison
@@ -595,8 +595,8 @@ def test_solver_and_rank_reject_nan_and_inf(poison):
 
 @pytest.mark.parametrize("k", [0, -1, -(2**40)])
 def test_solver_and_rank_reject_k_below_one(k):
-    from novelfind.ads import ads
-    from novelfind.rank import rank
+    from novelfind.ranking import rank
+    from novelfind.solver import ads
 
     with pytest.raises(ValueError, match=str(k)):
         ads(_features(), k)
@@ -606,8 +606,8 @@ def test_solver_and_rank_reject_k_below_one(k):
 
 @pytest.mark.parametrize("shape", [(0, 8), (5, 0), (8,), (2, 3, 4)])
 def test_solver_and_rank_reject_bad_shapes(shape):
-    from novelfind.ads import ads
-    from novelfind.rank import rank
+    from novelfind.ranking import rank
+    from novelfind.solver import ads
 
     x = np.zeros(shape, np.float32)
     with pytest.raises(ValueError):
@@ -634,8 +634,8 @@ def _assert_sane_ranking(r, n: int, k: int) -> None:
     ["k>n", "n=1", "identical", "zeros", "huge-finite", "tiny", "one-column", "duplicated-pairs"],
 )
 def test_rank_gives_a_defined_result_on_degenerate_features(case):
-    from novelfind.ads import ads
-    from novelfind.rank import METHODS, rank
+    from novelfind.ranking import METHODS, rank
+    from novelfind.solver import ads
 
     x = _features(20, 8)
     k = 5
@@ -718,21 +718,21 @@ def test_huge_batch_size_gives_the_same_result(library, fake_extractor):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--epochs", str(10**9)], "--epochs must be at most"),
-        (["--partners", str(10**9)], "--partners must be at most"),
-        (["--restarts", str(10**6)], "--restarts must be at most"),
-        (["--workers", str(10**6)], "--workers must be at most"),
-        (["--workers", "-1"], "--workers must be at least"),
-        (["--batch-size", str(10**12)], "--batch-size must be at most"),
-        (["--k", str(-(10**30))], "--k must be at least"),
-        (["--lr", "nan"], "--lr must be a positive number"),
-        (["--lr", "inf"], "--lr must be a positive number"),
-        (["--momentum", "nan"], "--momentum must be in"),
-        (["--momentum", "-0.5"], "--momentum must be in"),
-        (["--dedup", "nan"], "--dedup must be"),
-        (["--dedup", "-1"], "--dedup must be"),
-        (["--dedup", "inf"], "--dedup must be"),
-        (["--seed", "-1"], "--seed"),
+        (["--epochs", str(10**9)], "'--epochs': 1000000000 is not in the range 1<=x<=100000."),
+        (["--partners", str(10**9)], "'--partners': 1000000000 is not in the range 1<=x<=100000."),
+        (["--restarts", str(10**6)], "'--restarts': 1000000 is not in the range 1<=x<=1000."),
+        (["--workers", str(10**6)], "'--workers': 1000000 is not in the range 0<=x<=256."),
+        (["--workers", "-1"], "'--workers': -1 is not in the range 0<=x<=256."),
+        (["--batch-size", str(10**12)], "'--batch-size': 1000000000000 is not in the range 1<=x<=4096."),
+        (["--k", str(-(10**30))], "'--k': -1000000000000000000000000000000 is not in the range x>=1."),
+        (["--lr", "nan"], "'--lr': nan is not a finite number."),
+        (["--lr", "inf"], "'--lr': inf is not a finite number."),
+        (["--momentum", "nan"], "'--momentum': nan is not a finite number."),
+        (["--momentum", "-0.5"], "'--momentum': -0.5 is not in the range 0<=x<1."),
+        (["--dedup", "nan"], "'--dedup': nan is not a finite number."),
+        (["--dedup", "-1"], "'--dedup': -1.0 is not in the range x>=0."),
+        (["--dedup", "inf"], "'--dedup': inf is not a finite number."),
+        (["--seed", "-1"], "'--seed': -1 is not in the range x>=0."),
         (["--since", "yesterday"], "--since"),
         (["--k", "1e3"], "--k"),
     ],

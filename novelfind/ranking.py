@@ -4,17 +4,19 @@
 
 Methods (``METHODS``):
 
-- ``ads`` (default): Approximate Densest Subgraph (paper Algorithm 1) run on whitened features
-  (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the spread of the ``WHITEN_FLOOR``-th),
-  blended with a local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
+- ``ads`` (default): not ADS alone, but a blend of two scores. Approximate Densest Subgraph (paper
+  Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
+  spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
+  local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
   makes subtle differences (a defect, a different digit) count next to the big ones; the density
   term keeps small clusters of ordinary pictures from looking novel. Sub-quadratic: ADS costs
   O(E N J d), the density term an exact search below ``ANN_MIN_N`` images and an HNSW index above.
 - ``ads-paper``: Algorithm 1 exactly as written, on the raw features.
-- ``power``: exact power iteration on the full distance matrix, then top-K (O(N^2); reference only).
 - ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features), with an approximate
   nearest-neighbour index (faiss HNSW) when faiss is installed and N is large, else exact and chunked.
-- ``iforest``: scikit-learn's IsolationForest (needs scikit-learn).
+
+The research baselines the benchmark compares against (exact power iteration, IsolationForest) live
+with it, in ``scripts/baselines.py``.
 
 Near-duplicates: with ``dedup`` set, a candidate whose distance to a higher-ranked pick is below
 ``dedup`` is dropped and the next candidate taken. Distances for this test are between L2-normalised
@@ -25,13 +27,19 @@ feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from novelfind.ads import ADSConfig, ads
+from novelfind.pca import pca
 
-METHODS = ("ads", "ads-paper", "power", "knn", "iforest")
+if TYPE_CHECKING:
+    from novelfind.solver import ADSConfig
+
+# torch (and the solver, which is torch code) is imported where it is used: the command line and the
+# cache commands import this module for METHODS and must start without paying for torch.
+
+METHODS = ("ads", "ads-paper", "knn")
 WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
@@ -41,11 +49,12 @@ DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (
 # but cost the defects set 0.01-0.04 F1
 DEFAULT_DEDUP = 0.15
 ANN_MIN_N = 20_000  # below this an exact chunked search is fast enough and has no recall loss
-POWER_MAX_N = 20_000
 
 
 @dataclass
 class Ranking:
+    """The picks of :func:`rank`, best first; K' = min(k, N, number of candidates)."""
+
     indices: np.ndarray  # int64 (K',) best first
     scores: np.ndarray  # float32 (K',)
     neighbour: np.ndarray  # int64 (K',) index of each pick's nearest other image (-1 if N == 1)
@@ -69,32 +78,6 @@ def _check(features: np.ndarray, k: int) -> np.ndarray:
     if not np.isfinite(x).all():
         raise ValueError(f"features contain {int((~np.isfinite(x)).sum())} NaN or infinite values")
     return x
-
-
-def pca(x: np.ndarray, dims: int, chunk: int = 16384) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Principal axes of the rows of x -> (projections float32 (N, d), variances (d,), mean (M,)).
-
-    The covariance (M, M) is accumulated in chunks, so memory stays O(N M + M^2). Axes with no
-    variance are dropped; all rows identical gives one zero column.
-    """
-    n, m = x.shape
-    mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)  # (M,)
-    cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
-    for i in range(0, n, chunk):
-        c = x[i : i + chunk] - mean  # (C, M) float32
-        cov += c.T @ c
-    cov /= max(n - 1, 1)
-    evals, evecs = np.linalg.eigh(cov)  # ascending
-    d = int(min(dims, m, max(n - 1, 1)))
-    evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
-    keep = evals > evals[0] * 1e-6 if evals[0] > 0 else np.zeros(d, dtype=bool)
-    if not keep.any():
-        return np.zeros((n, 1), dtype=np.float32), np.ones(1), mean
-    axes = evecs[:, keep].astype(np.float32)  # (M, d')
-    out = np.empty((n, axes.shape[1]), dtype=np.float32)
-    for i in range(0, n, chunk):
-        out[i : i + chunk] = (x[i : i + chunk] - mean) @ axes
-    return out, evals[keep], mean
 
 
 def whiten(
@@ -122,6 +105,8 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
 
 def _knn_exact(x: np.ndarray, q_idx: np.ndarray, k: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
     """k nearest other rows of x for the rows q_idx: (distances (Q, k), indices (Q, k)), exact, chunked."""
+    import torch
+
     xt = torch.from_numpy(np.ascontiguousarray(x))  # (N, M)
     sq = (xt * xt).sum(1)  # (N,)
     kk = min(k, x.shape[0] - 1)
@@ -175,25 +160,6 @@ def nearest_neighbours(x: np.ndarray, picks: np.ndarray) -> tuple[np.ndarray, np
     return i[:, 0], d[:, 0].astype(np.float32)
 
 
-def power_scores(x: np.ndarray, iters: int = 100, tol: float = 1e-7, chunk: int = 2048) -> np.ndarray:
-    """Principal eigenvector of the Euclidean distance matrix (power iteration, D s chunked) -> (N,)."""
-    n = x.shape[0]
-    if n > POWER_MAX_N:
-        raise ValueError(f"power iteration is O(N^2); N={n} > {POWER_MAX_N}")
-    xt = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).double()
-    s = torch.full((n,), 1 / np.sqrt(n), dtype=torch.float64)
-    for _ in range(iters):
-        new = torch.empty_like(s)
-        for i in range(0, n, chunk):
-            new[i : i + chunk] = torch.cdist(xt[i : i + chunk], xt) @ s  # (C,)
-        new /= new.norm().clamp_min(1e-300)
-        done = (new - s).norm() < tol
-        s = new
-        if done:
-            break
-    return s.float().numpy()
-
-
 def _zscore(v: np.ndarray) -> np.ndarray:
     """Robust standardisation: (v - median) / MAD."""
     med = np.median(v)
@@ -203,6 +169,8 @@ def _zscore(v: np.ndarray) -> np.ndarray:
 
 def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.ndarray:
     """ADS weights as an (N,) score (zero outside the K-sparse support)."""
+    from novelfind.solver import ads
+
     res = ads(x, k, config, device=device)
     return np.asarray(res.weights, dtype=np.float32)
 
@@ -335,15 +303,8 @@ def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=
         return default_scores(x, k, config, device)
     if method == "ads-paper":
         return _ads_scores(x, k, config, device)
-    if method == "power":
-        return power_scores(x)
     if method == "knn":
         return knn_scores(x, KNN_K)
-    if method == "iforest":
-        from sklearn.ensemble import IsolationForest
-
-        f = IsolationForest(n_estimators=200, random_state=config.seed).fit(x)
-        return (-f.score_samples(x)).astype(np.float32)
     raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -359,10 +320,16 @@ def rank(
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
+    ``features``: any real (N, M) array (converted to float32), one row per image. ``method``: one of
+    ``METHODS``: ``"ads"`` (default: ADS on whitened features blended with a k-NN density score),
+    ``"ads-paper"`` (the paper's Algorithm 1 alone, on the raw features) or ``"knn"`` (mean distance to
+    the 10 nearest neighbours). ``config``: the ADS solver's settings (``ADSConfig()``: the paper's E, J,
+    alpha, beta and seed 0); the same seed on the same device gives the same ranking. ``device``: where
+    the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
+
     ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
-    L2-normalised features); None means ``DEFAULT_DEDUP``, 0 turns it off. ValueError for bad
-    shapes, NaN/inf, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``. When fewer
-    than k images are left after dropping near-duplicates, the dropped ones fill the end of the list.
+    L2-normalised features); None means ``DEFAULT_DEDUP`` (0.15), 0 turns it off. When fewer than k
+    images are left after dropping near-duplicates, the dropped ones fill the end of the list.
 
     ``candidates``: the rows that may be picked, a bool mask (N,) or int indices (None: all). The
     scores are computed on all rows exactly as without it (same support k, same seed), the ranked
@@ -370,6 +337,19 @@ def rank(
     returned; neighbours are searched among all rows. For ``ads-paper`` (scores zero outside a
     K-sparse support) the support is doubled until enough candidates are in it, or it is all N.
     No candidates: an empty Ranking.
+
+    Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
+    each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
+    ``duplicates_dropped``. Raises ValueError for a shape other than (N, M) with N, M >= 1, NaN or
+    infinite values, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``.
+
+    Example::
+
+        >>> import numpy as np, novelfind
+        >>> x = np.random.default_rng(0).normal(size=(500, 64))
+        >>> x[7] += 6  # one row far from the rest
+        >>> int(novelfind.rank(x, 3).indices[0])
+        7
     """
     x = _check(features, k)
     if method not in METHODS:
@@ -378,7 +358,10 @@ def rank(
         dedup = DEFAULT_DEDUP
     if not dedup >= 0:
         raise ValueError(f"dedup must be >= 0, got {dedup}")
-    config = config or ADSConfig()
+    if config is None:
+        from novelfind.solver import ADSConfig
+
+        config = ADSConfig()
     n = x.shape[0]
     cand = _candidate_mask(candidates, n)  # bool (N,) or None
     k_eff = min(k, n if cand is None else int(cand.sum()))

@@ -3,39 +3,40 @@
 from __future__ import annotations
 
 import numpy as np
+import photosets
 import pytest
 from conftest import missing_prerequisite
 from PIL import Image
 
-from novelfind import datasets
+from novelfind import dirs
 
 # Resolved at import, before the autouse fixture points XDG_CACHE_HOME at a temp folder, so the
 # wheels (foolbox 1.7 MB, mvtb-data 130 MB) are downloaded once per machine, not once per test.
-DATA_CACHE = datasets.data_cache_dir()
+DATA_CACHE = dirs.data_dir()
 
 
 @pytest.fixture(scope="module")
 def src():
     try:
-        return datasets.load_sources(DATA_CACHE)
+        return photosets.load_sources(DATA_CACHE)
     except RuntimeError as e:  # no PyPI access and no cached wheels
         missing_prerequisite(str(e))
 
 
 def test_unknown_set_is_refused():
     with pytest.raises(ValueError, match="unknown set 'nope'"):
-        datasets.build_set("nope")
+        photosets.build_set("nope")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["mnist", "defects", "bursts"])
 def test_sets_are_reproducible_and_labelled(src, name):
-    a = datasets.build_set(name, seed=3, src=src)
-    b = datasets.build_set(name, seed=3, src=src)
-    c = datasets.build_set(name, seed=4, src=src)
+    a = photosets.build_set(name, seed=3, src=src)
+    b = photosets.build_set(name, seed=3, src=src)
+    c = photosets.build_set(name, seed=4, src=src)
     assert len(a) == len(a.labels) == len(a.groups) == len(a.kinds)
     assert 5 <= a.k < len(a) // 10
-    assert all(im.size == (datasets.SIDE, datasets.SIDE) and im.mode == "RGB" for im in a.images[:20])
+    assert all(im.size == (photosets.SIDE, photosets.SIDE) and im.mode == "RGB" for im in a.images[:20])
     assert np.array_equal(a.labels, b.labels)
     pairs = zip(a.images[:10], b.images[:10], strict=True)
     assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in pairs)
@@ -43,7 +44,7 @@ def test_sets_are_reproducible_and_labelled(src, name):
 
 
 def test_one_class_sets_have_one_novelty_per_other_class(src):
-    s = datasets.build_set("mnist", seed=0, src=src)
+    s = photosets.build_set("mnist", seed=0, src=src)
     novel_kinds = [k for k, lab in zip(s.kinds, s.labels, strict=True) if lab]
     others = sorted({f"mnist{lab}" for lab, _ in src.foolbox["mnist"]} - {"mnist9"})
     assert sorted(novel_kinds) == others and len(others) >= 7
@@ -51,7 +52,7 @@ def test_one_class_sets_have_one_novelty_per_other_class(src):
 
 
 def test_bursts_are_near_identical_and_never_novel(src):
-    s = datasets.build_set("bursts", seed=0, src=src)
+    s = photosets.build_set("bursts", seed=0, src=src)
     assert (s.groups[s.labels] == -1).all()  # novelties are single shots
     ids, counts = np.unique(s.groups[s.groups >= 0], return_counts=True)
     assert len(ids) >= 20 and counts.min() >= 2
@@ -62,19 +63,19 @@ def test_bursts_are_near_identical_and_never_novel(src):
 
 def test_defects_change_few_pixels(src):
     rng = np.random.default_rng(0)
-    base = datasets.random_crop(rng, src.skimage["brick"])
-    bad = datasets.plant_defect(rng, base)
+    base = photosets.random_crop(rng, src.skimage["brick"])
+    bad = photosets.plant_defect(rng, base)
     diff = np.abs(np.asarray(bad, dtype=np.int16) - np.asarray(base, dtype=np.int16)).max(axis=2) > 10
     assert 0.001 < diff.mean() < 0.15
 
 
 def test_example_set_writes_jpegs(src, tmp_path):
-    s = datasets.example_set(src=src)
+    s = photosets.example_set(src=src)
     assert s.k == 5 and len(s) == 80
-    paths = datasets.write_set(s, tmp_path / "photos")
+    paths = photosets.write_set(s, tmp_path / "photos")
     assert len(paths) == 80 and all(p.suffix == ".jpg" for p in paths)
     with Image.open(paths[0]) as im:
-        assert im.size == (datasets.SIDE, datasets.SIDE)
+        assert im.size == (photosets.SIDE, photosets.SIDE)
 
 
 def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
@@ -83,7 +84,7 @@ def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
     def fake_run(cmd, capture_output, text):
         calls.append(cmd)
         dest = cmd[cmd.index("-d") + 1]
-        (datasets.Path(dest) / datasets.SOURCES["foolbox"][2]).write_bytes(b"zip")
+        (photosets.Path(dest) / photosets.SOURCES["foolbox"][2]).write_bytes(b"zip")
 
         class P:
             returncode = 0
@@ -91,9 +92,9 @@ def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
 
         return P()
 
-    monkeypatch.setattr(datasets.subprocess, "run", fake_run)
-    p = datasets.wheel_path("foolbox", tmp_path)
+    monkeypatch.setattr(photosets.subprocess, "run", fake_run)
+    p = photosets.wheel_path("foolbox", tmp_path)
     assert p == tmp_path / "foolbox-3.3.4-py3-none-any.whl"
     assert "foolbox==3.3.4" in calls[0] and "--no-deps" in calls[0]
-    datasets.wheel_path("foolbox", tmp_path)  # cached: no second download
+    photosets.wheel_path("foolbox", tmp_path)  # cached: no second download
     assert len(calls) == 1

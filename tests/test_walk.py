@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import unprivileged
 
-import novelfind.scan as scan
+import novelfind.walk as scan
+from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import ExitCode, InputError
-from novelfind.scan import IMAGE_EXTENSIONS, ImageFile, walk
+from novelfind.walk import ImageFile, walk
 
 REPO = Path(scan.__file__).resolve().parents[1]
 
@@ -57,6 +58,39 @@ def test_heif_only_when_pillow_heif_is_installed(tmp_path):
     assert (".heic" in IMAGE_EXTENSIONS) == have_heif
     assert (".heif" in IMAGE_EXTENSIONS) == have_heif
     assert rels(walk(tmp_path), tmp_path) == (["a.HEIC", "b.heif"] if have_heif else [])
+
+
+@pytest.mark.parametrize("suffix", [".avif", ".hif"])
+def test_walk_offers_exactly_what_the_decoder_reads(tmp_path, suffix):
+    """An extension the decoder reads is walked; one it cannot read is not offered at all."""
+    from PIL import Image, features
+
+    from novelfind.decode import read_for_model
+
+    if suffix == ".avif":
+        can_read = bool(features.check("avif"))
+        fmt = "AVIF"
+    else:
+        try:
+            import pillow_heif
+
+            pillow_heif.register_heif_opener()
+            can_read = True
+        except ImportError:
+            can_read = False
+        fmt = "HEIF"
+    path = tmp_path / f"photo{suffix.upper()}"
+    if can_read:
+        Image.new("RGB", (300, 260), (200, 40, 90)).save(path, format=fmt)
+    else:
+        path.write_bytes(b"")
+    found = [f.path for f in walk(tmp_path)]
+    assert (suffix in IMAGE_EXTENSIONS) == can_read
+    assert found == ([path] if can_read else [])
+    if can_read:
+        digest, pixels = read_for_model(path)
+        assert pixels.shape == (224, 224, 3)
+        assert abs(int(pixels[..., 0].mean()) - 200) < 12  # the red of the photo, not a placeholder
 
 
 def test_recursive_sorted_by_name_with_folders_in_place(tmp_path):
@@ -281,7 +315,7 @@ def test_undecodable_file_names_are_found(tmp_path):
 
 _UNREADABLE_SCRIPT = """
 import json, sys
-from novelfind.scan import walk
+from novelfind.walk import walk
 errors = []
 found = [str(f.path) for f in walk(sys.argv[1], on_error=lambda p, r: errors.append([str(p), r]))]
 print(json.dumps({"found": found, "errors": errors}))

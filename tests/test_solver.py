@@ -1,4 +1,4 @@
-"""Tests for the ADS solver (novelfind.ads)."""
+"""Tests for the ADS solver (novelfind.solver)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from novelfind.ads import ADSConfig, ADSResult, _k_at, ads, ads_reference
+from novelfind.solver import ADSConfig, ADSResult, _k_at, ads, ads_reference
 
 SOLVERS = [ads, ads_reference]
 
@@ -140,7 +140,7 @@ def test_batched_blocks_path(monkeypatch):
     x, _ = planted(1000, 16, 10)
     cfg = ADSConfig(block=96)  # 10 full blocks and a tail of 40 rows
     one = ads(x, 10, cfg)
-    monkeypatch.setattr("novelfind.ads._blocks_per_step", lambda device, block: 3)
+    monkeypatch.setattr("novelfind.solver._blocks_per_step", lambda device, block: 3)
     three = ads(x, 10, cfg)
     np.testing.assert_allclose(one.weights, three.weights, rtol=1e-4, atol=1e-6)
     assert one.ranking.tolist() == three.ranking.tolist()

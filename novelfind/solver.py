@@ -80,10 +80,18 @@ class ADSResult:
 
 
 def ads(features: Any, k: int, config: ADSConfig = ADSConfig(), *, device: Any = None) -> ADSResult:
-    """Fast ADS on a (N, M) numpy array or torch tensor (CPU or CUDA); memory O(N M).
+    """Approximate Densest Subgraph (the paper's Algorithm 1): the K images whose mutual distances weigh most.
 
-    ``device`` defaults to the tensor's device (CPU for numpy). The features are never copied on
-    their device unless they must be moved there.
+    ``features``: a real (N, M) numpy array or torch tensor (CPU or CUDA), one row per image; ``k``:
+    the support size K (>= 1; more than N means N). ``config``: E, J, alpha, beta, seed and restarts
+    (:class:`ADSConfig`; the defaults are the paper's). ``device`` defaults to the tensor's device
+    (CPU for numpy); the features are never copied on their device unless they must be moved there.
+    Memory O(N M): the N x N distance matrix is never formed.
+
+    Returns an :class:`ADSResult`: ``weights`` float32 (N,), K-sparse, non-negative, unit norm, and
+    ``ranking`` int64 (min(K, N),), the rows by weight, highest first (ties: lower index). Raises
+    ValueError for a shape other than (N, M) with N, M >= 1, a non-real dtype, NaN or infinite values,
+    or k < 1.
     """
     x = _as_tensor(features, device)  # (N, M), any real dtype
     n, k = _check(tuple(x.shape), k)

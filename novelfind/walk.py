@@ -15,25 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import InputError
-
-_BASE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-_HEIF_EXTENSIONS = (".heic", ".heif")
-
-
-def _heif_available() -> bool:
-    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
-    try:
-        import pillow_heif  # noqa: F401
-    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
-        return False
-    return True
-
-
-# Lower-case, with the dot. HEIC/HEIF only when pillow-heif is installed to decode them.
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    _BASE_EXTENSIONS + (_HEIF_EXTENSIONS if _heif_available() else ())
-)
 
 OnError = Callable[[Path, str], None]
 
@@ -48,7 +31,7 @@ class ImageFile:
 
 
 def is_image_name(name: str) -> bool:
-    """True when ``name`` has one of the ``IMAGE_EXTENSIONS`` (any case)."""
+    """True when ``name`` has an extension the decoder reads (``decode.IMAGE_EXTENSIONS``), any case."""
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 

@@ -1,0 +1,729 @@
+"""The scan as one call: walk -> cache -> extract -> rank -> outputs. Prints nothing.
+
+:func:`scan` is what ``novelfind scan`` runs; the command line only parses its options into the same
+keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
+The parameters are checked here (:class:`ScanParameters`), so a notebook, a service or a cluster job
+gets the same errors as the command line, as exceptions: :class:`~novelfind.errors.InputError` (also
+a ValueError) for impossible values, other :class:`~novelfind.errors.NovelfindError` subclasses for
+what stops a run (no images, weights missing, an output not writable, another run holding an output).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import numbers
+import os
+import time
+import warnings
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from novelfind import __version__, features, walk
+from novelfind.cache import FeatureCache, NullCache
+from novelfind.errors import CacheError, InputError, NovelfindError, OutputError
+from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
+from novelfind.lock import output_lock
+from novelfind.pipeline import DECODERS, ENGINES, Extraction, FeatureStore, load
+from novelfind.ranking import DEFAULT_DEDUP, METHODS
+from novelfind.report import (
+    FORMATS,
+    MANIFEST_NAME,
+    PLACE_MODES,
+    Failure,
+    Pick,
+    format_results,
+    place_picks,
+    write_atomic,
+)
+from novelfind.walk import ImageFile
+
+WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
+
+
+# --------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The allowed range of a numeric parameter (the command line turns it into a Click range type)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is not allowed
+    high_open: bool = False
+
+    def check(self, name: str, value: float) -> None:
+        """InputError naming ``name`` and the value when ``value`` is outside the range or not finite."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{name} must be a finite number, got {value}")
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            bound = "greater than" if self.low_open else "at least"
+            raise InputError(f"{name} must be {bound} {self.low:g}, got {value}")
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            bound = "less than" if self.high_open else "at most"
+            raise InputError(f"{name} must be {bound} {self.high:g}, got {value}")
+
+
+# The one list of numeric limits: scan() checks them, the command line shows them in --help.
+LIMITS: dict[str, Limit] = {
+    "k": Limit(1),
+    "epochs": Limit(1, 100_000),
+    "partners": Limit(1, 100_000),
+    "lr": Limit(0, low_open=True),
+    "momentum": Limit(0, 1, high_open=True),
+    "seed": Limit(0),
+    "restarts": Limit(1, 1000),
+    "dedup": Limit(0),
+    "batch_size": Limit(1, 4096),
+    "workers": Limit(0, 256),
+}
+
+# The one list of named choices: scan() checks them, the command line offers them. Engines and
+# decoders are the registries themselves, so one added at run time is accepted.
+CHOICES: dict[str, Collection[str]] = {
+    "method": METHODS,
+    "feature": tuple(features.FEATURE_DIMS),
+    "device": features.DEVICES,
+    "backend": features.BACKENDS,
+    "engine": ENGINES,
+    "decoder": DECODERS,
+    "format": FORMATS,
+    "link": PLACE_MODES,
+}
+
+_INTEGERS = ("k", "epochs", "partners", "seed", "restarts", "batch_size", "workers")
+_NUMBERS = ("lr", "momentum", "dedup")
+_OPTIONAL_PATHS = ("weights", "output", "copy_to", "report", "contact_sheet")
+
+
+@dataclass(frozen=True)
+class ScanParameters:
+    """Everything a scan is asked to do: the keyword arguments of :func:`scan`, checked.
+
+    Creating one checks every value (InputError naming the parameter) and normalises the types:
+    paths become :class:`~pathlib.Path` objects and sequences tuples. The defaults of the ADS
+    solver's settings are the paper's (:class:`novelfind.solver.ADSConfig`).
+    """
+
+    paths: tuple[Path, ...]
+    k: int = 100
+    # ranking
+    method: str = "ads"
+    feature: str = "logits"
+    epochs: int = 20
+    partners: int = 16
+    lr: float = 1e-3
+    momentum: float = 0.9
+    seed: int = 0
+    restarts: int = 1
+    dedup: float = DEFAULT_DEDUP
+    since: datetime | None = None
+    # walking
+    exclude: tuple[str, ...] = ()
+    follow_symlinks: bool = False
+    # extraction
+    batch_size: int = 32
+    workers: int | None = None
+    device: str = "auto"
+    backend: str = "auto"
+    weights: Path | None = None
+    engine: str = "local"
+    decoder: str = "pillow"
+    cache: bool | Path | FeatureCache = True
+    # outputs
+    output: Path | None = None
+    format: str = "tsv"
+    copy_to: Path | None = None
+    link: str = "copy"
+    report: Path | None = None
+    contact_sheet: Path | None = None
+    wait: bool = True
+
+    def __post_init__(self) -> None:
+        paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths)
+        if not paths:
+            raise InputError("paths must name at least one folder or image")
+        self._set("paths", tuple(Path(p) for p in paths))
+        exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
+        self._set("exclude", tuple(str(e) for e in exclude))
+        for name in _OPTIONAL_PATHS:
+            value = getattr(self, name)
+            if value is not None:
+                self._set(name, Path(value))
+        if not isinstance(self.cache, (bool, FeatureCache)):
+            self._set("cache", Path(self.cache))
+        for name in _INTEGERS:
+            value = getattr(self, name)
+            if value is None and name == "workers":
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise InputError(f"{name} must be a whole number, got {value!r}")
+        for name in _NUMBERS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                raise InputError(f"{name} must be a number, got {value!r}")
+            self._set(name, float(value))
+        for name, limit in LIMITS.items():
+            value = getattr(self, name)
+            if value is not None:
+                limit.check(name, value)
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            numbered_gpu = name == "device" and isinstance(value, str) and value.startswith("cuda:")
+            if value not in allowed and not numbered_gpu:
+                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.since is not None and not isinstance(self.since, datetime):
+            raise InputError(f"since must be a datetime, got {self.since!r}")
+        sheet = self.contact_sheet
+        if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
+            raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def outputs(self) -> list[Path]:
+        """What this run writes, absolute and sorted (the order their locks are taken in)."""
+        targets = (self.output, self.copy_to, self.report, self.contact_sheet)
+        return sorted({t.absolute() for t in targets if t is not None})
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What happened to the files of one scan."""
+
+    found: int  # image files the walk found (the run's own outputs left out)
+    from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
+    extracted: int  # vectors made by the model in this run
+    failed: int  # files that could not be read (walk errors and decode failures)
+    candidates: int  # images that could be picked: all that were read, or those modified since `since`
+    duplicates_dropped: int  # near-duplicates of better picks passed over
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event of :func:`scan`, for ``on_progress``.
+
+    ``stage`` is ``"walk"`` (``done`` files found so far, ``total`` None), ``"wait"`` (another run is
+    writing ``path``; this one waits for it), ``"extract"`` (``done`` of ``total`` files resolved:
+    read from the cache, extracted or failed), ``"rank"`` (0 of 1, then 1 of 1) or ``"write"``
+    (``done`` of ``total`` outputs written).
+    """
+
+    stage: str
+    done: int = 0
+    total: int | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What :func:`scan` returns.
+
+    ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
+    was read, and ``features`` (N, dim) float32 their vectors, row i for ``files[i]`` (rank them again
+    another way with :func:`novelfind.rank`, without touching the photos).
+    """
+
+    picks: list[Pick]
+    failures: list[Failure]
+    counts: Counts
+    seconds: float
+    parameters: ScanParameters
+    files: list[ImageFile] = field(repr=False)
+    features: np.ndarray = field(repr=False)
+
+    def record(self) -> dict[str, Any]:
+        """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""
+        return run_record(self.parameters, self.counts, self.seconds)
+
+    def to_text(self, fmt: str | None = None) -> str:
+        """The results in an output format (default: the scan's ``format``), as ``output`` gets them."""
+        return format_results(
+            self.picks, fmt or self.parameters.format, failures=self.failures, run=self.record()
+        )
+
+
+def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
+    """The ``run`` object of the JSON formats."""
+    return {
+        "version": __version__,
+        "paths": [str(p) for p in params.paths],
+        "k": params.k,
+        "method": params.method,
+        "feature": params.feature,
+        "epochs": params.epochs,
+        "partners": params.partners,
+        "lr": params.lr,
+        "momentum": params.momentum,
+        "seed": params.seed,
+        "restarts": params.restarts,
+        "dedup": params.dedup,
+        "since": params.since.isoformat() if params.since else None,
+        "images_found": counts.found,
+        "from_cache": counts.from_cache,
+        "extracted": counts.extracted,
+        "failed": counts.failed,
+        "duplicates_dropped": counts.duplicates_dropped,
+        "seconds": round(seconds, 3),
+    }
+
+
+# --------------------------------------------------------------------------- the scan
+
+
+def scan(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    k: int = 100,
+    *,
+    method: str = "ads",
+    feature: str = "logits",
+    epochs: int = 20,
+    partners: int = 16,
+    lr: float = 1e-3,
+    momentum: float = 0.9,
+    seed: int = 0,
+    restarts: int = 1,
+    dedup: float = DEFAULT_DEDUP,
+    since: datetime | None = None,
+    exclude: str | Iterable[str] = (),
+    follow_symlinks: bool = False,
+    batch_size: int = 32,
+    workers: int | None = None,
+    device: str = "auto",
+    backend: str = "auto",
+    weights: str | os.PathLike[str] | None = None,
+    engine: str = "local",
+    decoder: str = "pillow",
+    cache: bool | str | os.PathLike[str] | FeatureCache = True,
+    output: str | os.PathLike[str] | None = None,
+    format: str = "tsv",
+    copy_to: str | os.PathLike[str] | None = None,
+    link: str = "copy",
+    report: str | os.PathLike[str] | None = None,
+    contact_sheet: str | os.PathLike[str] | None = None,
+    wait: bool = True,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    on_failure: Callable[[Path, str], None] | None = None,
+) -> ScanResult:
+    """Find the ``k`` most novel photos under ``paths``: exactly what ``novelfind scan`` does, minus printing.
+
+    Walks the folders, reads each photo, describes it with MobileNet-V2 (vectors are cached, so a
+    second scan of the same library only looks at what changed), ranks, and returns the picks best
+    first. Nothing is written but the feature cache, unless an output is asked for.
+
+    Args:
+        paths: a folder or image file, or several. Hidden files and folders are skipped.
+        k: how many photos to pick (at least 1); more than there are ranks them all.
+        method: ``"ads"`` (default: the ADS solver on whitened features, blended with a k-NN density
+            score), ``"ads-paper"`` (the paper's Algorithm 1 alone) or ``"knn"`` (mean distance to the
+            10 nearest neighbours). See :func:`novelfind.rank`.
+        feature: ``"logits"`` (1000-d classifier output) or ``"pooled"`` (1280-d pooled features).
+        epochs, partners, lr, momentum: the ADS solver's E (1-100000), J (1-100000), alpha (> 0) and
+            beta (0 <= beta < 1).
+        seed: the solver's random seed (>= 0): the same seed on the same device, the same ranking.
+        restarts: average the solver over this many seeds (1-1000).
+        dedup: a pick closer than this to a better one (distance between L2-normalised features) is
+            passed over as a near-duplicate; 0 turns it off.
+        since: rank only photos modified at or after this time (a naive datetime is local time),
+            against the whole library.
+        exclude: glob patterns of files and folders to skip (``"*.png"``, ``"**/thumbs/**"``).
+        follow_symlinks: follow symbolic links to files and folders (loops are detected).
+        batch_size: images per batch, decoded, featurised and committed to the cache together (1-4096).
+        workers: decoding processes (0-256; None: one per core, 0: decode in this process).
+        device: ``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and
+            the solver run there.
+        backend: ``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.
+        weights: the MobileNet-V2 weights file; None searches the usual places.
+        engine: where extraction runs: ``"local"`` (this machine); see ``novelfind.pipeline.ENGINES``.
+        decoder: what decodes the photos: ``"pillow"``; see ``novelfind.pipeline.DECODERS``.
+        cache: True for the user's feature cache (``~/.cache/novelfind/features.sqlite`` or
+            ``$NOVELFIND_CACHE``), False for none, a path to a cache file, or a :class:`novelfind.Cache`
+            (its file is used). A cache that cannot be opened is reported through ``on_warning`` and
+            the scan runs without one.
+        output, format: write the results to this file, atomically, in this format (``"tsv"``,
+            ``"json"``, ``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).
+        copy_to, link: put the picks in this folder as ``001_name.jpg``, ... by ``"copy"``,
+            ``"symlink"`` or ``"hardlink"``; earlier picks placed there by novelfind are replaced.
+        report: write a self-contained HTML report of the picks to this file.
+        contact_sheet: write a grid of the picks to this .jpg, .png or .webp file.
+        wait: when another run writes the same outputs, wait for it (True) or raise LockedError.
+        on_progress: called with a :class:`Progress` event as the scan advances.
+        on_warning: called with a one-line message for each problem the scan survives (an unusable
+            cache, a fallback to a slower engine); without it they go through :mod:`warnings` and
+            :mod:`logging`.
+        on_failure: called with (path, reason) for each file that cannot be read, as it happens.
+
+    Returns:
+        A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
+        ``distance``, ``size``, ``mtime``), ``failures`` (path, reason), ``counts``, ``seconds``,
+        ``parameters``, and the ``files`` and ``features`` that were ranked.
+
+    Raises:
+        InputError: an impossible value (also a ValueError), a missing folder.
+        NovelfindError: nothing to rank (no images, none readable); ``WeightsError`` (no weights),
+            ``OutputError`` (an output cannot be written), ``LockedError`` (another run writes the
+            same output and ``wait`` is False).
+        KeyboardInterrupt: passed on; every finished batch stays in the cache.
+
+    Example::
+
+        import novelfind
+        from pathlib import Path
+
+        result = novelfind.scan(Path.home() / "Pictures", k=20, report="novel.html")
+        for pick in result.picks:
+            print(pick.rank, pick.path, "nearest:", pick.neighbour)
+    """
+    parameters = ScanParameters(
+        paths=paths,
+        k=k,
+        method=method,
+        feature=feature,
+        epochs=epochs,
+        partners=partners,
+        lr=lr,
+        momentum=momentum,
+        seed=seed,
+        restarts=restarts,
+        dedup=dedup,
+        since=since,
+        exclude=exclude,
+        follow_symlinks=follow_symlinks,
+        batch_size=batch_size,
+        workers=workers,
+        device=device,
+        backend=backend,
+        weights=weights,
+        engine=engine,
+        decoder=decoder,
+        cache=cache,
+        output=output,
+        format=format,
+        copy_to=copy_to,
+        link=link,
+        report=report,
+        contact_sheet=contact_sheet,
+        wait=wait,
+    )
+    return run(parameters, on_progress=on_progress, on_warning=on_warning, on_failure=on_failure)
+
+
+def run(
+    parameters: ScanParameters,
+    *,
+    on_progress: Callable[[Progress], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    on_failure: Callable[[Path, str], None] | None = None,
+) -> ScanResult:
+    """:func:`scan` with its parameters already checked and gathered."""
+    return _Scan(parameters, on_progress, on_warning, on_failure).run()
+
+
+class _Scan:
+    """One scan; each method is one step, in the order :meth:`run` calls them."""
+
+    def __init__(self, params: ScanParameters, on_progress, on_warning, on_failure) -> None:
+        self.params = params
+        self.on_progress = on_progress
+        self.on_warning = on_warning
+        self.on_failure = on_failure
+        self.started = time.monotonic()
+        self.failures: list[Failure] = []
+
+    def run(self) -> ScanResult:
+        p = self.params
+        self.check_outputs()
+        with ExitStack() as stack:
+            if self.on_warning is not None:
+                stack.enter_context(_warnings_to(self.on_warning))
+            for target in p.outputs():
+                stack.enter_context(
+                    output_lock(
+                        target,
+                        wait=p.wait,
+                        on_warning=self.warn,
+                        on_wait=lambda target=target: self.progress("wait", path=target),
+                    )
+                )
+            files = self.find_files()
+            extractor = features.build_extractor(
+                feature=p.feature, device=p.device, backend=p.backend, weights=p.weights
+            )
+            store = stack.enter_context(self.open_cache(extractor.model_key))
+            extraction = self.extract(files, extractor, store)
+            candidates = _candidates(extraction.files, p.since)
+            picks, dropped = self.rank(extraction, candidates)
+            counts = Counts(
+                found=len(files),
+                from_cache=extraction.from_cache,
+                extracted=extraction.extracted,
+                failed=len(self.failures),
+                candidates=len(candidates),
+                duplicates_dropped=dropped,
+            )
+            self.write_outputs(picks, counts, extraction)
+        return ScanResult(
+            picks=picks,
+            failures=list(self.failures),
+            counts=counts,
+            seconds=self.seconds(),
+            parameters=p,
+            files=extraction.files,
+            features=extraction.features,
+        )
+
+    # -- steps
+
+    def check_outputs(self) -> None:
+        """Fail before the slow part when an output cannot possibly be written."""
+        p = self.params
+        targets = (("results file", p.output), ("report", p.report), ("contact sheet", p.contact_sheet))
+        for what, target in targets:
+            if target is None:
+                continue
+            parent = target.parent if str(target.parent) else Path(".")
+            if target.is_dir():
+                raise OutputError(f"cannot write the {what} {target}: it is a folder")
+            if not parent.is_dir():
+                raise OutputError(f"cannot write the {what} {target}: folder {parent} does not exist")
+            if not os.access(parent, os.W_OK):
+                raise OutputError(f"cannot write the {what} {target}: folder {parent} is not writable")
+        if p.copy_to is not None:
+            if p.copy_to.exists() and not p.copy_to.is_dir():
+                raise OutputError(f"cannot place the picks in {p.copy_to}: it is not a folder")
+            existing = p.copy_to.absolute()
+            while not existing.exists() and existing.parent != existing:
+                existing = existing.parent
+            if not existing.is_dir():
+                raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not a folder")
+            if not os.access(existing, os.W_OK):
+                raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
+
+    def find_files(self) -> list[ImageFile]:
+        """The image files under the paths, in walk order, without the files novelfind wrote itself."""
+        p = self.params
+        own = _OwnOutputs(p.outputs())
+        files: list[ImageFile] = []
+        for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
+            if not own.contains(f.path):
+                files.append(f)
+                if len(files) % WALK_PROGRESS_EVERY == 0:
+                    self.progress("walk", len(files))
+        self.progress("walk", len(files))
+        if not files:
+            raise NovelfindError(f"no images found in {', '.join(str(path) for path in p.paths)}")
+        return files
+
+    @contextmanager
+    def open_cache(self, model_key: str) -> Iterator[FeatureStore]:
+        """The feature cache for this model (NullCache when none is wanted or it cannot be opened)."""
+        choice = self.params.cache
+        if choice is False:
+            yield NullCache()
+            return
+        if choice is True:
+            path = None
+        else:
+            path = choice.path if isinstance(choice, FeatureCache) else choice
+        try:
+            store = FeatureCache.open(path, model_key, on_warning=self.warn)
+        except CacheError as err:
+            self.warn(f"{err}; running without the cache")
+            yield NullCache()
+            return
+        with store:
+            yield store
+
+    def extract(
+        self, files: list[ImageFile], extractor: features.Extractor, store: FeatureStore
+    ) -> Extraction:
+        p = self.params
+        engine = load(ENGINES[p.engine])
+        extraction = engine(
+            files,
+            extractor,
+            store,
+            batch_size=p.batch_size,
+            workers=p.workers,
+            decoder=p.decoder,
+            on_progress=self.extract_progress,
+            on_failure=self.fail,
+            on_warning=self.warn,
+        )
+        if not extraction.files:
+            raise NovelfindError(f"none of the {len(files)} images could be read")
+        return extraction
+
+    def rank(self, extraction: Extraction, candidates: list[int]) -> tuple[list[Pick], int]:
+        """The picks (with --since: the best of the recent photos, scored against the whole library)."""
+        if not candidates:
+            return [], 0
+        from novelfind.ranking import rank
+        from novelfind.solver import ADSConfig
+
+        p = self.params
+        self.progress("rank", 0, 1)
+        config = ADSConfig(
+            epochs=p.epochs,
+            partners=p.partners,
+            lr=p.lr,
+            momentum=p.momentum,
+            seed=p.seed,
+            restarts=p.restarts,
+        )
+        try:
+            ranking = rank(
+                extraction.features,
+                p.k,
+                method=p.method,
+                config=config,
+                dedup=p.dedup,
+                device=features.resolve_device(p.device),
+                candidates=None if p.since is None else np.asarray(candidates),
+            )
+        except ValueError as err:  # e.g. a learning rate so large that the weights overflow
+            raise InputError(f"cannot rank with these settings: {err}") from None
+        self.progress("rank", 1, 1)
+        files = extraction.files
+        picks = []
+        for index, score, neighbour, distance in zip(
+            ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
+        ):
+            f = files[int(index)]
+            found = int(neighbour) >= 0
+            picks.append(
+                Pick(
+                    rank=len(picks) + 1,
+                    score=float(score),
+                    path=f.path,
+                    size=f.size,
+                    mtime_ns=f.mtime_ns,
+                    neighbour=files[int(neighbour)].path if found else None,
+                    distance=float(distance) if found else None,
+                )
+            )
+        return picks, int(ranking.duplicates_dropped)
+
+    def write_outputs(self, picks: list[Pick], counts: Counts, extraction: Extraction) -> None:
+        p = self.params
+        record = run_record(p, counts, self.seconds())
+        writers: list[Callable[[], Any]] = []
+        if p.output is not None:
+            text = format_results(picks, p.format, failures=self.failures, run=record)
+            writers.append(lambda: write_atomic(p.output, text))
+        if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
+            writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
+        if p.report is not None:
+            writers.append(lambda: self.write_report(picks, record, extraction))
+        if p.contact_sheet is not None:
+            writers.append(lambda: write_contact_sheet(p.contact_sheet, picks))
+        for done, write in enumerate(writers):
+            self.progress("write", done, len(writers))
+            write()
+        if writers:
+            self.progress("write", len(writers), len(writers))
+
+    def write_report(self, picks: list[Pick], record: dict[str, Any], extraction: Extraction) -> None:
+        row_of = {f.path: i for i, f in enumerate(extraction.files)}
+        write_html_report(
+            self.params.report,
+            picks,
+            points2d=pca_2d(extraction.features),
+            pick_indices=[row_of[pick.path] for pick in picks],
+            run=record,
+            failures=self.failures,
+            paths=[f.path for f in extraction.files],
+        )
+
+    # -- reporting
+
+    def extract_progress(self, done: int, total: int) -> None:
+        self.progress("extract", done, total)
+
+    def progress(
+        self, stage: str, done: int = 0, total: int | None = None, *, path: Path | None = None
+    ) -> None:
+        if self.on_progress is not None:
+            self.on_progress(Progress(stage, done, total, path))
+
+    def warn(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+    def fail(self, path: Path, reason: str) -> None:
+        failure = Failure(Path(path), reason)
+        self.failures.append(failure)
+        if self.on_failure is not None:
+            self.on_failure(failure.path, failure.reason)
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+
+class _OwnOutputs:
+    """Files novelfind wrote are never ranked as photos: this run's outputs, and any folder of picks
+    placed by ``copy_to`` (marked by its manifest)."""
+
+    def __init__(self, targets: list[Path]) -> None:
+        self.targets = targets
+        self._picks_folder: dict[Path, bool] = {}
+
+    def contains(self, path: Path) -> bool:
+        if any(path == t or t in path.parents for t in self.targets):
+            return True
+        folder = path.parent
+        if folder not in self._picks_folder:
+            self._picks_folder[folder] = (folder / MANIFEST_NAME).is_file()
+        return self._picks_folder[folder]
+
+
+def _candidates(files: list[ImageFile], since: datetime | None) -> list[int]:
+    """Rows that may be picked: all, or those modified at or after ``since``."""
+    if since is None:
+        return list(range(len(files)))
+    cutoff_ns = int(since.timestamp() * 1e9)
+    return [i for i, f in enumerate(files) if f.mtime_ns >= cutoff_ns]
+
+
+@contextmanager
+def _warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
+    """Route Python warnings and the package's log records to ``on_warning``, one line each."""
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            on_warning(record.getMessage())
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        on_warning(str(message))
+
+    logger = logging.getLogger("novelfind")
+    handler = Handler(logging.WARNING)
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    previous = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def parameter_defaults() -> dict[str, Any]:
+    """Each parameter's default, for the command line's options (so the two never disagree)."""
+    return {f.name: f.default for f in dataclasses.fields(ScanParameters) if f.name != "paths"}
