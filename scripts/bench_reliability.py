@@ -41,7 +41,7 @@ sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(ROOT))
 
 from novelfind.cache import CacheWriteError, FeatureCache  # noqa: E402
-from novelfind.scan import ImageFile  # noqa: E402
+from novelfind.walk import ImageFile  # noqa: E402
 
 
 def _env(work: Path, **extra: str) -> dict[str, str]:
@@ -118,7 +118,7 @@ import json, multiprocessing, sys, time
 from pathlib import Path
 import numpy as np
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 folder, writers, trials = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 

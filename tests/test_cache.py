@@ -571,7 +571,7 @@ import json, multiprocessing, sqlite3, sys, tempfile
 from pathlib import Path
 import numpy as np
 from novelfind.cache import FeatureCache
-from novelfind.scan import ImageFile
+from novelfind.walk import ImageFile
 
 folder, writers, trials, burners = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 

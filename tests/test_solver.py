@@ -242,16 +242,16 @@ def test_block_size_does_not_change_the_answer_on_clear_data(monkeypatch):
     rows; a 10,000-row block needs N > 10,000 and, for the test only, a floor of one draw per epoch.
     The rows per block that really ran are recorded and checked.
     """
-    import novelfind.ads as ads_mod
+    import novelfind.solver as solver_mod
 
     widths: list[int] = []
-    real_block_sums = ads_mod._block_sums
+    real_block_sums = solver_mod._block_sums
 
     def recording(x, mu, sq, s, rows, partners, bufs):
         widths.append(rows.shape[1])  # rows: (G, B)
         return real_block_sums(x, mu, sq, s, rows, partners, bufs)
 
-    monkeypatch.setattr(ads_mod, "_block_sums", recording)
+    monkeypatch.setattr(solver_mod, "_block_sums", recording)
     x, out = planted(300, 8, 6)
     for block, ran in ((1, 1), (7, 5), (10_000, 5)):
         widths.clear()
@@ -259,7 +259,7 @@ def test_block_size_does_not_change_the_answer_on_clear_data(monkeypatch):
         assert max(widths) == ran, (block, sorted(set(widths)))
 
     x, out = planted(10_500, 8, 6)
-    monkeypatch.setattr(ads_mod, "MIN_DRAWS", 1)
+    monkeypatch.setattr(solver_mod, "MIN_DRAWS", 1)
     for block in (7, 10_000):
         widths.clear()
         cfg = ADSConfig(block=block, epochs=5)  # 1,500 blocks of 7 per epoch: few epochs keep it quick
