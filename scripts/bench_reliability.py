@@ -182,10 +182,15 @@ def bench_first_open(work: Path, trials: int) -> dict:
 
 
 _DECODE_ONE = r"""
-import json, resource, sys, time
+import json, sys, time
 from novelfind.decode import read_for_model
 from novelfind.errors import DecodeError
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def peak_kb():  # this process's own high-water mark (ru_maxrss would include the parent's, inherited)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+before = peak_kb()
 started = time.perf_counter()
 try:
     read_for_model(sys.argv[1])
@@ -193,7 +198,7 @@ try:
 except DecodeError as err:
     outcome = "refused: " + str(err)[:80]
 print(json.dumps({"s": time.perf_counter() - started, "outcome": outcome,
-                  "rss_grew_mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024}))
+                  "rss_grew_mb": (peak_kb() - before) / 1024}))
 """
 
 

@@ -465,7 +465,8 @@ def main(argv: list[str] | None = None) -> int:
                 ),
                 flush=True,
             )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open("/proc/self/status") as status:  # ru_maxrss would include the parent's peak, inherited
+        peak = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     print(json.dumps({"done": True, "cases": args.cases, "peak_rss_kb": peak}), flush=True)
     return 0
 

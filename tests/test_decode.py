@@ -168,11 +168,14 @@ def test_very_thin_image_is_cheap(tmp_path):
     # a fresh process, so its peak RSS is this decode's and not an earlier test's
     code = textwrap.dedent(
         f"""
-        import json, resource
+        import json
         from novelfind.decode import read_for_model
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def peak_kb():  # this process's own high-water mark (ru_maxrss includes the parent's)
+            with open("/proc/self/status") as status:
+                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+        before = peak_kb()
         _, px = read_for_model({str(path)!r})
-        grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        grown_kb = peak_kb() - before
         print(json.dumps([list(px.shape), str(px.dtype), grown_kb]))
         """
     )

@@ -1,7 +1,7 @@
 """A real full file system under the feature cache: a tiny tmpfs in a private mount namespace.
 
-``unshare --user --map-root-user --mount`` gives the test its own mounts without touching the
-machine's (and works without root where user namespaces are allowed): the cache lives on a tmpfs of
+``unshare --user --map-root-user --mount`` (or, for root, ``unshare --mount``) gives the test its
+own mounts without touching the machine's, and they vanish with it: the cache lives on a tmpfs of
 a few hundred KB that fills up part-way through a scan, then is remounted larger for the next run.
 Everything else (photos, outputs, user folders) is on the ordinary disk.
 """
@@ -70,24 +70,24 @@ print(json.dumps(report))
 
 
 def namespace_runner() -> list[str]:
+    """A command prefix that runs its command with mounts of its own: a user namespace where those are
+    allowed (no root needed), else, for root, a plain mount namespace."""
     unshare = shutil.which("unshare")
     if unshare is None:
         missing_prerequisite("unshare (util-linux) is needed to mount a small tmpfs")
-    probe = subprocess.run(
-        [
-            unshare,
-            "--user",
-            "--map-root-user",
-            "--mount",
-            "sh",
-            "-c",
-            "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt",
-        ],
-        capture_output=True,
-    )
-    if probe.returncode != 0:
-        missing_prerequisite(f"cannot mount a tmpfs in a user namespace: {probe.stderr.decode().strip()}")
-    return [unshare, "--user", "--map-root-user", "--mount"]
+    candidates = [[unshare, "--user", "--map-root-user", "--mount"]]
+    if os.geteuid() == 0:
+        candidates.append([unshare, "--mount"])
+    errors = []
+    for prefix in candidates:
+        probe = subprocess.run(
+            [*prefix, "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt && umount /mnt"], capture_output=True
+        )
+        if probe.returncode == 0:
+            return prefix
+        errors.append(probe.stderr.decode(errors="replace").strip())
+    missing_prerequisite(f"cannot mount a tmpfs in a namespace of its own: {'; '.join(errors)}")
+    raise AssertionError("unreachable")
 
 
 def run_driver(tmp_path: Path, size: str, prefill: bool) -> dict:

@@ -108,11 +108,14 @@ def test_many_frames_and_pages_decode_only_the_first(hostile, monkeypatch):
 
 
 _PEAK_SCRIPT = """
-import json, resource, sys
+import json, sys
 from novelfind.decode import read_for_model
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_kb():  # this process's own high-water mark (ru_maxrss would include the parent's, inherited)
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+before = peak_kb()
 read_for_model(sys.argv[1])
-print(json.dumps(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before))
+print(json.dumps(peak_kb() - before))
 """
 
 
