@@ -173,11 +173,11 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
     path = Path(path)
     if path.suffix.lower() in _HEIF_SUFFIXES:
         _register_heif()
-    return _decode_bytes(read_file(path), path.name, min_side)
+    return _decode_bytes(read_bytes(path), path.name, min_side)
 
 
-def read_file(path: str | os.PathLike) -> bytes:
-    """The bytes of the regular file at ``path``. Raises DecodeError with the reason."""
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole regular file at ``path``; DecodeError with the reason when it cannot be read."""
     try:
         with _open_regular(path) as f:
             return f.read()
@@ -243,6 +243,38 @@ def _png_without_metadata(data: bytes) -> bytes | None:
     return b"".join(out) if dropped else None
 
 
+def resized_geometry(w: int, h: int) -> tuple[int, int, int, int]:
+    """(new_w, new_h, left, top): the size after 'short side to 256' and the centre crop's offsets in it."""
+    # same size rule as torchvision's resize(256): the short side is 256, the long side truncated
+    if w <= h:
+        new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
+    else:
+        new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
+    # torchvision center_crop: offsets rounded, same as F.center_crop
+    top = int(round((new_h - INPUT_SIZE) / 2.0))
+    left = int(round((new_w - INPUT_SIZE) / 2.0))
+    return new_w, new_h, left, top
+
+
+def crop_box(w: int, h: int) -> tuple[float, float, float, float] | None:
+    """The source region (x0, y0, x1, y1) of a w x h image that becomes the model's 224 x 224 input.
+
+    None when no resampling is needed (the image is already 256 on its short side): the crop is then
+    a plain cut at ``resized_geometry``'s offsets.
+    """
+    new_w, new_h, left, top = resized_geometry(w, h)
+    if (new_w, new_h) == (w, h):
+        return None
+    # the crop's edges in source coordinates (output pixel x covers source [x*sx, (x+1)*sx))
+    sx, sy = w / new_w, h / new_h
+    return (
+        max(0.0, left * sx),
+        max(0.0, top * sy),
+        min(float(w), (left + INPUT_SIZE) * sx),
+        min(float(h), (top + INPUT_SIZE) * sy),
+    )
+
+
 def to_model_input(img: Image.Image) -> np.ndarray:
     """IMAGENET1K_V1 geometry -> uint8 (224, 224, 3): short side to 256 (bilinear, antialias), centre crop.
 
@@ -253,25 +285,11 @@ def to_model_input(img: Image.Image) -> np.ndarray:
     if img.mode != "RGB":
         img = _to_rgb(img)
     w, h = img.size
-    # same size rule as torchvision's resize(256): the short side is 256, the long side truncated
-    if w <= h:
-        new_w, new_h = RESIZE_SIZE, max(1, int(RESIZE_SIZE * h / w))
-    else:
-        new_w, new_h = max(1, int(RESIZE_SIZE * w / h)), RESIZE_SIZE
-    # torchvision center_crop: offsets rounded, same as F.center_crop
-    top = int(round((new_h - INPUT_SIZE) / 2.0))
-    left = int(round((new_w - INPUT_SIZE) / 2.0))
-    if (new_w, new_h) == (w, h):
+    box = crop_box(w, h)
+    if box is None:
+        new_w, new_h, left, top = resized_geometry(w, h)
         img = img.crop((left, top, left + INPUT_SIZE, top + INPUT_SIZE))
     else:
-        # the crop's edges in source coordinates (output pixel x covers source [x*sx, (x+1)*sx))
-        sx, sy = w / new_w, h / new_h
-        box = (
-            max(0.0, left * sx),
-            max(0.0, top * sy),
-            min(float(w), (left + INPUT_SIZE) * sx),
-            min(float(h), (top + INPUT_SIZE) * sy),
-        )
         img = img.resize(
             (INPUT_SIZE, INPUT_SIZE), Image.Resampling.BILINEAR, box=box
         )  # Pillow's bilinear antialiases downscales
@@ -286,6 +304,20 @@ def file_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+def model_input_from_bytes(data: bytes, name: str) -> np.ndarray:
+    """Encoded file bytes -> uint8 (224, 224, 3), the model's input. ``name`` picks the format hint.
+
+    Raises DecodeError.
+    """
+    img = _decode_bytes(data, name, RESIZE_SIZE)
+    try:
+        return to_model_input(img)
+    except DecodeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise DecodeError(_short(e)) from None
+
+
 def read_for_model(
     path: str | os.PathLike, known: Container[str] = frozenset()
 ) -> tuple[str, np.ndarray | None]:
@@ -295,18 +327,11 @@ def read_for_model(
     touched file) the image is not decoded and the pixels are None.
     """
     path = Path(path)
-    data = read_file(path)
+    data = read_bytes(path)
     digest = file_digest(data)
     if digest in known:
         return digest, None
-    img = _decode_bytes(data, path.name, RESIZE_SIZE)
-    try:
-        arr = to_model_input(img)
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_short(e)) from None
-    return digest, arr
+    return digest, model_input_from_bytes(data, path.name)
 
 
 _ORIENTATION = 0x0112

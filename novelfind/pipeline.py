@@ -10,8 +10,10 @@ Flow for a list of files (walk order):
      so an interrupted run loses at most the batch in flight.
 
 Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with
-Pillow in worker processes (:class:`ProcessDecoder`); another decoder (say, JPEG decoding on the GPU)
-is a class with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
+Pillow in worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with
+nvImageCodec and the rest with Pillow (``gpu_decode.GpuFileDecoder``); ``auto``, the default, is
+``gpu`` when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
+class (or factory) with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
 extraction stages: ``local`` is :func:`extract` on this machine; an engine that spreads the work over
 a cluster is a function with :func:`extract`'s signature. Both are "module:attribute" strings, imported
 only when chosen, so an engine's dependencies (Ray, say) stay optional.
@@ -45,7 +47,11 @@ POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool cos
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
 MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
 
-DECODERS: dict[str, str] = {"pillow": "novelfind.pipeline:ProcessDecoder"}
+DECODERS: dict[str, str] = {
+    "auto": "novelfind.gpu_decode:auto_decoder",
+    "pillow": "novelfind.pipeline:ProcessDecoder",
+    "gpu": "novelfind.gpu_decode:GpuFileDecoder",
+}
 ENGINES: dict[str, str] = {"local": "novelfind.pipeline:extract"}
 
 OnFailure = Callable[[Path, str], None]
@@ -286,7 +292,7 @@ def extract(
     *,
     batch_size: int = 32,
     workers: int | None = None,
-    decoder: str = "pillow",
+    decoder: str = "auto",
     on_progress: OnProgress | None = None,
     on_failure: OnFailure | None = None,
     on_warning: OnWarning | None = None,

@@ -136,7 +136,7 @@ class ScanParameters:
     backend: str = "auto"
     weights: Path | None = None
     engine: str = "local"
-    decoder: str = "pillow"
+    decoder: str = "auto"
     cache: bool | Path | FeatureCache = True
     # outputs
     output: Path | None = None
@@ -304,7 +304,7 @@ def scan(
     backend: str = "auto",
     weights: str | os.PathLike[str] | None = None,
     engine: str = "local",
-    decoder: str = "pillow",
+    decoder: str = "auto",
     cache: bool | str | os.PathLike[str] | FeatureCache = True,
     output: str | os.PathLike[str] | None = None,
     format: str = "tsv",
@@ -347,7 +347,9 @@ def scan(
         backend: ``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.
         weights: the MobileNet-V2 weights file; None searches the usual places.
         engine: where extraction runs: ``"local"`` (this machine); see ``novelfind.pipeline.ENGINES``.
-        decoder: what decodes the photos: ``"pillow"``; see ``novelfind.pipeline.DECODERS``.
+        decoder: what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and
+            nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see
+            ``novelfind.pipeline.DECODERS``.
         cache: True for the user's feature cache (``~/.cache/novelfind/features.sqlite`` or
             ``$NOVELFIND_CACHE``), False for none, a path to a cache file, or a :class:`novelfind.Cache`
             (its file is used). A cache that cannot be opened is reported through ``on_warning`` and

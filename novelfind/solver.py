@@ -193,6 +193,15 @@ def _rows(x: torch.Tensor, rows: torch.Tensor, mu: torch.Tensor, buf: torch.Tens
     return out.sub_(mu)
 
 
+def _spread_rows(n: int, count: int, device: Any = None) -> torch.Tensor:
+    """min(n, count) evenly spaced row indices from 0 to n - 1 (int64), exact for any n.
+
+    Integer arithmetic: a float32 ``linspace`` rounds past 2**24 rows, as far as row n itself.
+    """
+    c = min(n, count)
+    return torch.arange(c, device=device) * (n - 1) // max(c - 1, 1)
+
+
 def _centred_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
     """A centre (float32) and the squared norms of the centred rows, in one pass of bounded memory.
 
@@ -200,7 +209,7 @@ def _centred_stats(x: torch.Tensor, chunk: int = 4096) -> tuple[torch.Tensor, to
     centre near the data works, so it is the mean of at most 8192 evenly spaced rows.
     """
     n, m = x.shape
-    picks = torch.linspace(0, n - 1, min(n, 8192), device=x.device).long()  # evenly spaced rows
+    picks = _spread_rows(n, 8192, x.device)  # (min(N, 8192),)
     total = torch.zeros(m, dtype=torch.float64, device=x.device)  # (M,)
     for c0 in range(0, picks.numel(), 512):
         total += x.index_select(0, picks[c0 : c0 + 512]).to(torch.float64).sum(0)

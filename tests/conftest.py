@@ -11,6 +11,37 @@ import pytest
 from PIL import Image
 
 
+def pytest_addoption(parser):
+    parser.addoption("--require-cuda", action="store_true", default=False,
+                     help="fail the tests marked cuda instead of skipping them when CUDA (or the GPU "
+                          "decoding library) is missing: for runs on a GPU machine")
+
+
+@pytest.fixture(scope="session")
+def cuda(request):
+    """The CUDA device for a test marked ``cuda``: skipped without one, a failure under --require-cuda."""
+    import torch
+
+    if not torch.cuda.is_available():
+        if request.config.getoption("--require-cuda"):
+            pytest.fail("--require-cuda: no CUDA device")
+        pytest.skip("needs CUDA")
+    return torch.device("cuda")
+
+
+@pytest.fixture(scope="session")
+def nvimgcodec(cuda, request):
+    """A checked GPU JPEG decoder (nvImageCodec) on the CUDA device; skipped or failed like ``cuda``."""
+    from novelfind import gpu_decode
+
+    try:
+        return gpu_decode.open_gpu_decoder(cuda)
+    except gpu_decode.GpuDecodeUnavailable as e:
+        if request.config.getoption("--require-cuda"):
+            pytest.fail(f"--require-cuda: GPU JPEG decoding unavailable: {e}")
+        pytest.skip(f"GPU JPEG decoding unavailable: {e}")
+
+
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
     """One folder for the exported ONNX model, shared by the whole session (exporting takes seconds)."""

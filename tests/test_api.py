@@ -130,7 +130,7 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"method": "power"}, "method must be one of ads, ads-paper, knn, got 'power'"),
         ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, got 'xml'"),
         ({"engine": "ray"}, "engine must be one of local, got 'ray'"),
-        ({"decoder": "nvjpeg"}, "decoder must be one of pillow, got 'nvjpeg'"),
+        ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
         ({"since": "2024-01-01"}, "since must be a datetime, got '2024-01-01'"),
         ({"contact_sheet": "sheet.gif"}, "contact sheet sheet.gif: use a .jpg, .png or .webp name"),

@@ -213,6 +213,18 @@ def test_rejects_wrong_input(real_weights):
     ex = build_extractor(backend="torch", device="cpu")
     with pytest.raises(ValueError, match="expected uint8"):
         ex(np.zeros((2, 224, 224, 3), np.float32))
+    import torch
+
+    with pytest.raises(ValueError, match=r"expected uint8 \(B, 224, 224, 3\), got torch.uint8 \(2, 224, 3\)"):
+        ex(torch.zeros((2, 224, 3), dtype=torch.uint8))
+
+
+def test_torch_extractor_takes_a_tensor_batch(real_weights, photos):
+    """GPU-decoded batches arrive as tensors: same vectors as the numpy batch."""
+    import torch
+
+    ex = build_extractor(backend="torch", device="cpu")
+    np.testing.assert_allclose(ex(torch.from_numpy(photos[:4])), ex(photos[:4]), rtol=1e-5, atol=1e-5)
 
 
 def test_threads_default_to_available_cores():

@@ -309,7 +309,7 @@ def test_another_decoder_plugs_in_by_name(tmp_path, monkeypatch):
     assert InlineDecoder.made == [made]
     np.testing.assert_array_equal(res.features, reference.features)
     assert res.failures == reference.failures
-    with pytest.raises(ValueError, match="unknown decoder 'nvjpeg'; choose from pillow, inline"):
+    with pytest.raises(ValueError, match="unknown decoder 'nvjpeg'; choose from auto, pillow, gpu, inline"):
         extract(files, MeanColour(), DictCache(), decoder="nvjpeg")
 
 

@@ -126,13 +126,24 @@ def test_numpy_torch_and_dtypes_agree():
     assert a.ranking.tolist() == b.ranking.tolist()
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_matches_cpu_selection():
+@pytest.mark.cuda
+def test_cuda_matches_cpu_selection(cuda):
     x, out = planted(3000, 32, 20)
-    a = ads(torch.from_numpy(x).cuda(), 20)
+    a = ads(torch.from_numpy(x).to(cuda), 20)
     assert sorted(a.ranking.tolist()) == out.tolist()
-    b = ads(torch.from_numpy(x).cuda(), 20)
+    assert a.ranking.tolist() == ads(x, 20).ranking.tolist()
+    b = ads(torch.from_numpy(x).to(cuda), 20)
     np.testing.assert_array_equal(a.weights, b.weights)
+
+
+def test_spread_rows_stay_in_range_past_float32_integers():
+    from novelfind.solver import _spread_rows
+
+    for n in (1, 2, 5, 8192, 16_777_220, 100_000_007):
+        rows = _spread_rows(n, 8192)
+        assert rows.numel() == min(n, 8192)
+        assert int(rows[0]) == 0 and int(rows[-1]) == n - 1
+        assert bool((rows[1:] > rows[:-1]).all())  # distinct and increasing
 
 
 def test_batched_blocks_path(monkeypatch):

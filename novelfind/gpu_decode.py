@@ -1,0 +1,733 @@
+"""JPEG decoding on the GPU for ``--device cuda``: nvImageCodec (nvJPEG) in batches, the model's geometry
+applied on the device, Pillow for everything else.
+
+Why nvImageCodec (``pip install novelfind[gpu]``: nvidia-nvimgcodec-cu13 with nvidia-nvjpeg): it is NVIDIA's
+maintained batch decoder over nvJPEG (the hardware JPEG engines of A100/H100-class cards, and CUDA decoding
+on every other card), it does not depend on the PyTorch build (one wheel for any torch), and it is small:
+25 MB for the wheel plus 3.8 MB for nvJPEG (cp312, x86-64). The alternatives: torchvision's
+``decode_jpeg(device='cuda')`` is deprecated since torchvision 0.29; TorchCodec's image decoders arrived in
+0.16, its CUDA builds come from the PyTorch index and must match the installed torch exactly, and it needs
+the system's FFmpeg; DALI's wheel is 199 MB and brings a whole pipeline framework.
+
+A batch of files goes through:
+
+1. the CPU (threads): read the bytes, blake2b digest (the cache's content identity, as on the CPU path),
+   and a header check (``inspect_jpeg``). Only 8-bit baseline, extended or progressive Huffman JPEGs in
+   YCbCr or greyscale, ending in an EOI marker and at most ``GPU_MAX_PIXELS``, go to the GPU; every other
+   file (PNG, HEIC, CMYK or RGB-coded JPEG, arithmetic or lossless JPEG, a truncated file) is decoded by
+   Pillow exactly as on the CPU path;
+2. the GPU: nvImageCodec decodes them at full resolution, orientation not applied (nvJPEG cannot decode
+   at a reduced scale);
+3. the GPU: the CPU path's geometry. Pillow's ``draft`` (libjpeg's DCT-domain 1/2, 1/4 or 1/8 decode) is
+   emulated by an average over the same pixel blocks, then EXIF orientation (read on the CPU with Pillow,
+   so it means what it means on the CPU path), then Pillow's antialiased bilinear resize of the centre
+   crop, its filter weights computed as Pillow computes them; each stage is rounded to 8 bits like
+   Pillow's. The result is the same uint8 (224, 224, 3) as ``decode.to_model_input``, up to the
+   difference between a DCT-domain reduction and a block average (a level or two of 255);
+4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
+
+For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and
+``auto_decoder`` the default "auto" one: GPU decoding when the model runs on CUDA and nvImageCodec is
+installed, Pillow in worker processes otherwise. torch is imported only where a GPU path runs, so the
+"auto" choice costs a CPU scan nothing. Everything but ``NvImageCodec`` is plain torch and runs on the
+CPU too, which is how it is tested there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import tempfile
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from novelfind import pipeline
+from novelfind.decode import (
+    INPUT_SIZE,
+    MAX_IMAGE_PIXELS,
+    RESIZE_SIZE,
+    crop_box,
+    file_digest,
+    model_input_from_bytes,
+    read_bytes,
+    resized_geometry,
+)
+from novelfind.errors import DecodeError
+from novelfind.features import available_cpus
+from novelfind.pipeline import Decoded
+
+if TYPE_CHECKING:
+    import torch
+
+# Larger JPEGs are left to Pillow (its reduced-scale decode needs far less memory than a full decode).
+GPU_MAX_PIXELS = 2**27  # 134 MP: medium-format cameras still decode on the GPU
+# Most pixels decoded in one call of the GPU decoder: 2**29 = 537 MP = 1.6 GB of RGB (44 x 12 MP).
+BATCH_PIXELS = 2**29
+# Files per group in FileDecoder: read, digested and decoded together; the next group is read meanwhile.
+GROUP = 64
+# Pillow's 8-bit resampling: fixed-point weights with this many fraction bits (Resample.c).
+_PRECISION_BITS = 32 - 8 - 2
+
+_SOF_GPU = frozenset({0xC0, 0xC1, 0xC2})  # baseline, extended sequential, progressive (Huffman)
+_ORIENTATION = 0x0112
+
+
+class GpuDecodeUnavailable(RuntimeError):
+    """GPU JPEG decoding cannot run here (no CUDA, library missing or failing its check)."""
+
+
+@dataclass(frozen=True)
+class JpegInfo:
+    """What the CPU learns from a JPEG's header before the GPU decodes it."""
+
+    width: int  # as stored (before orientation)
+    height: int
+    orientation: int  # EXIF orientation as Pillow applies it: 1 (none) to 8
+    draft: int  # the CPU path's DCT-domain reduction: 1, 2, 4 or 8
+
+    @property
+    def pixels(self) -> int:
+        return self.width * self.height
+
+
+# --------------------------------------------------------------------------- header check (CPU)
+
+
+def draft_factor(width: int, height: int) -> int:
+    """The reduction Pillow's ``draft('RGB', (256, 256))`` gives a JPEG, as ``decode`` asks for it.
+
+    ``decode._open_decoded`` drafts only when both sides are at least 2 x 256; Pillow then takes the
+    largest of 8, 4, 2, 1 not above min(w // 256, h // 256) (``JpegImageFile.draft``).
+    """
+    if min(width, height) < 2 * RESIZE_SIZE:
+        return 1
+    scale = min(width // RESIZE_SIZE, height // RESIZE_SIZE)
+    return next(s for s in (8, 4, 2, 1) if scale >= s)
+
+
+def _jpeg_frame(data: bytes) -> tuple[int, int, int, int, bytes, int | None] | str:
+    """Walk the markers to the frame header: (SOF marker, precision, height, width, component ids,
+    Adobe transform or None), or why the bytes are not a plain JPEG."""
+    if data[:2] != b"\xff\xd8":
+        return "not a JPEG"
+    adobe = None
+    i, n = 2, len(data)
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return "malformed JPEG markers"
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
+            i += 2
+            continue
+        length = int.from_bytes(data[i + 2 : i + 4], "big")
+        if length < 2 or i + 2 + length > n:
+            return "malformed JPEG markers"
+        seg = data[i + 4 : i + 2 + length]
+        if marker == 0xEE and seg[:5] == b"Adobe" and len(seg) >= 12:
+            adobe = seg[11]
+        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            if len(seg) < 6:
+                return "malformed JPEG frame header"
+            count = seg[5]
+            if len(seg) < 6 + 3 * count:
+                return "malformed JPEG frame header"
+            ids = bytes(seg[6 + 3 * k] for k in range(count))
+            height, width = int.from_bytes(seg[1:3], "big"), int.from_bytes(seg[3:5], "big")
+            return marker, seg[0], height, width, ids, adobe
+        elif marker == 0xDA:
+            return "scan before frame header"
+        i += 2 + length
+    return "no JPEG frame header"
+
+
+def _pillow_orientation(data: bytes) -> int:
+    """EXIF orientation exactly as ``ImageOps.exif_transpose`` reads it (1 when absent or unknown)."""
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Image.open(io.BytesIO(data)) as img:
+            value = img.getexif().get(_ORIENTATION, 1)
+    return value if value in (2, 3, 4, 5, 6, 7, 8) else 1
+
+
+def inspect_jpeg(data: bytes) -> JpegInfo | str:
+    """A JpegInfo when the GPU can decode ``data`` as the CPU path would; else why Pillow must (a reason).
+
+    Cheap: reads the headers only.
+    """
+    frame = _jpeg_frame(data)
+    if isinstance(frame, str):
+        return frame
+    marker, precision, height, width, ids, adobe = frame
+    if marker not in _SOF_GPU:
+        return f"JPEG coding 0x{marker:02X} (not Huffman baseline/progressive)"
+    if precision != 8:
+        return f"{precision}-bit JPEG"
+    if len(ids) == 3:
+        if ids == b"RGB" or adobe == 0:
+            return "RGB-coded JPEG"  # libjpeg keeps these as RGB; nvJPEG would read them as YCbCr
+    elif len(ids) != 1:
+        return f"JPEG with {len(ids)} components"
+    if width <= 0 or height <= 0:
+        return "empty image"
+    if width * height > min(GPU_MAX_PIXELS, MAX_IMAGE_PIXELS):
+        return "too many pixels for the GPU path"
+    if data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
+        return "no end-of-image marker (truncated?)"  # Pillow decides what a truncated file is
+    try:
+        orientation = _pillow_orientation(data)
+    except Exception as e:  # noqa: BLE001 - whatever Pillow makes of the file, it does so on the fallback
+        return f"header: {type(e).__name__}"
+    return JpegInfo(width, height, orientation, draft_factor(width, height))
+
+
+# --------------------------------------------------------------------------- geometry on the device
+
+
+def _reduce(x: torch.Tensor, a: int) -> torch.Tensor:
+    """(H, W, C) uint8 -> (ceil(H/a), ceil(W/a), C) float32 block means rounded to integers.
+
+    Stands in for libjpeg's 1/a DCT-domain decode (whose output is 8-bit, hence the rounding); edge
+    blocks average the pixels they have.
+    """
+    import torch
+
+    if a == 1:
+        return x.to(torch.float32)
+    h_in, w_in, c = x.shape
+    ph, pw = -h_in % a, -w_in % a
+    if ph or pw:
+        x = torch.nn.functional.pad(x, (0, 0, 0, pw, 0, ph))
+    h, w = (h_in + ph) // a, (w_in + pw) // a
+    sums = x.reshape(h, a, w, a, c).sum(dim=(1, 3), dtype=torch.float32)  # (h, w, C)
+    rows = torch.full((h,), float(a), device=x.device)
+    cols = torch.full((w,), float(a), device=x.device)
+    rows[-1] = h_in - (h - 1) * a
+    cols[-1] = w_in - (w - 1) * a
+    counts = rows[:, None] * cols[None, :]  # (h, w)
+    return torch.floor(sums / counts[:, :, None] + 0.5)
+
+
+def orient(x: torch.Tensor, orientation: int) -> torch.Tensor:
+    """Apply EXIF ``orientation`` to an (H, W, ...) tensor, as ``ImageOps.exif_transpose`` does."""
+    import torch
+
+    if orientation == 2:  # FLIP_LEFT_RIGHT
+        return x.flip(1)
+    if orientation == 3:  # ROTATE_180
+        return x.flip((0, 1))
+    if orientation == 4:  # FLIP_TOP_BOTTOM
+        return x.flip(0)
+    if orientation == 5:  # TRANSPOSE
+        return x.transpose(0, 1)
+    if orientation == 6:  # ROTATE_270: a quarter turn clockwise
+        return torch.rot90(x, -1, (0, 1))
+    if orientation == 7:  # TRANSVERSE
+        return torch.rot90(x, 2, (0, 1)).transpose(0, 1)
+    if orientation == 8:  # ROTATE_90: a quarter turn counter-clockwise
+        return torch.rot90(x, 1, (0, 1))
+    return x
+
+
+@functools.lru_cache(maxsize=512)
+def _resample_weights(in_size: int, out_size: int, in0: float, in1: float) -> tuple[int, np.ndarray]:
+    """Pillow's bilinear weights for source [in0, in1) -> out_size pixels (Resample.c,
+    ``precompute_coeffs`` then ``normalize_coeffs_8bpc``): (first source index, float32 (out, span))."""
+    scale = (in1 - in0) / out_size
+    filterscale = max(scale, 1.0)
+    support = 1.0 * filterscale  # the bilinear filter's support is 1
+    centre = in0 + (np.arange(out_size) + 0.5) * scale  # (out,)
+    xmin = np.maximum(np.trunc(centre - support + 0.5), 0).astype(np.int64)
+    xmax = np.minimum(np.trunc(centre + support + 0.5), in_size).astype(np.int64)
+    first, last = int(xmin.min()), int(xmax.max())
+    src = np.arange(first, last)  # (span,)
+    w = np.maximum(0.0, 1.0 - np.abs((src[None, :] - centre[:, None] + 0.5) / filterscale))  # (out, span)
+    w[(src[None, :] < xmin[:, None]) | (src[None, :] >= xmax[:, None])] = 0.0
+    total = w.sum(axis=1, keepdims=True)
+    w = np.divide(w, total, out=np.zeros_like(w), where=total != 0)
+    one = float(1 << _PRECISION_BITS)
+    w = np.where(w < 0, np.trunc(-0.5 + w * one), np.trunc(0.5 + w * one)) / one  # 8-bit fixed point
+    return first, w.astype(np.float32)
+
+
+def _weights_on(device: torch.device, in_size: int, out_size: int, in0: float, in1: float):
+    first, w = _resample_weights(in_size, out_size, in0, in1)
+    return first, _device_weights(device, in_size, out_size, in0, in1, w)
+
+
+_weights_cache: dict[tuple, torch.Tensor] = {}
+_weights_lock = threading.Lock()
+
+
+def _device_weights(device, in_size, out_size, in0, in1, w: np.ndarray) -> torch.Tensor:
+    import torch
+
+    key = (str(device), in_size, out_size, in0, in1)
+    with _weights_lock:
+        t = _weights_cache.get(key)
+        if t is None:
+            if len(_weights_cache) > 1024:
+                _weights_cache.clear()
+            t = torch.from_numpy(w).to(device)
+            _weights_cache[key] = t
+    return t
+
+
+def _round8(x: torch.Tensor) -> torch.Tensor:
+    """Pillow's 8-bit output of a resampling pass: round half up, clip to 0..255."""
+    import torch
+
+    return torch.floor(x + 0.5).clamp_(0, 255)
+
+
+def model_input(pixels: torch.Tensor, info: JpegInfo) -> torch.Tensor:
+    """Full-resolution decoded pixels (H, W, 3) uint8 -> model input (224, 224, 3) uint8, on their device.
+
+    The CPU path's steps in its order: draft reduction, EXIF orientation, short side to 256 and centre
+    crop with Pillow's bilinear filter (horizontal pass, then vertical, each rounded to 8 bits).
+    """
+    import torch
+
+    x = orient(_reduce(pixels, info.draft), info.orientation)  # (h, w, 3) float32, integer-valued
+    h, w = int(x.shape[0]), int(x.shape[1])
+    box = crop_box(w, h)
+    if box is None:
+        _, _, left, top = resized_geometry(w, h)
+        out = x[top : top + INPUT_SIZE, left : left + INPUT_SIZE]
+    else:
+        x0, wx = _weights_on(x.device, w, INPUT_SIZE, box[0], box[2])  # (224, span_x)
+        y0, wy = _weights_on(x.device, h, INPUT_SIZE, box[1], box[3])  # (224, span_y)
+        src = x[y0 : y0 + wy.shape[1], x0 : x0 + wx.shape[1]].permute(2, 0, 1)  # (3, span_y, span_x)
+        horizontal = _round8(torch.matmul(src, wx.T))  # (3, span_y, 224)
+        out = _round8(torch.matmul(wy, horizontal)).permute(1, 2, 0)  # (224, 224, 3)
+    return out.to(torch.uint8)
+
+
+# --------------------------------------------------------------------------- decoders
+
+
+class JpegBackend(Protocol):
+    """Decodes JPEG bytes at full resolution, orientation not applied: (H, W, 3 or 1) uint8 tensors on
+    ``device``, None where a file cannot be decoded. May raise for the whole call."""
+
+    device: torch.device
+
+    def decode(self, datas: Sequence[bytes]) -> list[torch.Tensor | None]: ...
+
+
+@contextlib.contextmanager
+def _stderr_to(sink: list[str]):
+    """Send what native code writes on stderr (fd 2) during the block to ``sink`` instead."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all
+        yield
+        return
+    with tempfile.TemporaryFile() as tmp:
+        try:
+            os.dup2(tmp.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            sink.append(tmp.read().decode("utf-8", "replace"))
+
+
+def library_installed() -> bool:
+    """Whether nvImageCodec's Python package is importable (it is an optional extra)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+class NvImageCodec:
+    """nvImageCodec's GPU JPEG decoders: the hardware decoder where the card has one, CUDA otherwise.
+
+    ``kinds`` limits the backends (names: hw, gpu, hybrid); nvImageCodec's own CPU decoders are never
+    used (Pillow is the fallback). ``hw_load``: the share of a batch offered to the hardware decoder (the
+    rest goes to the CUDA decoders; None: nvImageCodec's default). ``adaptive``: let nvImageCodec balance
+    the backends by their idle time. ``options`` is nvImageCodec's decoder option string.
+    ``reuse_buffers`` hands the last batch's device buffers back to the decoder.
+    """
+
+    KINDS = {"hw": "HW_GPU_ONLY", "gpu": "GPU_ONLY", "hybrid": "HYBRID_CPU_GPU"}
+
+    def __init__(
+        self,
+        device: torch.device | str = "cuda",
+        *,
+        kinds: Sequence[str] = ("hw", "gpu", "hybrid"),
+        hw_load: float | None = None,
+        adaptive: bool = False,
+        options: str = "",
+        reuse_buffers: bool = True,
+    ):
+        import torch
+
+        self.device = torch.device(device)
+        if self.device.type != "cuda" or not torch.cuda.is_available():
+            raise GpuDecodeUnavailable("no CUDA device")
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        # nvImageCodec logs to stderr; keep it quiet unless the user asked for its messages
+        os.environ.setdefault("PYNVIMGCODEC_VERBOSITY", "0")
+        messages: list[str] = []
+        try:
+            with _stderr_to(messages):  # "cannot load nvjpeg2k/nvtiff" notes for codecs we never use
+                from nvidia import nvimgcodec
+
+                backends = []
+                for k in kinds:
+                    kind = getattr(nvimgcodec.BackendKind, self.KINDS[k])
+                    extra: dict[str, Any] = {}
+                    if adaptive:
+                        extra["load_hint_policy"] = nvimgcodec.LoadHintPolicy.ADAPTIVE_MINIMIZE_IDLE_TIME
+                    if k == "hw" and hw_load is not None:
+                        extra["load_hint"] = float(hw_load)
+                    backends.append(nvimgcodec.Backend(kind, **extra))
+                self._decoder = nvimgcodec.Decoder(
+                    device_id=self.device.index, backends=backends, options=options
+                )
+        except Exception as e:  # noqa: BLE001 - any failure to start means "not available"
+            raise GpuDecodeUnavailable(f"nvImageCodec: {_one_line(e)}{_first_note(messages)}") from None
+        self.notes = "".join(messages).strip()
+        self._params = nvimgcodec.DecodeParams(
+            apply_exif_orientation=False, color_spec=nvimgcodec.ColorSpec.SRGB, allow_any_depth=False
+        )
+        self.version = getattr(nvimgcodec, "__version__", "?")
+        self.kinds = tuple(kinds)
+        self._reuse = reuse_buffers
+        self._spare: list[Any] = []  # images of the last call, their device buffers reused by the next
+
+    def decode(self, datas: Sequence[bytes]) -> list[torch.Tensor | None]:
+        import torch
+
+        stream = torch.cuda.current_stream(self.device)
+        kwargs: dict[str, Any] = {"params": self._params, "cuda_stream": stream.cuda_stream}
+        datas = list(datas)
+        images = None
+        if self._reuse and len(self._spare) >= len(datas):
+            stream.synchronize()  # nothing reads the last batch's buffers any more
+            try:
+                images = self._decoder.decode(datas, images=self._spare[: len(datas)], **kwargs)
+            except Exception:  # noqa: BLE001 - an nvImageCodec that cannot reuse: decode as usual
+                self._reuse, self._spare = False, []
+        if images is None:
+            images = self._decoder.decode(datas, **kwargs)
+        if self._reuse:
+            self._spare = [im for im in images if im is not None] + self._spare[len(datas) :]
+        return [None if im is None else _tensor_of(im, self.device) for im in images]
+
+
+def _tensor_of(image: Any, device: torch.device) -> torch.Tensor:
+    """A torch view of an nvImageCodec image in device memory (no copy)."""
+    import torch
+
+    try:
+        return torch.from_dlpack(image)
+    except Exception:  # noqa: BLE001 - older DLPack handshakes: the CUDA array interface
+        return torch.as_tensor(image, device=device)
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:200]
+
+
+def _first_note(messages: list[str]) -> str:
+    lines = [ln.strip() for m in messages for ln in m.splitlines() if ln.strip()]
+    return f" ({lines[0][:160]})" if lines else ""
+
+
+@dataclass
+class DecodedBatch:
+    """The model's input for a batch of files, on the device, and the files left to Pillow."""
+
+    pixels: torch.Tensor  # uint8 (B, 224, 224, 3); the rows of ``fallback`` entries are zero
+    fallback: dict[int, str] = field(default_factory=dict)  # position -> why the GPU did not decode it
+
+
+class GpuDecoder:
+    """Batches of encoded files -> model input on the device, JPEGs decoded by ``backend``."""
+
+    def __init__(self, backend: JpegBackend, *, batch_pixels: int = BATCH_PIXELS):
+        import torch
+
+        self.backend = backend
+        self.device = torch.device(backend.device)
+        self.batch_pixels = batch_pixels
+        self.stats: Counter[str] = Counter()  # decoded / fallback counts
+
+    def decode(self, datas: Sequence[bytes], infos: Sequence[JpegInfo | str] | None = None) -> DecodedBatch:
+        """Decode ``datas``; ``infos`` are their ``inspect_jpeg`` results when already known."""
+        import torch
+
+        if infos is None:
+            infos = [inspect_jpeg(d) for d in datas]
+        out = torch.zeros((len(datas), INPUT_SIZE, INPUT_SIZE, 3), dtype=torch.uint8, device=self.device)
+        fallback: dict[int, str] = {}
+        todo = []
+        for i, info in enumerate(infos):
+            if isinstance(info, JpegInfo):
+                todo.append(i)
+            else:
+                fallback[i] = info
+        for chunk in self._chunks(todo, infos):
+            for i, pixels in zip(chunk, self._decode_chunk([datas[i] for i in chunk]), strict=True):
+                if isinstance(pixels, str):
+                    fallback[i] = pixels
+                    continue
+                reason = self._fill(out, i, pixels, infos[i])
+                if reason is not None:
+                    fallback[i] = reason
+        self.stats["gpu"] += len(datas) - len(fallback)
+        self.stats["fallback"] += len(fallback)
+        return DecodedBatch(out, fallback)
+
+    def _chunks(self, todo: list[int], infos) -> Iterator[list[int]]:
+        chunk: list[int] = []
+        pixels = 0
+        for i in todo:
+            if chunk and pixels + infos[i].pixels > self.batch_pixels:
+                yield chunk
+                chunk, pixels = [], 0
+            chunk.append(i)
+            pixels += infos[i].pixels
+        if chunk:
+            yield chunk
+
+    def _decode_chunk(self, datas: list[bytes]) -> list[torch.Tensor | str]:
+        """Decode a chunk; if the whole call fails, each file alone, so that only the culprit is lost."""
+        try:
+            got = self.backend.decode(datas)
+            if len(got) != len(datas):
+                raise RuntimeError(f"decoder returned {len(got)} images for {len(datas)} files")
+        except Exception as e:  # noqa: BLE001 - the batch must survive its worst file
+            if len(datas) == 1:
+                return [f"GPU decoder failed: {_one_line(e)}"]
+            return [r for d in datas for r in self._decode_chunk([d])]
+        return [p if p is not None else "GPU decoder rejected the file" for p in got]
+
+    def _fill(self, out: torch.Tensor, i: int, pixels: torch.Tensor, info: JpegInfo) -> str | None:
+        import torch
+
+        if pixels.ndim != 3 or pixels.dtype != torch.uint8 or pixels.shape[2] not in (1, 3):
+            return f"GPU decoder gave {pixels.dtype} {tuple(pixels.shape)}"
+        if tuple(pixels.shape[:2]) != (info.height, info.width):
+            got = f"{pixels.shape[1]}x{pixels.shape[0]}"
+            return f"GPU decoder gave {got}, header says {info.width}x{info.height}"
+        if pixels.shape[2] == 1:
+            pixels = pixels.expand(-1, -1, 3)
+        try:
+            out[i] = model_input(pixels, info)
+        except torch.cuda.OutOfMemoryError:
+            return "out of GPU memory"
+        except Exception as e:  # noqa: BLE001 - one file, not the batch
+            return f"GPU resize failed: {_one_line(e)}"
+        return None
+
+
+def open_gpu_decoder(device: torch.device | str = "cuda", **backend_options: Any) -> GpuDecoder:
+    """A checked GpuDecoder on ``device``: GpuDecodeUnavailable when the library is missing or its first
+    decode does not match Pillow's."""
+    if not library_installed():
+        raise GpuDecodeUnavailable("nvImageCodec is not installed (pip install novelfind[gpu])")
+    gpu = GpuDecoder(NvImageCodec(device, **backend_options))
+    self_check(gpu)
+    return gpu
+
+
+def _check_jpeg() -> bytes:
+    """A small photo-like JPEG (smooth colours and texture), 4:2:0, quality 95."""
+    from PIL import Image
+
+    yy, xx = np.mgrid[0:240, 0:320].astype(np.float32)
+    rgb = np.stack([xx * 0.8, yy, 255 - (xx + yy) * 0.4], -1) + 20 * np.sin(xx / 7.0)[..., None]
+    buf = io.BytesIO()
+    Image.fromarray(np.clip(rgb, 0, 255).astype(np.uint8)).save(buf, "JPEG", quality=95)
+    return buf.getvalue()
+
+
+def self_check(gpu: GpuDecoder) -> None:
+    """Decode one known JPEG on the GPU and compare with the Pillow path; GpuDecodeUnavailable if off."""
+    data = _check_jpeg()
+    want = model_input_from_bytes(data, "check.jpg").astype(np.float32)
+    try:
+        batch = gpu.decode([data])
+    except Exception as e:  # noqa: BLE001
+        raise GpuDecodeUnavailable(f"check decode failed: {_one_line(e)}") from None
+    if batch.fallback:
+        raise GpuDecodeUnavailable(f"check decode failed: {batch.fallback[0]}")
+    got = batch.pixels[0].cpu().numpy().astype(np.float32)
+    diff = float(np.abs(got - want).mean())
+    if not diff <= 3.0:
+        raise GpuDecodeUnavailable(f"check decode differs from Pillow by {diff:.1f} levels on average")
+    gpu.stats.clear()
+
+
+# --------------------------------------------------------------------------- the pipeline's decoders
+
+
+def _pillow_task(data: bytes, name: str) -> Decoded:
+    """The CPU path on bytes already read (reasons as in ``pipeline.decode_file``); never raises."""
+    try:
+        return Decoded(file_digest(data), model_input_from_bytes(data, name))
+    except DecodeError as e:
+        return Decoded(None, reason=str(e) or "cannot decode")
+    except MemoryError:
+        return Decoded(None, reason="out of memory while decoding")
+    except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
+        return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
+
+
+class GpuFileDecoder:
+    """The pipeline's "gpu" decoder (``pipeline.Decoder``): JPEGs decoded on the model's GPU, the rest by
+    Pillow; ``decode(paths)`` yields ``(position, Decoded)`` in input order.
+
+    Pixels decoded on the GPU stay there (a (224, 224, 3) uint8 tensor; ``stack`` makes the batch on the
+    device); Pillow's are numpy arrays. ``workers`` threads (default: one per core) read, digest and
+    inspect the files and run the Pillow fallback (all of which release the GIL), one ``group`` ahead
+    of the GPU. Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked
+    nvImageCodec decoder (tests, benchmarks).
+    """
+
+    def __init__(
+        self,
+        workers: int = 0,
+        window: int = 0,
+        known: frozenset[str] = frozenset(),
+        extractor: Any = None,
+        on_warning: Callable[[str], None] | None = None,
+        *,
+        gpu: GpuDecoder | None = None,
+        group: int = GROUP,
+        **context: Any,
+    ):
+        self.gpu = gpu if gpu is not None else open_gpu_decoder(str(getattr(extractor, "device", "cuda")))
+        self.threads = max(1, workers or available_cpus())
+        self.known = known
+        self.group = max(1, group)
+        self.pool: ThreadPoolExecutor | None = None
+        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed
+
+    @staticmethod
+    def stack(pixels: list[Any]) -> Any:
+        return stack_pixels(pixels)
+
+    def _read(self, path: str) -> tuple[Decoded, bytes | None, JpegInfo | str | None]:
+        try:
+            data = read_bytes(path)
+        except DecodeError as e:
+            return Decoded(None, reason=str(e) or "cannot read"), None, None
+        digest = file_digest(data)
+        if digest in self.known:
+            return Decoded(digest), None, None
+        return Decoded(digest), data, inspect_jpeg(data)
+
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="novelfind-read")
+        pool = self.pool
+        reads: list[Future | None] = []
+        for g0 in range(0, len(paths), self.group):
+            g1 = min(g0 + self.group, len(paths))
+            while len(reads) < min(g1 + self.group, len(paths)):  # read the next group meanwhile
+                reads.append(pool.submit(self._read, paths[len(reads)]))
+            got = [reads[i].result() for i in range(g0, g1)]  # type: ignore[union-attr]
+            for i in range(g0, g1):
+                reads[i] = None  # let the bytes go
+            yield from self._group(paths, g0, got)
+
+    def _group(self, paths: Sequence[str], g0: int, got: list) -> Iterator[tuple[int, Decoded]]:
+        pool = self.pool
+        assert pool is not None
+        results: list[Decoded | None] = [None] * len(got)
+        pillow: dict[int, Future] = {}
+        to_gpu: list[int] = []
+        for j, (head, data, info) in enumerate(got):
+            if head.digest is None or data is None:  # unreadable, or bytes whose vector is cached
+                results[j] = head
+                self.stats["failed" if head.digest is None else "known"] += 1
+            elif isinstance(info, JpegInfo):
+                to_gpu.append(j)
+            else:
+                pillow[j] = pool.submit(_pillow_task, data, Path(paths[g0 + j]).name)
+        if to_gpu:
+            batch = self.gpu.decode([got[j][1] for j in to_gpu], [got[j][2] for j in to_gpu])
+            for k, j in enumerate(to_gpu):
+                if k in batch.fallback:
+                    pillow[j] = pool.submit(_pillow_task, got[j][1], Path(paths[g0 + j]).name)
+                else:
+                    results[j] = Decoded(got[j][0].digest, batch.pixels[k])
+                    self.stats["gpu"] += 1
+        for j in range(len(got)):
+            if j in pillow:
+                results[j] = pillow[j].result()
+                self.stats["pillow" if results[j].digest is not None else "failed"] += 1
+            yield g0 + j, results[j]  # type: ignore[misc]
+
+    def terminate(self) -> None:
+        """Stop now: queued reads are cancelled, running ones finish on their own."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def stack_pixels(rows: Sequence[Any]) -> Any:
+    """Stack decoded rows (device tensors and numpy arrays) into one batch: a tensor on the device of the
+    first tensor row, or a numpy array when all rows are numpy."""
+    if not any(type(r).__module__.startswith("torch") for r in rows):
+        return np.stack(rows)
+    import torch
+
+    device = next(r.device for r in rows if isinstance(r, torch.Tensor))
+    return torch.stack([r if isinstance(r, torch.Tensor) else torch.from_numpy(r).to(device) for r in rows])
+
+
+def auto_decoder(
+    workers: int = 0,
+    window: int = 1,
+    known: frozenset[str] = frozenset(),
+    extractor: Any = None,
+    on_warning: Callable[[str], None] | None = None,
+    **context: Any,
+) -> GpuFileDecoder | pipeline.ProcessDecoder:
+    """The pipeline's "auto" decoder: ``GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
+    is installed, else Pillow in worker processes (``ProcessDecoder``).
+
+    Without the library (an optional extra) this is silent; a library that fails its start-up check is
+    reported once through ``on_warning`` and the scan decodes on the CPU.
+    """
+    if str(getattr(extractor, "device", "cpu")).startswith("cuda") and library_installed():
+        try:
+            return GpuFileDecoder(workers, window, known, extractor, on_warning)
+        except GpuDecodeUnavailable as e:
+            message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
+            if on_warning is not None:
+                on_warning(message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return pipeline.ProcessDecoder(workers, window, known)
