@@ -293,6 +293,9 @@ def bench_cli(work: Path, repeats: int) -> dict:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
+            # Ctrl-C as in a terminal: a shell without job control starts background commands (this
+            # benchmark, say) with SIGINT ignored, which the scan would inherit.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         while True:
             try:

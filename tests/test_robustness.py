@@ -85,6 +85,13 @@ def start_fake_cli(args: list, env: dict, **kwargs) -> subprocess.Popen:
     )
 
 
+def as_foreground_job() -> None:
+    """In the child, before exec: SIGINT as a terminal's foreground job has it. A shell without job
+    control starts background commands with SIGINT ignored (POSIX), Python keeps an inherited SIG_IGN,
+    and a suite started that way would otherwise see scans shrug off the Ctrl-C under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -293,7 +300,7 @@ def _interrupted_scan(tmp_path: Path, send) -> dict:
     counter = tmp_path / "extracted-1.txt"
     env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.3", NOVELFIND_TEST_COUNTER=str(counter))
     args = ["scan", library, "--k", "10", "--format", "json", "--batch-size", "4", "--cache", cache]
-    proc = start_fake_cli(args, env)
+    proc = start_fake_cli(args, env, preexec_fn=as_foreground_job)
     deadline = time.monotonic() + 60
     while cached_rows(cache) < 8:  # two batches committed
         if proc.poll() is not None or time.monotonic() > deadline:
