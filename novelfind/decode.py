@@ -142,6 +142,8 @@ def _open_decoded(fp: io.BytesIO, name: str, min_side: int) -> Image.Image:
                 raise DecodeError(
                     f"refused: {w} x {h} pixels from a file of {size} bytes (decompression bomb?)"
                 )
+            if w * h > MAX_IMAGE_PIXELS:  # our own bound: does not depend on Pillow's global setting
+                raise DecodeError(f"refused: too many pixels ({w} x {h}, limit {MAX_IMAGE_PIXELS})")
             if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
                 # DCT-domain (JPEG) or embedded-thumbnail (HEIF) reduced decode; both sides stay >= min_side
                 # so the later resize to the model's shorter side is still a downscale.
@@ -200,6 +202,14 @@ def _open_regular(path: str | os.PathLike) -> io.BufferedReader:
     except BaseException:
         os.close(fd)
         raise
+
+
+def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """``load_image`` for bytes already in memory (a file read for its digest, a RAW's embedded preview).
+
+    ``name`` only hints at the format (a HEIF suffix registers pillow-heif). Raises DecodeError.
+    """
+    return _decode_bytes(data, name, min_side)
 
 
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:

@@ -3,6 +3,12 @@
 The walk streams: it lists one directory at a time (sorted by name), descends depth first and
 yields an ``ImageFile`` per image as soon as it is seen. It never opens a file; whether a file
 really is an image is decided later, by the decoder.
+
+What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode.IMAGE_EXTENSIONS``),
+and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
+next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
+LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
+out (``run.py``), with one warning that says how many and how to read them.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 
 from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import InputError
+from novelfind.raw import RAW_EXTENSIONS
 
 OnError = Callable[[Path, str], None]
 
@@ -30,9 +37,12 @@ class ImageFile:
     mtime_ns: int  # st_mtime_ns
 
 
+WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
+
+
 def is_image_name(name: str) -> bool:
-    """True when ``name`` has an extension the decoder reads (``decode.IMAGE_EXTENSIONS``), any case."""
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+    """True when ``name`` has an extension the walk offers (``WALKED_EXTENSIONS``), any case."""
+    return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS
 
 
 class _Excluder:

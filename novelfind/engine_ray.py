@@ -1,0 +1,647 @@
+"""Extraction on a Ray cluster: decode and MobileNet-V2 in Ray workers, vectors streamed back in batches.
+
+The driver (the process running the scan) walks the library and looks every file up in its cache exactly
+as with the local engine; only the files the cache lacks are handed to ``RayEngine.run``. Ray Data runs
+them through a pool of actors (``map_batches`` with a callable class that holds the model), each actor
+reads its files, decodes them with ``pipeline.decode_file`` (the local engine's own function, so an
+unreadable file gets the same reason) and runs the model on the batch. Results stream back to the
+driver block by block (``iter_batches``), so the driver can commit every batch to its cache as it
+arrives: one writer, and no SQLite over a network file system.
+
+What the cluster needs:
+
+- **Ray and novelfind on every node**, the same novelfind version as the driver (``pip install
+  'novelfind[ray]'``). A worker whose version differs refuses to start, with both versions in the error.
+- **The photos at the same path on every node**: a worker opens the very path the driver walked
+  (``/mnt/archive/2019/IMG_0001.jpg``), so mount the library at one path everywhere.
+- **Not the model**: the driver resolves and verifies the weights, exports and verifies the ONNX graph
+  (as the local engine does) and puts the bytes in Ray's object store. Each node fetches them once
+  (about 14 MB), writes them to a node-local folder (``<tmp>/novelfind-ray/``) and checks their sha256,
+  so nodes do not need the user's cache folder or any download.
+
+Workers: on a cluster without GPUs, one actor per CPU, ONNX Runtime on one thread (decode and model
+alternate in the actor; decoding dominates). On a cluster with GPUs (``device="auto"``), one actor per
+GPU running eager PyTorch in float16, decoding its batch on the CPUs that come with that GPU (threads:
+Pillow releases the GIL while decoding). float16 on a GPU differs from the CPU vectors by about 1e-2, as
+with the local engine on CUDA.
+
+Faults: Ray Data restarts an actor lost with its node and retries its work elsewhere; on top of that the
+engine remembers which files it has yielded, and files still missing after a failed or short round are
+submitted again (``MAX_ROUNDS``). Every file is yielded exactly once. A cluster that cannot be reached is a
+``ClusterError`` within bounded time (a TCP probe, then Ray's own connection with its retries bounded),
+never a hang; so is a cluster that stops producing results for ``stall_timeout`` seconds (all its workers
+lost).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import queue
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from novelfind import __version__
+from novelfind.decode import INPUT_SIZE
+from novelfind.errors import ClusterError
+
+INSTALL_HINT = "pip install 'novelfind[ray]'"
+CONNECT_TIMEOUT_S = 10.0  # TCP probe of HOST:PORT before Ray is asked to connect
+# Ray's own connection attempts. Without a bound, ray.init() retries an address where something listens
+# that is not a Ray head for ever (measured: it had not returned after 200 s). One attempt waits for
+# the GCS up to the timeouts below (Ray reads them when it is imported, so they apply only when novelfind
+# imports Ray first and the user has not set them): measured 8 s per attempt with them, 41 s without.
+RAY_CONNECT_ATTEMPTS = 2
+RAY_CONNECT_ENV = {"RAY_gcs_rpc_server_connect_timeout_s": "2", "RAY_py_gcs_connect_timeout_s": "3"}
+STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
+MAX_ROUNDS = 3  # submissions of the files still missing after a failed round
+MAX_BLOCKS = 20_000  # input blocks per run; more files per block above 20,000 x batch_size files
+NODE_DIR = "novelfind-ray"  # under the node's temp folder: the model files shipped by the driver
+
+
+@dataclass
+class ResultBatch:
+    """Results for some of the paths given to ``RayEngine.run``; row i is about ``paths[positions[i]]``.
+
+    A row is one of three cases, as with the local engine:
+
+    - extracted: ``digests[i]`` is set and ``vectors[i]`` holds the model's output (``has_vector[i]``);
+    - bytes already known: ``digests[i]`` is in the ``known`` set given to ``run``, no vector was made
+      (the driver takes the vector from its cache by digest);
+    - unreadable: ``digests[i]`` is None and ``reasons[i]`` says why, word for word what the local engine
+      says.
+
+    Vectors are as the model produced them: the driver applies the same finite-values check to them as to
+    a local batch.
+    """
+
+    positions: np.ndarray  # int64 (B,): index into the paths given to run()
+    digests: list[str | None]  # blake2b-128 hex of the file's bytes; None where unreadable
+    vectors: np.ndarray  # float32 (B, dim); zero rows where has_vector is False
+    has_vector: np.ndarray  # bool (B,)
+    reasons: list[str | None]  # why a file is unreadable; None elsewhere
+    nodes: list[str]  # Ray node id of the worker that read each file
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def items(self) -> Iterator[tuple[int, str | None, np.ndarray | None, str | None]]:
+        """(position, digest, vector or None, reason or None) per row."""
+        for i in range(len(self.positions)):
+            vec = self.vectors[i] if self.has_vector[i] else None
+            yield int(self.positions[i]), self.digests[i], vec, self.reasons[i]
+
+
+# --------------------------------------------------------------------------- model shipping
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _materialise(path: Path, data: bytes, sha256: str) -> Path:
+    """Write ``data`` to ``path`` unless a file with that sha256 is already there; atomic."""
+    try:
+        if path.is_file() and _sha256(path.read_bytes()) == sha256:
+            return path
+    except OSError:
+        pass
+    if _sha256(data) != sha256:
+        raise RuntimeError(f"model bytes for {path.name} arrived damaged (sha256 mismatch)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+@dataclass(frozen=True)
+class _ModelSpec:
+    """What a worker needs to build its extractor; the bytes travel as object refs."""
+
+    feature: str
+    device: str  # "cpu" or "cuda"
+    onnx_ref: Any  # ObjectRef to the ONNX graph bytes (CPU workers)
+    onnx_sha256: str
+    weights_ref: Any  # ObjectRef to the .pth bytes (GPU workers)
+    weights_sha256: str
+    decode_threads: int
+
+
+def _worker_extractor(spec: _ModelSpec):
+    """The extractor a worker runs: the package's own classes on node-local copies of the shipped files."""
+    import ray
+
+    from novelfind.features import WEIGHTS_FILE, OnnxExtractor, TorchExtractor
+
+    base = Path(tempfile.gettempdir()) / NODE_DIR
+    weights = base / WEIGHTS_FILE
+    if spec.device == "cuda":
+        _materialise(weights, ray.get(spec.weights_ref), spec.weights_sha256)
+        return TorchExtractor(weights, spec.feature, device="cuda")
+    extractor = OnnxExtractor(weights, spec.feature, threads=1, cache_dir=base / "models")
+    _materialise(extractor.onnx_path, ray.get(spec.onnx_ref), spec.onnx_sha256)
+    return extractor
+
+
+class _ExtractWorker:
+    """Ray Data callable class: {pos, path} batch -> {pos, digest, vector, has_vector, reason, node}."""
+
+    def __init__(self, spec: _ModelSpec, known_ref: Any, driver_version: str):
+        import ray
+
+        if driver_version != __version__:
+            raise RuntimeError(
+                f"novelfind {__version__} on this node, {driver_version} on the driver: "
+                "install the same version on every node"
+            )
+        self.extractor = _worker_extractor(spec)
+        self.dim = int(self.extractor.dim)
+        self.known: Collection[str] = (
+            ray.get(known_ref) if isinstance(known_ref, ray.ObjectRef) else known_ref
+        )
+        self.node = ray.get_runtime_context().get_node_id()
+        self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
+
+    def _read(self, raw: bytes):
+        from novelfind.pipeline import decode_file
+
+        return decode_file(os.fsdecode(raw), self.known)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        raw_paths = list(batch["path"])
+        read = self.pool.map(self._read, raw_paths) if self.pool is not None else map(self._read, raw_paths)
+        n = len(raw_paths)
+        digests, reasons = [b""] * n, [b""] * n
+        todo: list[int] = []
+        pixels: list[np.ndarray] = []
+        for i, decoded in enumerate(read):
+            if decoded.digest is None:
+                reasons[i] = os.fsencode(decoded.reason)  # a reason may quote a file name: keep its bytes
+            else:
+                digests[i] = decoded.digest.encode("ascii")
+                if decoded.pixels is not None:
+                    todo.append(i)
+                    pixels.append(decoded.pixels)
+        vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
+        has_vector = np.zeros(n, bool)
+        if todo:
+            stacked = np.stack(pixels)  # (B', 224, 224, 3) uint8
+            assert stacked.shape[1:] == (INPUT_SIZE, INPUT_SIZE, 3)
+            vectors[todo] = np.asarray(self.extractor(stacked), dtype=np.float32)  # (B', dim)
+            has_vector[todo] = True
+        return {
+            "pos": np.asarray(batch["pos"], np.int64),
+            "digest": np.array(digests, dtype=object),
+            "vector": vectors,
+            "has_vector": has_vector,
+            "reason": np.array(reasons, dtype=object),
+            "node": np.array([self.node.encode("ascii")] * n, dtype=object),
+        }
+
+
+# --------------------------------------------------------------------------- connecting
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """("host", port) of HOST:PORT or ray://HOST:PORT; None when there is no port to probe."""
+    rest = address.split("://", 1)[1] if "://" in address else address
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _probe(address: str, timeout: float) -> None:
+    """ClusterError unless something accepts TCP connections at the address's host and port."""
+    target = _host_port(address)
+    if target is None:
+        raise ClusterError(f"not a Ray cluster address: {address!r} (use auto, HOST:PORT or ray://HOST:PORT)")
+    try:
+        with socket.create_connection(target, timeout=timeout):
+            pass
+    except OSError as err:
+        reason = "timed out" if isinstance(err, socket.timeout) else (err.strerror or str(err))
+        raise ClusterError(f"cannot reach the Ray cluster at {address}: {reason}") from None
+
+
+@contextlib.contextmanager
+def _bounded_ray_connect(attempts: int):
+    """Bound Ray's connection retries (an environment setting Ray reads in ray.init), then restore it."""
+    name = "RAY_gcs_server_port_wait_time_s"
+    old = os.environ.get(name)
+    if old is None:
+        os.environ[name] = str(attempts)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return (text.splitlines()[0] if text else type(err).__name__)[:300]
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+class RayEngine:
+    """Decode + MobileNet-V2 for a list of files on a Ray cluster; results stream back per batch.
+
+    ``address``: None starts a Ray instance on this machine (and stops it on ``close``); ``"auto"``
+    joins the cluster this machine is part of (``ray start`` was run here); ``"HOST:PORT"`` (the head's
+    GCS port, 6379 by default) or ``"ray://HOST:PORT"`` (Ray Client) join a remote cluster. When Ray is
+    already initialised in this process (the caller ran ``ray.init``), that connection is used.
+
+    ``device``: ``"auto"`` uses GPU workers when the cluster has GPUs, else CPU workers; ``"cpu"`` or
+    ``"cuda"`` force one kind. ``weights`` as for the local engine (None: the usual search). ``batch_size``:
+    files per model call in a worker. ``stall_timeout``: seconds without any result before the run is
+    given up (the cluster lost all its workers).
+
+    Use as a context manager, or call ``close``. ``connect`` is called by ``run`` when needed; call it
+    first to fail early. Raises ``ClusterError`` (Ray not installed, cluster unreachable, no workers,
+    workers that keep failing), ``WeightsError`` (weights missing), ``ValueError`` (bad arguments).
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        feature: str = "logits",
+        device: str = "auto",
+        weights: str | os.PathLike | None = None,
+        batch_size: int = 32,
+        connect_timeout: float = CONNECT_TIMEOUT_S,
+        stall_timeout: float = STALL_TIMEOUT_S,
+        model_cache_dir: Path | None = None,
+    ):
+        from novelfind.features import FEATURE_DIMS, model_key_for
+
+        if feature not in FEATURE_DIMS:
+            raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if connect_timeout <= 0 or stall_timeout <= 0:
+            raise ValueError(f"timeouts must be > 0, got {connect_timeout} and {stall_timeout}")
+        self.address = address
+        self.feature = feature
+        self.device = device
+        self.weights = weights
+        self.batch_size = batch_size
+        self.connect_timeout = connect_timeout
+        self.stall_timeout = stall_timeout
+        self.model_cache_dir = model_cache_dir
+        self.model_key = model_key_for(feature)
+        self.dim = FEATURE_DIMS[feature]
+        self._ray: Any = None
+        self._owns_ray = False
+        self._spec: _ModelSpec | None = None
+        self._pool: tuple[int, float, float] | None = None  # (actors, CPUs each, GPUs each)
+
+    # -- connection ----------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Join (or start) the Ray cluster. ClusterError within bounded time when that fails."""
+        if self._ray is not None:
+            return
+        joining = self.address not in (None, "", "local")
+        added = []
+        if joining and "ray" not in sys.modules:
+            added = [name for name in RAY_CONNECT_ENV if name not in os.environ]
+            os.environ.update({name: RAY_CONNECT_ENV[name] for name in added})
+        try:
+            import ray
+            import ray.data  # noqa: F401 - the extra installs both; fail here, not in the middle of a run
+        except ImportError as err:
+            raise ClusterError(f"the Ray engine needs Ray ({err.name} is missing): {INSTALL_HINT}") from None
+        finally:
+            for name in added:  # read by Ray on import; not left for this process's children
+                os.environ.pop(name, None)
+        if ray.is_initialized():
+            self._ray, self._owns_ray = ray, False
+            return
+        address = self.address
+        kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+        try:
+            if not joining:
+                from novelfind.features import available_cpus
+
+                ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
+            else:
+                if address != "auto":
+                    _probe(address, self.connect_timeout)
+                with _bounded_ray_connect(RAY_CONNECT_ATTEMPTS):
+                    ray.init(address=address, **kwargs)
+        except ClusterError:
+            raise
+        except Exception as err:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from ray.init
+            where = f" at {address}" if address else ""
+            raise ClusterError(f"cannot connect to the Ray cluster{where}: {_first_line(err)}") from None
+        self._ray, self._owns_ray = ray, True
+
+    def close(self) -> None:
+        """Drop the model refs; stop the Ray instance if this engine started or joined it."""
+        self._spec = None
+        self._pool = None
+        if self._ray is not None and self._owns_ray:
+            self._ray.shutdown()
+        self._ray = None
+
+    def __enter__(self) -> RayEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def resources(self) -> dict[str, float]:
+        """CPUs and GPUs the cluster has now: {"CPU": ..., "GPU": ..., "nodes": ...}."""
+        self.connect()
+        ray = self._ray
+        total = ray.cluster_resources()
+        alive = [n for n in ray.nodes() if n.get("Alive")]
+        return {"CPU": float(total.get("CPU", 0)), "GPU": float(total.get("GPU", 0)), "nodes": len(alive)}
+
+    # -- preparation ---------------------------------------------------------------------------
+
+    def _plan(self) -> tuple[str, int, float, float]:
+        """(device, actors, CPUs per actor, GPUs per actor) from the cluster's resources."""
+        ray = self._ray
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        cpus = sum(float(n["Resources"].get("CPU", 0)) for n in nodes)
+        gpu_nodes = [n for n in nodes if float(n["Resources"].get("GPU", 0)) >= 1]
+        gpus = sum(int(float(n["Resources"]["GPU"])) for n in gpu_nodes)
+        if self.device == "cuda" or (self.device == "auto" and gpus):
+            if not gpus:
+                raise ClusterError("device cuda requested but the Ray cluster has no GPU")
+            # decode threads per GPU actor: the CPUs of the poorest GPU node, shared among its GPUs
+            per = min(float(n["Resources"].get("CPU", 0)) / float(n["Resources"]["GPU"]) for n in gpu_nodes)
+            return "cuda", gpus, max(1.0, float(int(per))), 1.0
+        if cpus < 1:
+            raise ClusterError("the Ray cluster has no CPU for workers (is every worker node down?)")
+        return "cpu", int(cpus), 1.0, 0.0
+
+    def _prepare(self) -> _ModelSpec:
+        """Verify the weights, export + verify the ONNX graph here, and put the bytes in the object store."""
+        if self._spec is not None:
+            return self._spec
+        from novelfind.features import OnnxExtractor, resolve_weights, sha256_file
+
+        ray = self._ray
+        device, actors, cpus, gpus = self._plan()
+        weights = resolve_weights(self.weights)  # WeightsError with the usual advice
+        weights_bytes = weights.read_bytes()
+        onnx_ref, onnx_sha = None, ""
+        if device == "cpu":
+            local = OnnxExtractor(weights, self.feature, cache_dir=self.model_cache_dir)
+            local(np.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), np.uint8))  # exports and verifies the graph once
+            onnx_bytes = local.onnx_path.read_bytes()
+            onnx_ref, onnx_sha = ray.put(onnx_bytes), _sha256(onnx_bytes)
+        self._spec = _ModelSpec(
+            feature=self.feature,
+            device=device,
+            onnx_ref=onnx_ref,
+            onnx_sha256=onnx_sha,
+            weights_ref=ray.put(weights_bytes) if device == "cuda" else None,
+            weights_sha256=sha256_file(weights),
+            decode_threads=int(cpus) if device == "cuda" else 1,
+        )
+        self._pool = (actors, cpus, gpus)
+        return self._spec
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(
+        self, paths: Sequence[str | os.PathLike[str]], known: Collection[str] = frozenset()
+    ) -> Iterator[ResultBatch]:
+        """Decode and featurise ``paths`` on the cluster; yield ``ResultBatch`` es as they arrive.
+
+        Every position 0..len(paths)-1 is yielded exactly once, in no particular order. ``known``: digests
+        whose vectors the driver already has (moved or renamed files): such files are hashed, not
+        decoded. Stopping the iteration early (or Ctrl-C) stops the run; what was yielded is final.
+        """
+        self.connect()
+        spec = self._prepare()
+        raw = [os.fsencode(os.fspath(p)) for p in paths]
+        missing = np.ones(len(raw), bool)
+        known_ref = self._ray.put(frozenset(known))
+        last_error: BaseException | None = None
+        for _ in range(MAX_ROUNDS):
+            todo = np.flatnonzero(missing)
+            if len(todo) == 0:
+                return
+            try:
+                for batch in self._round(todo, raw, spec, known_ref):
+                    fresh = missing[batch.positions]
+                    if not fresh.all():  # a retried block may repeat files already yielded
+                        batch = _subset(batch, fresh)
+                    if len(batch):
+                        missing[batch.positions] = False
+                        yield batch
+            except ClusterError:
+                raise
+            except Exception as err:  # noqa: BLE001 - classified below
+                if not _is_system_failure(err):
+                    raise ClusterError(f"the Ray workers failed: {_user_error(err)}") from None
+                last_error = err
+                self._spec, self._pool = None, None  # re-plan on what is left of the cluster
+                try:
+                    spec = self._prepare()
+                except ClusterError:
+                    raise
+                except Exception as again:  # noqa: BLE001 - the connection itself is gone
+                    raise ClusterError(f"lost the Ray cluster: {_first_line(again)}") from None
+        left = int(missing.sum())
+        if left:
+            reason = f": {_first_line(last_error)}" if last_error is not None else ""
+            raise ClusterError(f"{left} files were not extracted after {MAX_ROUNDS} attempts{reason}")
+
+    def _round(self, todo: np.ndarray, raw: list[bytes], spec: _ModelSpec, known_ref: Any):
+        """One Ray Data run over the positions ``todo``, pumped through a queue with a stall watchdog."""
+        import pyarrow as pa
+        import ray.data
+
+        actors, cpus, gpus = self._pool or (1, 1.0, 0.0)
+        per_block = max(self.batch_size, -(-len(todo) // MAX_BLOCKS))
+        tables = [
+            pa.table(
+                {
+                    "pos": pa.array(todo[s : s + per_block], pa.int64()),
+                    "path": pa.array([raw[i] for i in todo[s : s + per_block]], pa.binary()),
+                }
+            )
+            for s in range(0, len(todo), per_block)
+        ]
+        ctx = ray.data.DataContext.get_current()
+        with _quiet_data_context(ctx):
+            ds = ray.data.from_arrow(tables).map_batches(
+                _ExtractWorker,
+                fn_constructor_kwargs={"spec": spec, "known_ref": known_ref, "driver_version": __version__},
+                batch_size=self.batch_size,
+                batch_format="numpy",
+                compute=ray.data.ActorPoolStrategy(min_size=1, max_size=max(1, actors)),
+                num_cpus=cpus,
+                num_gpus=gpus or None,
+            )
+            yield from _pumped(ds.iter_batches(batch_size=None, batch_format="numpy"), self.stall_timeout)
+
+
+def _subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:
+    idx = np.flatnonzero(keep)
+    return ResultBatch(
+        positions=batch.positions[idx],
+        digests=[batch.digests[i] for i in idx],
+        vectors=batch.vectors[idx],
+        has_vector=batch.has_vector[idx],
+        reasons=[batch.reasons[i] for i in idx],
+        nodes=[batch.nodes[i] for i in idx],
+    )
+
+
+def _to_result(block: dict[str, np.ndarray]) -> ResultBatch:
+    digests = [bytes(d).decode("ascii") or None for d in block["digest"]]
+    reasons = [os.fsdecode(bytes(r)) or None for r in block["reason"]]
+    vectors = np.asarray(block["vector"], dtype=np.float32)
+    return ResultBatch(
+        positions=np.asarray(block["pos"], np.int64),
+        digests=digests,
+        vectors=vectors.reshape(len(digests), -1),
+        has_vector=np.asarray(block["has_vector"], bool),
+        reasons=[r if d is None else None for d, r in zip(digests, reasons, strict=True)],
+        nodes=[bytes(n).decode("ascii") for n in block["node"]],
+    )
+
+
+def _pumped(blocks: Iterator[dict], stall_timeout: float) -> Iterator[ResultBatch]:
+    """Iterate ``blocks`` in a thread; ClusterError when none arrives for ``stall_timeout`` seconds.
+
+    Ray Data waits as long as it takes for workers; a cluster whose worker nodes are all gone would wait
+    for ever. The consumer stops the pump when it stops iterating.
+    """
+    out: queue.Queue = queue.Queue(maxsize=2)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pump() -> None:
+        try:
+            for block in blocks:
+                if not put(_to_result(block)):
+                    return
+            put(end)
+        except BaseException as err:  # noqa: BLE001 - handed to the consumer
+            put(err)
+
+    thread = threading.Thread(target=pump, name="novelfind-ray-results", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:
+                item = out.get(timeout=stall_timeout)
+            except queue.Empty:
+                raise ClusterError(
+                    f"no result from the Ray cluster for {stall_timeout:g} s (its workers are gone "
+                    "or cannot start); files extracted so far are kept"
+                ) from None
+            if item is end:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        close = getattr(blocks, "close", None)
+        if close is not None and not thread.is_alive():
+            close()
+
+
+@contextlib.contextmanager
+def _quiet_data_context(ctx):
+    """Ray Data without progress bars or log lines on the driver's terminal (the library prints nothing)."""
+    settings = {
+        "enable_progress_bars": False,
+        "print_on_execution_start": False,
+        "enable_auto_log_stats": False,
+        # a node lost while its actor starts is not a broken UDF: replace the actor a few times
+        "max_consecutive_actor_init_deaths": 3,
+    }
+    saved = {name: getattr(ctx, name) for name in settings if hasattr(ctx, name)}
+    for name in saved:
+        setattr(ctx, name, settings[name])
+    data_log = logging.getLogger("ray.data")
+    level = data_log.level
+    data_log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(ctx, name, value)
+        data_log.setLevel(level)
+
+
+def _is_system_failure(err: BaseException) -> bool:
+    """A lost node, actor, worker or object (retry elsewhere), as opposed to an error in our own code."""
+    import ray.exceptions as rex
+
+    system = tuple(
+        getattr(rex, name)
+        for name in (
+            "RayActorError",
+            "ActorDiedError",
+            "ActorUnavailableError",
+            "ObjectLostError",
+            "OwnerDiedError",
+            "NodeDiedError",
+            "WorkerCrashedError",
+            "RaySystemError",
+            "ObjectFetchTimedOutError",
+        )
+        if hasattr(rex, name)
+    )
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, system):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _user_error(err: BaseException) -> str:
+    """The innermost message of an error raised in a worker (Ray wraps it in layers of its own)."""
+    seen: set[int] = set()
+    inner = err
+    while id(inner) not in seen:
+        seen.add(id(inner))
+        nxt = inner.__cause__ or getattr(inner, "cause", None)
+        if not isinstance(nxt, BaseException):
+            break
+        inner = nxt
+    return _first_line(inner)

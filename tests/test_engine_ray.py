@@ -1,0 +1,259 @@
+"""The Ray engine on a real multi-node cluster on this machine: a head (no CPU) and two 1-CPU worker nodes.
+
+The cluster is started once for the module (about 20-40 s on two cores); each test connects a driver to
+it and disconnects. The node-removal test runs last: it leaves one worker node.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_photo, missing_prerequisite
+
+from novelfind.errors import ClusterError, ExitCode
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+MB = 1 << 20
+# Ray's floor for a node's object store is 75 MB; the model bytes (14 MB) and the result blocks fit.
+OBJECT_STORE = 80 * MB
+
+
+def _ray():
+    try:
+        import ray
+        import ray.data  # noqa: F401
+        from ray.cluster_utils import Cluster
+    except ImportError:
+        missing_prerequisite("Ray is not installed (pip install 'novelfind[ray]')")
+    return ray, Cluster
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head without CPUs (the driver's node, as on a real cluster) + two worker nodes of one CPU each."""
+    ray, Cluster = _ray()
+    if ray.is_initialized():
+        ray.shutdown()
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "object_store_memory": OBJECT_STORE, "include_dashboard": False},
+    )
+    try:
+        c.workers = [c.add_node(num_cpus=1, object_store_memory=OBJECT_STORE) for _ in range(2)]
+        c.wait_for_nodes()
+        yield c
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> list[str]:
+    """80 small photos in two folders, plus files each engine must refuse the same way."""
+    root = tmp_path_factory.mktemp("ray-photos")
+    paths = [
+        make_photo(root / f"d{i % 2}" / f"IMG_{i:04d}.jpg", (30 + 2 * i, 60 + i % 7, 200 - i), seed=i)
+        for i in range(80)
+    ]
+    (root / "not_an_image.jpg").write_bytes(b"this is text, not a JPEG")
+    (root / "empty.png").write_bytes(b"")
+    good = paths[0].read_bytes()
+    (root / "truncated.jpg").write_bytes(good[: len(good) // 3])
+    odd = root / "ünïcode name \udcff.jpg" if os.name == "posix" else root / "odd.jpg"
+    make_photo(odd, (220, 30, 30), seed=999)
+    listed = [str(p) for p in paths] + [
+        str(root / "not_an_image.jpg"),
+        str(root / "empty.png"),
+        str(root / "truncated.jpg"),
+        str(odd),
+        str(root / "deleted after the walk.jpg"),
+    ]
+    return listed
+
+
+@pytest.fixture(scope="module")
+def local_results(photos, model_cache):
+    """What the local engine makes of each file: (digest, vector) or (None, reason)."""
+    from novelfind.features import build_extractor
+    from novelfind.pipeline import decode_file
+
+    extractor = build_extractor(backend="onnx", device="cpu", cache_dir=model_cache)
+    out = []
+    for path in photos:
+        decoded = decode_file(path, frozenset())
+        if decoded.digest is None:
+            out.append((None, decoded.reason))
+        else:
+            out.append((decoded.digest, extractor(decoded.pixels[None])[0]))
+    return out
+
+
+def _collect(batches) -> dict[int, tuple]:
+    got: dict[int, tuple] = {}
+    for batch in batches:
+        for pos, digest, vector, reason in batch.items():
+            assert pos not in got, f"position {pos} yielded twice"
+            got[pos] = (digest, vector, reason)
+    return got
+
+
+def _assert_same_as_local(got: dict[int, tuple], local: list[tuple], known: set[str] = frozenset()) -> None:
+    assert sorted(got) == list(range(len(local)))
+    worst = 0.0
+    for pos, (want_digest, want) in enumerate(local):
+        digest, vector, reason = got[pos]
+        if want_digest is None:
+            assert (digest, vector, reason) == (None, None, want), pos
+            continue
+        assert digest == want_digest and reason is None
+        if digest in known:
+            assert vector is None  # hashed, not decoded: the driver has its vector
+            continue
+        worst = max(worst, float(np.abs(vector - want).max()))
+    assert worst < 1e-3
+
+
+def test_vectors_and_failures_match_the_local_engine(cluster, photos, local_results, model_cache):
+    from novelfind.engine_ray import RayEngine
+
+    known = {local_results[3][0], local_results[40][0]}  # e.g. two files moved since they were cached
+    with RayEngine(cluster.address, batch_size=8, model_cache_dir=model_cache) as engine:
+        assert engine.resources() == {"CPU": 2.0, "GPU": 0.0, "nodes": 3}
+        got = _collect(engine.run(photos, known=known))
+    _assert_same_as_local(got, local_results, known)
+    reasons = [got[i][2] for i in range(len(photos)) if got[i][2] is not None]
+    assert reasons == [
+        "not a recognised image format",
+        "empty file",
+        reasons[2],  # Pillow's wording for a truncated JPEG; equality with the local engine is checked above
+        "No such file or directory",
+    ]
+
+
+def test_an_unreachable_address_is_a_one_line_error():
+    from novelfind.engine_ray import RayEngine
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    engine = RayEngine(f"127.0.0.1:{port}", connect_timeout=2)
+    with pytest.raises(ClusterError) as info:
+        engine.connect()
+    assert str(info.value).startswith(f"cannot reach the Ray cluster at 127.0.0.1:{port}: ")
+    assert "\n" not in str(info.value)
+    assert info.value.exit_code == ExitCode.ERROR
+
+
+def test_an_address_that_is_not_a_ray_head_fails_instead_of_hanging():
+    """Something listens but never answers like Ray: Ray's own connection would retry for ever."""
+    _ray()
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    accepted = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.5)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    code = textwrap.dedent(
+        f"""
+        from novelfind.engine_ray import RayEngine
+        from novelfind.errors import ClusterError
+        try:
+            RayEngine("127.0.0.1:{port}").connect()
+        except ClusterError as err:
+            print("ClusterError:", err)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        # generous: one connection attempt takes about 8 s; a hang would be stopped here
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=240, env=env
+        )
+    finally:
+        stop.set()
+        thread.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert done.stdout.startswith(f"ClusterError: cannot connect to the Ray cluster at 127.0.0.1:{port}: ")
+
+
+def test_importing_the_engine_does_not_import_ray():
+    code = "import sys, novelfind.engine_ray; assert 'ray' not in sys.modules, 'ray imported'"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_without_ray_installed_the_error_says_how_to_install_it(monkeypatch):
+    from novelfind.engine_ray import INSTALL_HINT, RayEngine
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ClusterError, match="needs Ray") as info:
+        RayEngine("auto").connect()
+    assert INSTALL_HINT in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"feature": "pixels"}, "feature must be one of"),
+        ({"device": "tpu"}, "device must be auto, cpu or cuda"),
+        ({"batch_size": 0}, "batch_size must be >= 1"),
+        ({"stall_timeout": 0}, "timeouts must be > 0"),
+    ],
+)
+def test_bad_arguments_are_value_errors(kwargs, message):
+    from novelfind.engine_ray import RayEngine
+
+    with pytest.raises(ValueError, match=message):
+        RayEngine("auto", **kwargs)
+
+
+# Last: it takes a worker node away from the module's cluster.
+def test_a_worker_node_lost_mid_scan_is_redone_elsewhere(cluster, photos, local_results, model_cache):
+    """The node that delivered the first results is removed while it works; the scan still completes."""
+    from novelfind.engine_ray import RayEngine
+
+    ray, _ = _ray()
+    removed: list[str] = []
+    after: set[str] = set()
+    batches = []
+    with RayEngine(cluster.address, batch_size=4, model_cache_dir=model_cache) as engine:
+        for batch in engine.run(photos):
+            batches.append(batch)
+            if not removed:
+                node_id = batch.nodes[0]
+                victim = next(n for n in cluster.workers if n.node_id == node_id)
+                cluster.remove_node(victim)  # kills its raylet, its actor and the block it was working on
+                removed.append(node_id)
+            else:
+                after.update(batch.nodes)
+        alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    got = _collect(batches)
+    _assert_same_as_local(got, local_results)
+    assert len(batches[0]) < len(photos)  # work remained when the node went
+    # blocks the lost node finished before it went may still arrive; the rest came from the survivor
+    assert after - set(removed)
+    assert removed[0] not in alive
