@@ -31,6 +31,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +46,9 @@ from novelfind.raw import read_any_for_model
 STAT_CHUNK = 2048  # files per cache stat lookup
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
+# A decode in a worker process that runs longer than this is stopped and its file reported. The largest
+# image accepted (268 MP) decodes in under 10 s on one slow core; a decoder caught in a loop never ends.
+DECODE_TIMEOUT_S = 120.0
 MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
 
 DECODERS: dict[str, str] = {
@@ -130,6 +134,7 @@ def default_workers() -> int:
 # --------------------------------------------------------------------------- decoding in processes
 
 _KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for
+_STARTED: Any = None  # in a decode worker: the shared start times of the tasks in flight (see ProcessDecoder)
 
 
 def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
@@ -148,15 +153,24 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
         return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
 
 
-def _worker_init(parent_pid: int, known: frozenset[str]) -> None:
+def _decode_in_worker(decode: Callable[[str], Decoded], path: str, slot: int) -> Decoded:
+    """Run in a decode worker: note when this task starts (its time limit counts from here), decode."""
+    if _STARTED is not None:  # None: called in the scanning process itself
+        _STARTED[2 * slot + 1] = os.getpid()
+        _STARTED[2 * slot] = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on the machine
+    return decode(path)
+
+
+def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) -> None:
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
 
     A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe
     reading the scan must see its end when the scan ends), and it exits by itself when the scan is gone
     (SIGKILL gives the scan no chance to stop it).
     """
-    global _KNOWN
+    global _KNOWN, _STARTED
     _KNOWN = known
+    _STARTED = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
@@ -189,47 +203,112 @@ def _mp_context():
     return ctx
 
 
+class _TimedOut(Exception):
+    """The decode at the head of the queue ran past the time limit."""
+
+
 class ProcessDecoder:
     """The ``pillow`` decoder: Pillow in ``workers`` processes, in order, at most ``window`` files in
-    flight; in this process when ``workers`` is 0 (or when worker processes cannot start here)."""
+    flight; in this process when ``workers`` is 0 (or when worker processes cannot start here).
 
-    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(), **context: Any):
+    A decode in a worker that runs longer than ``timeout`` seconds (counted from when the worker takes
+    the file, not from when it was queued) is stopped: that worker is killed, the file is reported, the
+    other files in flight go to fresh workers. Decoding in this process (``workers`` 0) has no limit.
+    """
+
+    decode_one: Callable[[str], Decoded] = staticmethod(decode_file)  # what a worker runs on one path
+
+    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(),
+                 timeout: float | None = None, **context: Any):
         self.workers = workers
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
+        self.timeout = DECODE_TIMEOUT_S if timeout is None else timeout
         self.pool: ProcessPoolExecutor | None = None
         self.pool_worked = False  # a pool that never returned a result is broken, not the files
+        # Shared with the workers: for task slot s, [2s] is when a worker took it (0: not yet), [2s+1] its
+        # pid. A slot is the task's number modulo the window: no two tasks in flight share one.
+        self.started: Any = None
+        self.submitted = 0
 
     stack = staticmethod(np.stack)
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init,
-                                            initargs=(os.getpid(), self.known))
+                                            initargs=(os.getpid(), self.known, self._started()))
         return self.pool
+
+    def _started(self) -> Any:
+        if self.started is None:
+            self.started = _mp_context().RawArray("d", 2 * self.window)
+        return self.started
+
+    def _submit(self, path: str) -> tuple[Future, int]:
+        pool = self._start()
+        slot = self.submitted % self.window
+        self.submitted += 1
+        self._started()[2 * slot] = 0.0
+        return pool.submit(_decode_in_worker, self.decode_one, path, slot), slot
+
+    def _result(self, fut: Future, slot: int) -> Decoded:
+        """The future's result; _TimedOut once its worker has spent ``timeout`` seconds on it."""
+        while True:
+            began = self.started[2 * slot]
+            wait = 0.5 if not began else began + self.timeout - time.monotonic()  # 0.5 s: poll for the start
+            if began and wait <= 0 and not fut.done():
+                raise _TimedOut
+            try:
+                return fut.result(timeout=max(wait, 0.0))
+            except FutureTimeout:
+                continue
+
+    def _stop_stuck(self, slot: int) -> None:
+        """Kill the worker that holds ``slot`` and drop the pool (its other tasks are resubmitted)."""
+        pid = int(self.started[2 * slot + 1])
+        procs = (getattr(self.pool, "_processes", None) or {}) if self.pool is not None else {}
+        for p in list(procs.values()):
+            if p.pid == pid and p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        self._discard()
+
+    def _too_slow(self) -> Decoded:
+        return Decoded(None, reason=f"decoding took longer than {self.timeout:g} s; stopped")
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         if self.workers <= 0:
             for i, p in enumerate(paths):
                 yield i, decode_file(p, self.known)
             return
-        pending: deque[tuple[int, Future]] = deque()
+        pending: deque[tuple[int, Future, int]] = deque()  # (position, future, slot), in input order
+        retry: deque[int] = deque()  # positions in flight when a stuck worker was killed, to submit again
         nxt = 0
-        while nxt < len(paths) or pending:
-            while nxt < len(paths) and len(pending) < self.window:
-                pending.append((nxt, self._start().submit(decode_file, paths[nxt])))
-                nxt += 1
-            i, fut = pending.popleft()
+        while nxt < len(paths) or pending or retry:
+            while (retry or nxt < len(paths)) and len(pending) < self.window:
+                if retry:
+                    j = retry.popleft()
+                else:
+                    j, nxt = nxt, nxt + 1
+                pending.append((j, *self._submit(paths[j])))
+            i, fut, slot = pending.popleft()
             try:
-                result = fut.result()
+                result = self._result(fut, slot)
                 self.pool_worked = True
+            except _TimedOut:
+                self.pool_worked = True  # a worker took the file: the pool itself works
+                retry.extendleft(reversed([j for j, _, _ in pending]))
+                pending.clear()
+                self._stop_stuck(slot)
+                yield i, self._too_slow()
+                continue
             except BrokenProcessPool:
                 if not self.pool_worked:
                     # Worker processes cannot start here (e.g. __main__ not importable): decode in-process.
                     warnings.warn(
                         "decode workers unavailable; decoding in one process", RuntimeWarning, stacklevel=2
                     )
-                    redo = [i] + [j for j, _ in pending] + list(range(nxt, len(paths)))
+                    redo = [i] + [j for j, _, _ in pending] + list(retry) + list(range(nxt, len(paths)))
                     self._discard()
                     self.workers = 0
                     for j in redo:
@@ -237,7 +316,7 @@ class ProcessDecoder:
                     return
                 # A decoder crashed the worker (e.g. a segfault in a codec). Find the culprit by decoding the
                 # affected files one at a time in fresh pools, then go on.
-                redo = [i] + [j for j, _ in pending]
+                redo = [i] + [j for j, _, _ in pending]
                 pending.clear()
                 self._discard()
                 for j in redo:
@@ -246,8 +325,12 @@ class ProcessDecoder:
             yield i, result
 
     def _isolated(self, path: str) -> Decoded:
+        fut, slot = self._submit(path)
         try:
-            return self._start().submit(decode_file, path).result()
+            return self._result(fut, slot)
+        except _TimedOut:
+            self._stop_stuck(slot)
+            return self._too_slow()
         except BrokenProcessPool:
             self._discard()
             return Decoded(None, reason="decoder crashed")
