@@ -116,9 +116,10 @@ def walk(
     a folder is entered at most once (tracked by ``(st_dev, st_ino)``), so link loops end and a
     file reached through two roots, links or hard links is yielded once, the first time.
 
-    A folder that cannot be listed or an entry that cannot be inspected is passed to
-    ``on_error(path, reason)`` and skipped; entries that vanish during the walk are skipped
-    silently. Files are never opened here: an unreadable file is the decoder's to report.
+    A folder that cannot be listed (also one removed since its parent was listed) or an entry that
+    cannot be inspected is passed to ``on_error(path, reason)`` and skipped; files that vanish
+    during the walk are skipped silently. Files are never opened here: an unreadable file is the
+    decoder's to report.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
@@ -145,7 +146,8 @@ def _walk(
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except (FileNotFoundError, NotADirectoryError):
-            return None  # vanished since its parent was listed
+            report(folder, "folder removed during the walk")  # since its parent was listed
+            return None
         except OSError as err:
             report(folder, _reason(err))
             return None
@@ -174,7 +176,7 @@ def _walk(
             name = entry.name
             if name.startswith("."):
                 continue
-            is_link = False
+            is_link = is_dir = False
             try:
                 is_link = entry.is_symlink()
                 if is_link and not follow_symlinks:
@@ -185,10 +187,12 @@ def _walk(
                 if excluder and excluder.excluded(name, rel, entry.path, is_dir):
                     continue
                 st = entry.stat()
-            except FileNotFoundError:
+            except FileNotFoundError:  # a broken link, or deleted since the folder was listed
                 if is_link:
                     report(entry.path, "broken symbolic link")
-                continue  # otherwise: deleted since the folder was listed
+                elif is_dir:
+                    report(entry.path, "folder removed during the walk")
+                continue
             except OSError as err:
                 report(entry.path, _reason(err))
                 continue

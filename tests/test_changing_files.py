@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from conftest import make_photo
 
+from novelfind.cli import cli
 from novelfind.decode import file_digest, read_for_model
 from novelfind.errors import DecodeError
 
@@ -173,3 +175,51 @@ def test_files_changed_during_a_scan_then_the_next_scan_agrees_with_the_disk(tmp
     assert {f["path"] for f in reference["failures"]} == {str(late[i]) for i in range(1, 12, 4)}
     assert len(reference["picks"]) == 40 + 3  # the early photos and the rewritten late ones
     assert again["run"]["from_cache"] >= 40
+
+
+def test_a_folder_removed_mid_walk_is_reported_and_the_next_scan_agrees_with_the_disk(
+    tmp_path, fake_extractor, monkeypatch
+):
+    """While the walk lists folder b, folders b and c go: c is reported, the rest is ranked; the next
+    scan on the same cache ranks what is left, as a scan without a cache does."""
+    import novelfind.walk
+
+    library = tmp_path / "photos"
+    for folder in "abcd":
+        for i in range(4):
+            make_photo(library / folder / f"IMG_{i}.jpg", (40 + 40 * i, 60, 200), seed=ord(folder) * 10 + i)
+    real_scandir = os.scandir
+
+    class ListingRemovesFolders:
+        """os.scandir that lists folder b, then removes b and c (an rm -r running beside the scan)."""
+
+        def __init__(self, path):
+            self.path, self.it = path, real_scandir(path)
+
+        def __enter__(self):
+            entries = list(self.it)
+            if isinstance(self.path, str) and os.path.basename(self.path) == "b":
+                subprocess.run(["rm", "-r", str(library / "b"), str(library / "c")], check=True)
+            return iter(entries)
+
+        def __exit__(self, *exc):
+            self.it.close()
+
+    cache = tmp_path / "cache.sqlite"
+    args = ["scan", library, "--k", "100", "--dedup", "0", "--format", "json", "--workers", "0"]
+    with monkeypatch.context() as m:
+        m.setattr(novelfind.walk.os, "scandir", ListingRemovesFolders)
+        first = CliRunner().invoke(cli, [*map(str, args), "--cache", str(cache)])
+    assert first.exit_code == 3, first.output  # finished, some photos unreadable
+    assert "Traceback" not in first.stderr
+    # c is reported; b's photos, gone before the walk looked at them, are simply not there
+    warned = [line for line in first.stderr.splitlines() if line.startswith("warning:")]
+    assert warned == [f"warning: cannot read {library / 'c'}: folder removed during the walk"], first.stderr
+    ranked = {p["path"] for p in json.loads(first.stdout)["picks"]}
+    assert ranked == {str(library / f / f"IMG_{i}.jpg") for f in "ad" for i in range(4)}
+
+    again = CliRunner().invoke(cli, [*map(str, args), "--cache", str(cache)])
+    reference = CliRunner().invoke(cli, [*map(str, args), "--no-cache"])
+    assert again.exit_code == reference.exit_code == 0, again.output
+    assert json.loads(again.stdout)["picks"] == json.loads(reference.stdout)["picks"]
+    assert {p["path"] for p in json.loads(again.stdout)["picks"]} == ranked
