@@ -14,7 +14,7 @@ import time
 from novelfind.pipeline import Decoded, ProcessDecoder, decode_file
 
 STUCK_S = 120.0
-SLOW_S = 0.5
+SLOW_S = 1.0
 NOT_STOPPED = "woke up: the time limit did not stop this decode"
 
 
