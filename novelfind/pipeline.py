@@ -184,12 +184,24 @@ def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) ->
 def _exit_with_parent(parent_pid: int) -> None:
     while True:
         time.sleep(0.5)
-        try:
-            os.kill(parent_pid, 0)
-        except ProcessLookupError:
+        if _gone(parent_pid):
             os._exit(0)
-        except PermissionError:  # pragma: no cover - the pid was reused by another user's process
-            os._exit(0)
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited: no such pid, another user's (reused), or a zombie not yet reaped. A
+    killed scan stays a zombie while its parent reads the scan's output to the end before it waits
+    (``subprocess.run``); the forkserver these workers keep alive holds that output open, so a worker
+    that waited for the pid to vanish would block that parent for ever."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):  # no /proc (macOS): the kill test alone
+        return False
 
 
 def _mp_context():

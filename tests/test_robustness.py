@@ -371,6 +371,26 @@ def test_sigkill_mid_scan_then_resume(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_killed_scan_read_to_the_end_before_it_is_reaped_closes_its_pipes(tmp_path):
+    """``subprocess.run`` and pipeline readers read a scan's output to the end, then wait: until then the
+    killed scan is a zombie, and workers that took a zombie for a live scan kept its pipes open for ever."""
+    library = tmp_path / "photos"
+    small_library(library, 120)
+    cache = tmp_path / "cache.sqlite"
+    env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.3")
+    proc = start_fake_cli(["scan", library, "--k", "5", "--batch-size", "4", "--cache", cache], env)
+    deadline = time.monotonic() + 60
+    while cached_rows(cache) < 8:  # decode workers are running
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the scan ended or stalled before two batches were committed:\n{finish(proc)[2]}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    # no wait() before the pipes end: a hang guard of two minutes, where a second or so is expected
+    code, _, _ = finish(proc, timeout=120)
+    assert code == -signal.SIGKILL
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupt_exits_promptly_with_130_and_keeps_batches(tmp_path, how):
     def send(proc):
