@@ -196,7 +196,7 @@ try:
     read_for_model(sys.argv[1])
     outcome = "decoded"
 except DecodeError as err:
-    outcome = "refused: " + str(err)[:80]
+    outcome = str(err)[:80]  # the reason begins with "refused:" or says why it cannot be read
 print(json.dumps({"s": time.perf_counter() - started, "outcome": outcome,
                   "rss_grew_mb": (peak_kb() - before) / 1024}))
 """
