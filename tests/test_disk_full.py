@@ -21,7 +21,9 @@ from conftest import make_photo, missing_prerequisite
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
-SUMMARY = re.compile(r"(\d+) photos \(\d+ files\) found, (\d+) read from cache, (\d+) extracted, (\d+) failed")
+SUMMARY = re.compile(
+    r"(\d+) photos \(\d+ files\) found, (\d+) read from cache, (\d+) extracted, (\d+) failed"
+)
 PHOTOS = 300
 
 # Runs inside the namespace: mount, scan, inspect, remount, scan again. Writes what it saw as JSON.
