@@ -279,6 +279,21 @@ def _library(folder: Path, n: int) -> None:
         make_photo(folder / f"IMG_{i:04d}.jpg", ((i * 37) % 255, (i * 91) % 255, 120), seed=i, size=(64, 48))
 
 
+def _wait_for_lock(work: Path, out: Path, holder: subprocess.Popen) -> None:
+    """Until ``holder`` has taken the lock on ``out`` (the lock file holds its pid)."""
+    from novelfind.lock import holder_pid
+
+    code = f"from novelfind.lock import output_lock_path; print(output_lock_path({str(out)!r}))"
+    # in the scans' environment: the lock folder follows XDG_CACHE_HOME
+    where = subprocess.run(
+        [sys.executable, "-c", code], env=_env(work), capture_output=True, text=True, check=True
+    ).stdout.strip()
+    while holder_pid(where) != holder.pid:
+        if holder.poll() is not None:
+            raise RuntimeError("the lock holder ended before the second run started")
+        time.sleep(0.05)
+
+
 def bench_cli(work: Path, repeats: int) -> dict:
     library = work / "cli-photos"
     _library(library, 48)
@@ -319,7 +334,7 @@ def bench_cli(work: Path, repeats: int) -> dict:
             stderr=subprocess.PIPE,
             text=True,
         )
-        time.sleep(3)  # the holder has taken the output's lock by now (it is still in its first batches)
+        _wait_for_lock(work, out, holder)
         started = time.perf_counter()
         second = subprocess.run(
             [*fake_cli, "scan", str(library), "--k", "5", "--no-cache", "-o", str(out), "--no-wait"],
