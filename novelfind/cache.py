@@ -108,6 +108,14 @@ def _encode_path(path: str | os.PathLike[str]) -> bytes:
     return os.fsencode(os.fspath(path))
 
 
+def _stat_keys(files: Sequence[Any]) -> list[tuple[bytes, int, int]]:
+    """(path bytes, size, mtime_ns) per file record; straight from a ``walk.FileList``'s columns."""
+    records = getattr(files, "records", None)
+    if records is not None:
+        return list(records())
+    return [(_encode_path(f.path), int(f.size), int(f.mtime_ns)) for f in files]
+
+
 def _to_blob(vector: np.ndarray) -> bytes:
     return np.ascontiguousarray(vector, dtype="<f4").tobytes()
 
@@ -367,7 +375,8 @@ class FeatureCache:
         """``get_by_stat`` for many files at once; the result lines up with ``files``."""
         key = self._require_key()
         found: dict[bytes, tuple[int, int, int, bytes]] = {}
-        encoded = [_encode_path(f.path) for f in files]
+        stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
+        encoded = [path for path, _, _ in stats]
         try:
             with self._lock:
                 for start in range(0, len(encoded), _CHUNK):
@@ -383,9 +392,9 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[np.ndarray | None] = []
-        for f, path in zip(files, encoded, strict=True):
+        for path, size, mtime_ns in stats:
             hit = found.get(path)
-            if hit is None or hit[0] != f.size or hit[1] != f.mtime_ns:
+            if hit is None or hit[0] != size or hit[1] != mtime_ns:
                 out.append(None)
             else:
                 out.append(_from_blob(hit[3], hit[2]))

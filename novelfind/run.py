@@ -43,7 +43,7 @@ from novelfind.report import (
     place_picks,
     write_atomic,
 )
-from novelfind.walk import ImageFile
+from novelfind.walk import FileList
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
@@ -136,6 +136,7 @@ class ScanParameters:
     backend: str = "auto"
     weights: Path | None = None
     engine: str = "local"
+    ray_address: str | None = None
     decoder: str = "auto"
     cache: bool | Path | FeatureCache = True
     # outputs
@@ -180,6 +181,8 @@ class ScanParameters:
             numbered_gpu = name == "device" and isinstance(value, str) and value.startswith("cuda:")
             if value not in allowed and not numbered_gpu:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
         if self.since is not None and not isinstance(self.since, datetime):
             raise InputError(f"since must be a datetime, got {self.since!r}")
         sheet = self.contact_sheet
@@ -231,8 +234,9 @@ class ScanResult:
     """What :func:`scan` returns.
 
     ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
-    was read, and ``features`` (N, dim) float32 their vectors, row i for ``files[i]`` (rank them again
-    another way with :func:`novelfind.rank`, without touching the photos).
+    was read (a :class:`~novelfind.walk.FileList`: a sequence of ``ImageFile`` records in compact form),
+    and ``features`` (N, dim) float32 their vectors, row i for ``files[i]`` (rank them again another
+    way with :func:`novelfind.rank`, without touching the photos).
     """
 
     picks: list[Pick]
@@ -240,7 +244,7 @@ class ScanResult:
     counts: Counts
     seconds: float
     parameters: ScanParameters
-    files: list[ImageFile] = field(repr=False)
+    files: FileList = field(repr=False)
     features: np.ndarray = field(repr=False)
 
     def record(self) -> dict[str, Any]:
@@ -304,6 +308,7 @@ def scan(
     backend: str = "auto",
     weights: str | os.PathLike[str] | None = None,
     engine: str = "local",
+    ray_address: str | None = None,
     decoder: str = "auto",
     cache: bool | str | os.PathLike[str] | FeatureCache = True,
     output: str | os.PathLike[str] | None = None,
@@ -346,7 +351,16 @@ def scan(
             the solver run there.
         backend: ``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.
         weights: the MobileNet-V2 weights file; None searches the usual places.
-        engine: where extraction runs: ``"local"`` (this machine); see ``novelfind.pipeline.ENGINES``.
+        engine: where decoding and the model run: ``"local"`` (this machine) or ``"ray"`` (the workers of
+            a Ray cluster, ``pip install 'novelfind[ray]'``; the photos must be at the same path on
+            every node); see ``novelfind.pipeline.ENGINES``. Walking, the cache and the ranking stay
+            on this machine either way. With ``"ray"``, ``device`` picks the workers' device (``auto``:
+            GPU workers when the cluster has GPUs) and the solver runs here, on CUDA when this machine
+            has it (unless ``device`` is ``"cpu"``).
+        ray_address: the Ray cluster for ``engine="ray"``: None starts Ray on this machine for the
+            scan, ``"auto"`` joins the cluster this machine belongs to (``ray start`` was run here),
+            ``"HOST:PORT"`` the cluster whose head listens there (``ray://HOST:PORT`` through Ray
+            Client). Not used by the local engine.
         decoder: what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and
             nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see
             ``novelfind.pipeline.DECODERS``.
@@ -376,7 +390,9 @@ def scan(
         InputError: an impossible value (also a ValueError), a missing folder.
         NovelfindError: nothing to rank (no images, none readable); ``WeightsError`` (no weights),
             ``OutputError`` (an output cannot be written), ``LockedError`` (another run writes the
-            same output and ``wait`` is False).
+            same output and ``wait`` is False), ``ClusterError`` (``engine="ray"``: Ray not
+            installed, the cluster unreachable or without workers; batches already committed stay
+            in the cache).
         KeyboardInterrupt: passed on; every finished batch stays in the cache.
 
     Example::
@@ -409,6 +425,7 @@ def scan(
         backend=backend,
         weights=weights,
         engine=engine,
+        ray_address=ray_address,
         decoder=decoder,
         cache=cache,
         output=output,
@@ -461,21 +478,25 @@ class _Scan:
                 )
             files = self.find_files()
             extractor = features.build_extractor(
-                feature=p.feature, device=p.device, backend=p.backend, weights=p.weights
+                feature=p.feature,
+                # an engine running the model elsewhere needs the driver's model for its name only
+                device=p.device if p.engine == "local" else "cpu",
+                backend=p.backend,
+                weights=p.weights,
             )
             store = stack.enter_context(self.open_cache(extractor.model_key))
             extraction = self.extract(files, extractor, store)
             candidates = _candidates(extraction.files, p.since)
-            picks, dropped = self.rank(extraction, candidates)
+            picks, rows, dropped = self.rank(extraction, candidates)
             counts = Counts(
                 found=len(files),
                 from_cache=extraction.from_cache,
                 extracted=extraction.extracted,
                 failed=len(self.failures),
-                candidates=len(candidates),
+                candidates=int(candidates.sum()),
                 duplicates_dropped=dropped,
             )
-            self.write_outputs(picks, counts, extraction)
+            self.write_outputs(picks, rows, counts, extraction)
         return ScanResult(
             picks=picks,
             failures=list(self.failures),
@@ -513,11 +534,11 @@ class _Scan:
             if not os.access(existing, os.W_OK):
                 raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
 
-    def find_files(self) -> list[ImageFile]:
+    def find_files(self) -> FileList:
         """The image files under the paths, in walk order, without the files novelfind wrote itself."""
         p = self.params
         own = _OwnOutputs(p.outputs())
-        files: list[ImageFile] = []
+        files = FileList()
         for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
             if not own.contains(f.path):
                 files.append(f)
@@ -548,11 +569,11 @@ class _Scan:
         with store:
             yield store
 
-    def extract(
-        self, files: list[ImageFile], extractor: features.Extractor, store: FeatureStore
-    ) -> Extraction:
+    def extract(self, files: FileList, extractor: features.Extractor, store: FeatureStore) -> Extraction:
         p = self.params
         engine = load(ENGINES[p.engine])
+        # an engine that runs elsewhere is told where, and on what device its workers run the model
+        elsewhere = {} if p.engine == "local" else {"address": p.ray_address, "device": p.device}
         extraction = engine(
             files,
             extractor,
@@ -563,15 +584,17 @@ class _Scan:
             on_progress=self.extract_progress,
             on_failure=self.fail,
             on_warning=self.warn,
+            **elsewhere,
         )
         if not extraction.files:
             raise NovelfindError(f"none of the {len(files)} images could be read")
         return extraction
 
-    def rank(self, extraction: Extraction, candidates: list[int]) -> tuple[list[Pick], int]:
-        """The picks (with --since: the best of the recent photos, scored against the whole library)."""
-        if not candidates:
-            return [], 0
+    def rank(self, extraction: Extraction, candidates: np.ndarray) -> tuple[list[Pick], np.ndarray, int]:
+        """The picks (with --since: the best of the recent photos, scored against the whole library),
+        their rows in the extraction, and how many near-duplicates were passed over."""
+        if not candidates.any():
+            return [], np.zeros(0, np.int64), 0
         from novelfind.ranking import rank
         from novelfind.solver import ADSConfig
 
@@ -592,8 +615,8 @@ class _Scan:
                 method=p.method,
                 config=config,
                 dedup=p.dedup,
-                device=features.resolve_device(p.device),
-                candidates=None if p.since is None else np.asarray(candidates),
+                device=self.solver_device(),
+                candidates=None if p.since is None else candidates,
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
@@ -616,9 +639,19 @@ class _Scan:
                     distance=float(distance) if found else None,
                 )
             )
-        return picks, int(ranking.duplicates_dropped)
+        return picks, np.asarray(ranking.indices, np.int64), int(ranking.duplicates_dropped)
 
-    def write_outputs(self, picks: list[Pick], counts: Counts, extraction: Extraction) -> None:
+    def solver_device(self) -> str:
+        """Where the solver runs: ``device``; with an engine running the model elsewhere, ``device`` is the
+        workers', and the solver takes this machine's CUDA device when there is one."""
+        p = self.params
+        if p.engine == "local" or p.device == "cpu":
+            return features.resolve_device(p.device)
+        return features.resolve_device("auto")
+
+    def write_outputs(
+        self, picks: list[Pick], rows: np.ndarray, counts: Counts, extraction: Extraction
+    ) -> None:
         p = self.params
         record = run_record(p, counts, self.seconds())
         writers: list[Callable[[], Any]] = []
@@ -628,7 +661,7 @@ class _Scan:
         if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
             writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
         if p.report is not None:
-            writers.append(lambda: self.write_report(picks, record, extraction))
+            writers.append(lambda: self.write_report(picks, rows, record, extraction))
         if p.contact_sheet is not None:
             writers.append(lambda: write_contact_sheet(p.contact_sheet, picks))
         for done, write in enumerate(writers):
@@ -637,16 +670,17 @@ class _Scan:
         if writers:
             self.progress("write", len(writers), len(writers))
 
-    def write_report(self, picks: list[Pick], record: dict[str, Any], extraction: Extraction) -> None:
-        row_of = {f.path: i for i, f in enumerate(extraction.files)}
+    def write_report(
+        self, picks: list[Pick], rows: np.ndarray, record: dict[str, Any], extraction: Extraction
+    ) -> None:
         write_html_report(
             self.params.report,
             picks,
             points2d=pca_2d(extraction.features),
-            pick_indices=[row_of[pick.path] for pick in picks],
+            pick_indices=rows.tolist(),
             run=record,
             failures=self.failures,
-            paths=[f.path for f in extraction.files],
+            paths=extraction.files.paths,
         )
 
     # -- reporting
@@ -693,12 +727,12 @@ class _OwnOutputs:
         return self._picks_folder[folder]
 
 
-def _candidates(files: list[ImageFile], since: datetime | None) -> list[int]:
-    """Rows that may be picked: all, or those modified at or after ``since``."""
+def _candidates(files: FileList, since: datetime | None) -> np.ndarray:
+    """bool (N,): the rows that may be picked: all, or those modified at or after ``since``."""
     if since is None:
-        return list(range(len(files)))
+        return np.ones(len(files), bool)
     cutoff_ns = int(since.timestamp() * 1e9)
-    return [i for i, f in enumerate(files) if f.mtime_ns >= cutoff_ns]
+    return files.mtimes_ns >= cutoff_ns
 
 
 @contextmanager

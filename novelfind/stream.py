@@ -122,29 +122,56 @@ def fit_pca(chunks: Iterable[np.ndarray], dims: int = DEFAULT_DIMS) -> Projectio
 
 
 def project(
-    chunks: Iterable[np.ndarray], projection: Projection, out: np.ndarray | None = None
+    chunks: Iterable[np.ndarray],
+    projection: Projection,
+    out: np.ndarray | None = None,
+    residual: np.ndarray | None = None,
 ) -> np.ndarray:
     """Coordinates of all rows of ``chunks`` on ``projection``'s axes -> float32 (N, d), in row order.
 
     ``out``: an (N, d) float32 array to fill (a ``numpy.memmap`` keeps even that off the heap); N is
-    ``projection.count`` unless ``out`` says otherwise. ValueError when the chunks hold another number of
-    rows than the output.
+    ``projection.count`` unless ``out`` says otherwise. ``residual``: an (N,) float32 array that receives
+    each row's distance from the axes' subspace (the length of what the projection leaves out), from which
+    distances between rows are bounded below (:func:`distance_bound`). ValueError when the chunks hold
+    another number of rows than the output.
     """
     n = projection.count if out is None else len(out)
     if out is None:
         out = np.empty((n, projection.dims), np.float32)  # (N, d)
     elif out.shape != (n, projection.dims):
         raise ValueError(f"out must have shape ({n}, {projection.dims}), got {out.shape}")
+    if residual is not None and residual.shape != (n,):
+        raise ValueError(f"residual must have shape ({n},), got {residual.shape}")
+    mean = projection.mean.astype(np.float32)
     row = 0
     for chunk in chunks:
-        c = np.asarray(chunk)
+        c = np.asarray(chunk, dtype=np.float32) - mean  # (C, M)
         if row + len(c) > n:
             raise ValueError(f"the chunks hold more than the {n} rows the projection was fitted on")
-        out[row : row + len(c)] = projection.apply(c)
+        coords = c @ projection.axes  # (C, d)
+        out[row : row + len(c)] = coords
+        if residual is not None:
+            total = np.einsum("ij,ij->i", c, c, dtype=np.float64)  # (C,) |x - mean|^2
+            kept = np.einsum("ij,ij->i", coords, coords, dtype=np.float64)  # (C,) its part on the axes
+            residual[row : row + len(c)] = np.sqrt(np.maximum(total - kept, 0.0))
         row += len(c)
     if row != n:
         raise ValueError(f"the chunks held {row} rows, expected {n}")
     return out
+
+
+def distance_bound(coords: np.ndarray, residual: np.ndarray, q_coords: np.ndarray, q_residual: float) -> np.ndarray:
+    """A lower bound of the distances from one row (its coordinates ``q_coords`` (d,) and residual) to rows
+    given by ``coords`` (C, d) and ``residual`` (C,) -> float32 (C,).
+
+    The axes are orthonormal, so a distance splits into its part on the axes and its part off them
+    (Pythagoras); the first is known exactly, the second is at least the difference of the two rows'
+    residual lengths (triangle inequality). Rows farther than a distance already found can be skipped
+    without reading their vectors.
+    """
+    on_axes = ((coords - q_coords) ** 2).sum(axis=1, dtype=np.float64)  # (C,)
+    off_axes = (residual.astype(np.float64) - q_residual) ** 2  # (C,)
+    return np.sqrt(on_axes + off_axes).astype(np.float32)
 
 
 def stream_pca(

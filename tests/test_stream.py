@@ -96,3 +96,19 @@ def test_bad_input_is_refused():
         stream.fit_pca([x], 0)
     with pytest.raises(ValueError, match=r"out must have shape \(100, 4\)"):
         stream.project([x], p, np.empty((100, 3), np.float32))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_residuals_bound_every_distance_from_below_and_are_exact_for_the_part_left_out(seed):
+    x = _features(800, 60, seed, 30.0)
+    p = stream.fit_pca(stream.chunked(x, 100)(), 8)
+    residual = np.empty(800, np.float32)
+    coords = stream.project(stream.chunked(x, 100)(), p, residual=residual)
+    centred = x.astype(np.float64) - p.mean
+    off = centred - centred @ p.axes.astype(np.float64) @ p.axes.T.astype(np.float64)  # (N, M)
+    np.testing.assert_allclose(residual, np.linalg.norm(off, axis=1), rtol=1e-3)
+    for q in (0, 17, 799):
+        bound = stream.distance_bound(coords, residual, coords[q], float(residual[q]))
+        true = np.linalg.norm(x.astype(np.float64) - x[q], axis=1)
+        assert (bound <= true * (1 + 1e-5) + 1e-4).all()
+        assert np.median(bound / np.maximum(true, 1e-9)) > 0.5  # and not a trivial bound
