@@ -1,30 +1,29 @@
 #!/usr/bin/env python3
-"""Ranking quality on labelled sets built from package images (scripts/photosets.py).
+"""Ranking quality on labelled sets of real pictures: a dev split for choosing, a test split for reporting.
 
-For every set and seed the images are built, featurised with MobileNet-V2 (1000-d logits and
-1280-d pooled features, cached on disk) and ranked by each method. Scores: precision, recall and
-F1 at K = number of planted novelties, and average precision over the ranking (picks first, then
-the rest in the method's score order, or in random order for a method that only ranks K).
+Sets, sources and the split: ``scripts/quality/sets.py`` (``SPLITS``, fixed before any method was compared).
+Each set is drawn independently per seed (other source pictures, crops, classes); features come from the
+shipped MobileNet-V2 (``scripts/quality/extract.py``, cached under $NOVELFIND_DATA/features-v1).
 
-    python scripts/bench_quality.py                       # all sets, 5 seeds, the main methods
-    python scripts/bench_quality.py --sets mnist,defects --seeds 2 --methods ads,knn
-    python scripts/bench_quality.py --timing 100000       # add the N = 100k timing (synthetic features)
+Protocol: choose anything (methods, constants, features) on ``--split dev`` (and ``dev-library``); run
+``--split test`` and ``test-library`` only to report. Scores per set and seed: F1 at K = number of planted
+novelties (the picks after near-duplicate removal) and average precision over the method's full order
+(a method that scores only a K-sparse support has the rest in random order). Tables give mean +- standard
+deviation over the seeds (independent draws); the summary line averages the sets per seed first.
 
-Prints a markdown table and writes JSON (``--out``, default bench_quality.json).
+    python scripts/bench_quality.py --split dev                      # the ablation table on dev, 5 draws
+    python scripts/bench_quality.py --split test --out test.json     # the reported table
+    python scripts/bench_quality.py --split test-library --seeds 1   # 30,000-picture sets
+    python scripts/bench_quality.py --split dev --methods default,knn,scaled-g2
 
-Besides the shipped methods (novelfind.ranking.METHODS, run through ``rank()`` with its default
-near-duplicate threshold; ``+dd<t>`` sets it, ``+dd0`` turns it off), ``--methods`` takes the
-variants that were compared to choose the default (see ``_variant``): ``ads-w`` / ``knn-w`` (full
-whitening to 32 axes), ``maha``, ``knn-s<f>`` / ``ads-s<f>`` (all axes, loud ones scaled to the f-th),
-``F<d>f<f>w<weight>`` (ADS + density both in the d-axis space), ``G<d>f<f>w<weight>`` (ADS in that
-space + density in raw space: G64f32w0.5 is the shipped default). Append ``@pooled`` to use the
-1280-d pooled features instead of the 1000-d logits.
+Methods: ``ABLATIONS`` (the table) and ``CANDIDATES`` (research on dev); shipped methods are called
+through novelfind's ranking API (``quality.methods.api_rank``), so a new default is measured the same way.
+Run with ``nice -n 10``: a 30,000-picture set takes ~20-50 min to featurise on two busy cores.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -32,239 +31,116 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import photosets as datasets
-from baselines import BASELINES
+# One BLAS / torch thread: on a busy shared machine multi-threaded BLAS spins and runs 10-40x slower
+# (a 1000 x 1000 eigendecomposition: 29 s with two threads at load 15, 2.5 s with one).
+for _v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_v, "1")
 
-from novelfind import ranking as rank_mod
-from novelfind.solver import ADSConfig
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
-CACHE = Path(os.environ.get("NOVELFIND_BENCH_CACHE", Path.home() / ".cache" / "novelfind-bench"))
+torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-# --------------------------------------------------------------------------- features
+from quality import extract, sets  # noqa: E402
+from quality import methods as M  # noqa: E402
 
+# The table: the shipped default, its ablations and the baselines.
+ABLATIONS = {
+    "default": M.shipped("ads"),  # novelfind's default ranking, through the API
+    "default-no-ads": M.blend(wd=1.0),  # the default's density term alone (kNN on raw logits)
+    "default-no-whiten": M.blend(white=None),  # ADS term on raw logits instead of whitened ones
+    "ads-alone": M.ads_alone(white="f64_32"),  # the default's ADS term alone, support K
+    "knn": M.shipped("knn"),  # mean distance to 10 nearest neighbours, raw logits
+    "knn-cos": M.knn_method("cos:logits"),
+    "iforest": M.iforest(),
+    "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
+}
 
-class _ProjectExtractor:
-    """novelfind.features.build_extractor, once for logits and once for pooled features."""
-
-    def __init__(self) -> None:
-        from novelfind.features import build_extractor
-
-        self.logits = build_extractor(feature="logits", device="cpu")
-        self.pooled = build_extractor(feature="pooled", device="cpu")
-        self.model_key = "project-" + str(getattr(self.logits, "model_key", "?"))
-
-    def both(self, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return self.logits(batch), self.pooled(batch)
-
-
-_EXTRACTOR = None
-
-
-def extractor():
-    """The shipped extractor (built once)."""
-    global _EXTRACTOR
-    if _EXTRACTOR is None:
-        _EXTRACTOR = _ProjectExtractor()
-    return _EXTRACTOR
-
-
-def set_features(name: str, seed: int, src=None, batch: int = 32) -> dict:
-    """Features and labels of set ``name`` with ``seed``, cached under CACHE."""
-    from novelfind.decode import PREPROCESS_VERSION, to_model_input
-
-    ext = extractor()
-    key = hashlib.sha1(
-        f"{name}-{seed}-{ext.model_key}-{PREPROCESS_VERSION}-{datasets.SIDE}".encode()
-    ).hexdigest()[:12]
-    path = CACHE / f"{name}-s{seed}-{key}.npz"
-    if path.is_file():
-        z = np.load(path)
-        return {k: z[k] for k in z.files}
-    s = datasets.build_set(name, seed, src)
-    pix = np.stack([to_model_input(im) for im in s.images])  # (N, 224, 224, 3) uint8
-    logits, pooled = [], []
-    for i in range(0, len(pix), batch):
-        lo, po = ext.both(pix[i : i + batch])
-        logits.append(lo)
-        pooled.append(po)
-    out = {
-        "logits": np.concatenate(logits).astype(np.float32),
-        "pooled": np.concatenate(pooled).astype(np.float32),
-        "labels": s.labels,
-        "groups": s.groups,
-    }
-    CACHE.mkdir(parents=True, exist_ok=True)
-    np.savez(path, **out)
-    return out
-
-
-# --------------------------------------------------------------------------- methods
-
-
-def _shrink_whiten(x: np.ndarray, d: int) -> np.ndarray:
-    mean = x.mean(0)
-    c = x - mean
-    evals, evecs = np.linalg.eigh(np.cov(c.T))
-    evals, evecs = evals[::-1], evecs[:, ::-1]
-    floor = evals[min(d, len(evals) - 1)]
-    return (c @ (evecs / np.sqrt(np.maximum(evals, floor)))).astype(np.float32)
+# Research candidates (dev split only).
+CANDIDATES: dict = {}
+for _kind in ("logits", "pooled", "mid", "logmid", "logits+mid", "logits+logmid", "pooled+logmid"):
+    _t = _kind.replace("logits", "lo").replace("pooled", "po")
+    CANDIDATES[f"knn@{_t}"] = M.knn_method(_kind)
+    CANDIDATES[f"knn-cos@{_t}"] = M.knn_method("cos:" + _kind)
+    CANDIDATES[f"knn-f64@{_t}"] = M.knn_method(_kind, white="f64_32")
+    CANDIDATES[f"knn-w32@{_t}"] = M.knn_method(_kind, white="w32")
+    CANDIDATES[f"knn-w64@{_t}"] = M.knn_method(_kind, white="w64")
+    CANDIDATES[f"ads-f64@{_t}"] = M.ads_alone(_kind, white="f64_32")
+    for _g in (1, 2, 4):
+        CANDIDATES[f"scaled-g{_g}@{_t}"] = M.ads_scaled(_kind, white="f64_32", gamma=_g)
+        CANDIDATES[f"scaledw-g{_g}@{_t}"] = M.ads_scaled(_kind, white="w32", gamma=_g)
+    CANDIDATES[f"knnspace@{_t}"] = M.ads_knn_space(_kind)
+    for _p in (1.5, 2.0, 3.0):
+        CANDIDATES[f"rerank-p{_p}@{_t}"] = M.ads_rerank(_kind, pool=_p)
+    for _kn in ("K", "2K"):
+        CANDIDATES[f"knn-k{_kn}@{_t}"] = M.knn_method(_kind, k_nn=_kn)
+        CANDIDATES[f"knn-cos-k{_kn}@{_t}"] = M.knn_method("cos:" + _kind, k_nn=_kn)
+        CANDIDATES[f"knn-f64-k{_kn}@{_t}"] = M.knn_method(_kind, k_nn=_kn, white="f64_32")
+        for _g in (1, 2, 4):
+            CANDIDATES[f"scaled-g{_g}-k{_kn}@{_t}"] = M.ads_scaled(_kind, white="f64_32", gamma=_g, k_nn=_kn)
+            CANDIDATES[f"scaledc-g{_g}-k{_kn}@{_t}"] = M.ads_scaled(
+                "cos:" + _kind, white=None, gamma=_g, k_nn=_kn
+            )
+        for _p in (1.5, 2.0):
+            CANDIDATES[f"rerank-p{_p}-k{_kn}@{_t}"] = M.ads_rerank(_kind, pool=_p, k_nn=_kn)
+            CANDIDATES[f"rerankc-p{_p}-k{_kn}@{_t}"] = M.ads_rerank(
+                "cos:" + _kind, pool=_p, k_nn=_kn, white=None
+            )
+for _k in (5, 20):
+    CANDIDATES[f"knn-k{_k}@lo"] = M.knn_method("logits", k_nn=_k)
+    CANDIDATES[f"knn-cos-k{_k}@lo"] = M.knn_method("cos:logits", k_nn=_k)
+for _k in (5, 20):
+    CANDIDATES[f"knn-cos-k{_k}@po"] = M.knn_method("cos:pooled", k_nn=_k)
+for _w in (0.25, 0.5, 0.75, 0.9):  # the default's blend, rebuilt on cosine pooled features
+    CANDIDATES[f"blendc-w{_w}@po"] = M.blend("cos:pooled", white=None, wd=_w, dens_kind="cos:pooled")
+    CANDIDATES[f"blendcf-w{_w}@po"] = M.blend("cos:pooled", white="f64_32", wd=_w, dens_kind="cos:pooled")
+for _g in (2, 4, 8, 16):
+    CANDIDATES[f"scaledc-g{_g}@po"] = M.ads_scaled("cos:pooled", white=None, gamma=_g)
+CANDIDATES["knn-cosf64@po"] = M.knn_method("cos:pooled", white="f64_32")
+CANDIDATES["ads-cos@po"] = M.ads_alone("cos:pooled", white=None)
+CANDIDATES["blend-w0.25@lo"] = M.blend(wd=0.25)
+CANDIDATES["blend-w0.75@lo"] = M.blend(wd=0.75)
+METHODS = {**ABLATIONS, **CANDIDATES}
 
 
-def _whiten_resid(x: np.ndarray, d: int = 32) -> np.ndarray:
-    mean = x.mean(0)
-    c = x - mean
-    evals, evecs = np.linalg.eigh(np.cov(c.T))
-    evals, evecs = evals[::-1], evecs[:, ::-1]
-    p = c @ evecs[:, :d]
-    r = np.linalg.norm(c - p @ evecs[:, :d].T, axis=1)
-    return np.hstack([p / np.sqrt(evals[:d]), (r / np.sqrt((r**2).mean()) * np.sqrt(1))[:, None]]).astype(
-        np.float32
-    )
-
-
-def _hyb(xa: np.ndarray, xk: np.ndarray, k: int, cfg, wd: float) -> np.ndarray:
-    n = len(xa)
-    dens = rank_mod._zscore(rank_mod.knn_scores(xk))
-    a = rank_mod._ads_scores(xa, min(n, max(2 * k, k + 10)), cfg)
-    za = np.zeros(n)
-    act = a > 0
-    za[act] = rank_mod._zscore(a[act]) + 1.0
-    return (1 - wd) * za + wd * dens
-
-
-def _variant(x: np.ndarray, k: int, name: str, cfg) -> np.ndarray:
-    """Experimental scorers (not shipped) used to choose the default."""
-    if name == "ads-w":  # ADS on whitened features, K support
-        return rank_mod._ads_scores(rank_mod.whiten(x), k, cfg)
-    if name == "ads-l2":
-        return rank_mod._ads_scores(rank_mod.l2_normalise(x), k, cfg)
-    if name == "knn-w":
-        return rank_mod.knn_scores(rank_mod.whiten(x))
-    if name == "knn-l2":
-        return rank_mod.knn_scores(rank_mod.l2_normalise(x))
-    if name == "maha":  # distance from the mean in whitened space
-        w = rank_mod.whiten(x)
-        return np.linalg.norm(w, axis=1)
-    if name.startswith(("knn-s", "ads-s", "hyb-s")):  # shrink-whitening: top d scaled to the d-th variance
-        kind, d = name.split("-s")
-        w = _shrink_whiten(x, int(d))
-        if kind == "knn":
-            return rank_mod.knn_scores(w)
-        if kind == "ads":
-            return rank_mod._ads_scores(w, k, cfg)
-        return _hyb(w, w, k, cfg, 0.5)
-    if name.startswith(("knn-wr", "ads-wr")):
-        w = _whiten_resid(x)
-        return rank_mod.knn_scores(w) if name.startswith("knn") else rank_mod._ads_scores(w, k, cfg)
-    if name.startswith("F"):  # F<dims>f<floor>w<density weight>[k<knn k>]
-        dims, rest = name[1:].split("f")
-        floor, wd = rest.split("w")
-        w = rank_mod.whiten(x, int(dims), floor=int(floor))
-        if wd == "knn":
-            return rank_mod.knn_scores(w)
-        if wd == "ads":
-            return rank_mod._ads_scores(w, k, cfg)
-        return _hyb(w, w, k, cfg, float(wd))
-    if name.startswith("G"):  # ADS in F-space + knn in raw space
-        dims, rest = name[1:].split("f")
-        floor, wd = rest.split("w")
-        w = rank_mod.whiten(x, int(dims), floor=int(floor))
-        return _hyb(w, x, k, cfg, float(wd))
-    if name.startswith("hybR"):  # ADS whitened + knn raw
-        return _hyb(rank_mod.whiten(x), x, k, cfg, float(name[4:]))
-    if name.startswith("hyb"):  # hyb<density weight>
-        return rank_mod.default_scores(x, k, cfg, density_weight=float(name[3:]))
-    raise ValueError(name)
-
-
-def bench_rank(feats: dict, k: int, method: str, seed: int):
-    """Run ``method`` ("name" or "name@pooled") on a cached set; shipped methods go through rank()."""
-    name, _, kind = method.partition("@")
-    x = feats[kind or "logits"]
-    cfg = ADSConfig(seed=seed)
-    dedup = None  # rank(): the default threshold; variants: no dedup
-    if "+dd" in name:
-        name, _, thr = name.partition("+dd")
-        dedup = float(thr)
-    if name in rank_mod.METHODS:
-        return rank_mod.rank(x, k, method=name, config=cfg, dedup=dedup)
-    if name in BASELINES:
-        scores = BASELINES[name](x, seed)
-    else:
-        scores = _variant(x, k, name, cfg)
-    order = np.lexsort((np.arange(len(scores)), -scores))
-    picks, dropped = rank_mod.dedup_order(order, rank_mod.l2_normalise(x), k, dedup)
-    return rank_mod.Ranking(
-        indices=picks,
-        scores=scores[picks],
-        neighbour=picks * 0,
-        distance=scores[picks],
-        duplicates_dropped=dropped,
-        all_scores=scores,
-    )
-
-
-# --------------------------------------------------------------------------- scoring
-
-
-def scores_at_k(picks: np.ndarray, labels: np.ndarray) -> dict:
+def f1_at_k(picks: np.ndarray, labels: np.ndarray) -> float:
     k = int(labels.sum())
     hit = int(labels[picks[:k]].sum())
-    p = hit / max(len(picks[:k]), 1)
-    r = hit / max(k, 1)
-    f1 = 0.0 if hit == 0 else 2 * p * r / (p + r)
-    return {"precision": p, "recall": r, "f1": f1}
+    return 0.0 if hit == 0 else 2 * hit / (len(picks[:k]) + k)
 
 
 def average_precision(order: np.ndarray, labels: np.ndarray) -> float:
     rel = labels[order].astype(np.float64)
-    hits = np.cumsum(rel)
-    prec = hits / np.arange(1, len(rel) + 1)
+    prec = np.cumsum(rel) / np.arange(1, len(rel) + 1)
     return float((prec * rel).sum() / max(labels.sum(), 1))
 
 
-def full_order(r, n: int, seed: int) -> np.ndarray:
-    """Picks first, then the rest by the method's full score when it has one, else randomly."""
-    picks = np.asarray(r.indices)
-    rest_mask = np.ones(n, dtype=bool)
-    rest_mask[picks] = False
-    full = getattr(r, "all_scores", None)
-    rest = np.flatnonzero(rest_mask)
-    if full is not None:
-        rest = rest[np.argsort(-full[rest], kind="stable")]
+def full_order(s: M.Scored, n: int, seed: int) -> np.ndarray:
+    """Picks first, then the method's score order (or random order past a K-sparse support)."""
+    rest = np.setdiff1d(np.arange(n), s.picks)
+    if s.full:
+        rest = rest[np.argsort(-s.scores[rest], kind="stable")]
     else:
-        rest = np.random.default_rng(seed).permutation(rest)
-    return np.concatenate([picks, rest])
+        sup = rest[s.scores[rest] > 0]
+        sup = sup[np.argsort(-s.scores[sup], kind="stable")]
+        other = np.random.default_rng(seed).permutation(rest[s.scores[rest] <= 0])
+        rest = np.concatenate([sup, other])
+    return np.concatenate([s.picks, rest])
 
 
-def duplicate_picks(picks: np.ndarray, groups: np.ndarray) -> int:
-    """Picks that share a burst with a higher-ranked pick."""
-    seen, dup = set(), 0
-    for i in picks:
-        g = int(groups[i])
-        if g >= 0 and g in seen:
-            dup += 1
-        seen.add(g)
-    return dup
-
-
-def run(sets: list[str], seeds: int, methods: list[str]) -> dict:
-    src = datasets.load_sources()
+def evaluate(names: list[str], seeds: list[int], methods: list[str], log=sys.stderr) -> list[dict]:
     rows = []
-    for name in sets:
-        for seed in range(seeds):
-            t0 = time.time()
-            feats = set_features(name, seed, src)
-            labels = feats["labels"].astype(bool)
+    for seed in seeds:
+        for name in names:
+            f = extract.features(name, seed)
+            labels = f["labels"].astype(bool)
             k = int(labels.sum())
-            t_feat = time.time() - t0
             for m in methods:
-                t1 = time.perf_counter()
-                r = bench_rank(feats, k, m, seed=seed)
-                dt = time.perf_counter() - t1
-                sc = scores_at_k(np.asarray(r.indices), labels)
-                ap = average_precision(full_order(r, len(labels), seed), labels)
+                t = time.perf_counter()
+                s = METHODS[m](f, k, seed)
+                dt = time.perf_counter() - t
                 rows.append(
                     {
                         "set": name,
@@ -272,96 +148,96 @@ def run(sets: list[str], seeds: int, methods: list[str]) -> dict:
                         "method": m,
                         "n": len(labels),
                         "k": k,
-                        **sc,
-                        "ap": ap,
-                        "dup_picks": duplicate_picks(np.asarray(r.indices)[:k], feats["groups"]),
+                        "f1": f1_at_k(s.picks, labels),
+                        "ap": average_precision(full_order(s, len(labels), seed), labels),
                         "seconds": dt,
                     }
                 )
-            print(f"{name} seed {seed}: N={len(labels)} K={k} features {t_feat:.1f}s", file=sys.stderr)
-    return {"rows": rows}
+            print(f"{name} seed {seed}: N={len(labels)} K={k}", file=log)
+    return rows
 
 
-def summarise(rows: list[dict], sets: list[str], methods: list[str]) -> tuple[str, dict]:
-    def mean(m, s, key):
-        v = [r[key] for r in rows if r["method"] == m and r["set"] == s]
-        return float(np.mean(v)), float(np.std(v))
-
+def summarise(rows: list[dict], names: list[str], methods: list[str]) -> tuple[str, dict]:
+    """Markdown table (F1 mean +- sd per set, then mean F1 and AP over sets) and the same as a dict."""
     summary: dict = {}
-    lines = ["| method | " + " | ".join(sets) + " | mean F1 | mean AP |", "|---" * (len(sets) + 3) + "|"]
+    head = "| method | " + " | ".join(names) + " | mean F1 | mean AP |"
+    lines = [head, "|---" * (len(names) + 3) + "|"]
     for m in methods:
-        cells, f1s, aps = [], [], []
-        for s in sets:
-            f1, f1sd = mean(m, s, "f1")
-            ap, _ = mean(m, s, "ap")
-            f1s.append(f1)
-            aps.append(ap)
+        cells = []
+        per_seed_f1: dict[int, list[float]] = {}
+        per_seed_ap: dict[int, list[float]] = {}
+        for s in names:
+            rs = [r for r in rows if r["method"] == m and r["set"] == s]
+            f1 = np.array([r["f1"] for r in rs])
+            ap = np.array([r["ap"] for r in rs])
+            for r in rs:
+                per_seed_f1.setdefault(r["seed"], []).append(r["f1"])
+                per_seed_ap.setdefault(r["seed"], []).append(r["ap"])
             summary.setdefault(m, {})[s] = {
-                "f1": f1,
-                "f1_std": f1sd,
-                "ap": ap,
-                "precision": mean(m, s, "precision")[0],
-                "recall": mean(m, s, "recall")[0],
-                "dup_picks": mean(m, s, "dup_picks")[0],
+                "f1": float(f1.mean()),
+                "f1_sd": float(f1.std(ddof=1)) if len(f1) > 1 else 0.0,
+                "ap": float(ap.mean()),
+                "ap_sd": float(ap.std(ddof=1)) if len(ap) > 1 else 0.0,
+                "draws": len(rs),
             }
-            cells.append(f"{f1:.2f} / {ap:.2f}")
-        summary[m]["_mean"] = {"f1": float(np.mean(f1s)), "ap": float(np.mean(aps))}
-        lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.mean(f1s):.3f} | {np.mean(aps):.3f} |")
+            cells.append(f"{f1.mean():.2f}±{summary[m][s]['f1_sd']:.2f}")
+        mf = np.array([np.mean(v) for v in per_seed_f1.values()])
+        ma = np.array([np.mean(v) for v in per_seed_ap.values()])
+        summary[m]["_mean"] = {
+            "f1": float(mf.mean()),
+            "f1_sd": float(mf.std(ddof=1)) if len(mf) > 1 else 0.0,
+            "ap": float(ma.mean()),
+            "ap_sd": float(ma.std(ddof=1)) if len(ma) > 1 else 0.0,
+        }
+        sm = summary[m]["_mean"]
+        lines.append(
+            f"| {m} | "
+            + " | ".join(cells)
+            + f" | {sm['f1']:.3f}±{sm['f1_sd']:.3f} | {sm['ap']:.3f}±{sm['ap_sd']:.3f} |"
+        )
     return "\n".join(lines), summary
-
-
-def timing(
-    n: int, dim: int = 1000, k: int = 50, methods=("ads", "knn", "ads-paper"), brute: bool = True
-) -> dict:
-    """Seconds per method on synthetic (n, dim) features; brute-force exact kNN for reference."""
-    rng = np.random.default_rng(0)
-    centres = rng.normal(size=(20, dim)).astype(np.float32) * 3
-    x = centres[rng.integers(0, 20, size=n)] + rng.normal(size=(n, dim)).astype(np.float32)  # (n, dim)
-    out = {"n": n, "dim": dim, "k": k}
-    for m in methods:
-        t = time.perf_counter()
-        rank_mod.rank(x, k, method=m)
-        out[m] = time.perf_counter() - t
-        print(f"timing {m}: {out[m]:.1f}s", file=sys.stderr)
-    if brute:
-        t = time.perf_counter()
-        rank_mod.knn_scores(x, 10, exact=True)
-        out["brute-force-knn"] = time.perf_counter() - t
-        print(f"timing brute-force kNN: {out['brute-force-knn']:.1f}s", file=sys.stderr)
-    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default=",".join(datasets.SETS))
-    ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--methods", default="ads,ads-paper,power,knn,iforest,ads+dd0,ads@pooled,knn@pooled")
-    ap.add_argument(
-        "--timing", type=int, default=0, help="also time the methods at this N (synthetic features)"
-    )
-    ap.add_argument("--out", default="bench_quality.json")
+    ap.add_argument("--split", default="dev", choices=sorted(sets.SPLITS))
+    ap.add_argument("--sets", default=None, help="comma-separated subset of the split's sets")
+    ap.add_argument("--seeds", type=int, default=None, help="draws per set (default 5; library splits 1)")
+    ap.add_argument("--methods", default=",".join(ABLATIONS))
+    ap.add_argument("--out", default=None, help="JSON output (default bench_quality_<split>.json)")
     a = ap.parse_args()
-    sets = a.sets.split(",")
+    names = list(sets.SPLITS[a.split])
+    if a.sets:
+        want = a.sets.split(",")
+        bad = [s for s in want if s not in names]
+        if bad:
+            ap.error(f"not in split {a.split}: {', '.join(bad)}")
+        names = want
     methods = a.methods.split(",")
-    res = run(sets, a.seeds, methods)
-    table, summary = summarise(res["rows"], sets, methods)
-    res["summary"] = summary
-    res["table"] = table
-    res["machine"] = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "extractor": extractor().model_key,
-    }
-    print("F1 at K / average precision, mean over seeds\n")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        ap.error(f"unknown methods: {', '.join(unknown)}")
+    if a.split.startswith("test") and any(m in CANDIDATES for m in methods):
+        print("note: research candidates on the test split; choose on dev only", file=sys.stderr)
+    n_seeds = a.seeds or (1 if "library" in a.split else 5)
+    rows = evaluate(names, list(range(n_seeds)), methods)
+    table, summary = summarise(rows, names, methods)
+    print(
+        f"F1 at K (mean ± sd over {n_seeds} draws); mean F1 / AP over sets (± sd over draws), "
+        f"split {a.split}\n"
+    )
     print(table)
-    if a.timing:
-        res["timing"] = timing(a.timing)
-        t = res["timing"]
-        print(
-            f"\nN = {t['n']}, M = {t['dim']}, K = {t['k']}: "
-            + ", ".join(f"{m} {v:.1f}s" for m, v in t.items() if m not in ("n", "dim", "k"))
-        )
-    Path(a.out).write_text(json.dumps(res, indent=1))
+    out = {
+        "split": a.split,
+        "sets": names,
+        "seeds": n_seeds,
+        "methods": methods,
+        "rows": rows,
+        "summary": summary,
+        "table": table,
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
+    }
+    Path(a.out or f"bench_quality_{a.split}.json").write_text(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
