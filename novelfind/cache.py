@@ -37,6 +37,12 @@ APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novel
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
+# How vectors are stored. A blob's length says which (dim * 2 or dim * 4 bytes), so one cache may hold
+# both and no schema change was needed: a float32 cache keeps working, its vectors are read as they
+# are, and new ones are written in the cache's dtype.
+DTYPES = {"float16": "<f2", "float32": "<f4"}
+DEFAULT_DTYPE = "float32"
+FLOAT16_MAX = 65504.0  # larger values are stored in float32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -50,7 +56,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     digest    TEXT NOT NULL,
     model_key TEXT NOT NULL,        -- weights hash + feature kind + preprocessing version
     dim       INTEGER NOT NULL,
-    data      BLOB NOT NULL,        -- little-endian float32, dim * 4 bytes
+    data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
     PRIMARY KEY (digest, model_key)
 );
 CREATE TABLE IF NOT EXISTS models (
@@ -116,14 +122,23 @@ def _stat_keys(files: Sequence[Any]) -> list[tuple[bytes, int, int]]:
     return [(_encode_path(f.path), int(f.size), int(f.mtime_ns)) for f in files]
 
 
-def _to_blob(vector: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+def _storable(vector: np.ndarray, dtype: str) -> np.ndarray:
+    """The vector in the storage type: float16 when asked for and every value fits, else float32."""
+    if dtype == "float16" and float(np.abs(vector).max(initial=0.0)) <= FLOAT16_MAX:
+        return np.ascontiguousarray(vector, dtype="<f2")
+    return np.ascontiguousarray(vector, dtype="<f4")
+
+
+def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
+    return _storable(vector, dtype).tobytes()
 
 
 def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
-    if len(blob) != 4 * dim:
-        return None
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 4 * dim:
+        return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 2 * dim:
+        return np.frombuffer(blob, dtype="<f2").astype(np.float32)
+    return None
 
 
 class FeatureCache:
@@ -137,6 +152,10 @@ class FeatureCache:
     ``on_warning(message)`` receives survivable problems (a damaged cache moved aside); without it
     they go to ``warnings.warn`` as ``CacheWarning``. ``recovered_from`` is where a damaged file
     was moved, or None.
+
+    ``dtype``: how new vectors are stored, ``"float16"`` (2 bytes a value) or ``"float32"``; vectors
+    already stored are read in whichever they were written. :meth:`stored` gives a vector as it will
+    read back, so a scan ranks the same values the first time as when it reads them again.
     """
 
     def __init__(
@@ -146,9 +165,13 @@ class FeatureCache:
         *,
         on_warning: Callable[[str], None] | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
+        dtype: str = DEFAULT_DTYPE,
     ):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.model_key = model_key
+        self.dtype = dtype
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -164,6 +187,7 @@ class FeatureCache:
         *,
         create: bool = True,
         on_warning: Callable[[str], None] | None = None,
+        dtype: str = DEFAULT_DTYPE,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -178,7 +202,7 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning)
+        return cls(path, model_key, on_warning=on_warning, dtype=dtype)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -436,6 +460,18 @@ class FeatureCache:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        """``vectors`` (1-D, or one per row) as this cache will give them back: float32, rounded to the
+        storage type."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if self.dtype == "float32":
+            return v
+        rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
+        out = np.array(rows, dtype=np.float32)
+        fits = np.abs(rows).max(axis=1, initial=0.0) <= FLOAT16_MAX  # (B,) as _storable decides
+        out[fits] = rows[fits].astype(np.float16).astype(np.float32)
+        return out.reshape(v.shape)
+
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         """Store ``(file, digest, vector)`` rows in one transaction: all of them or none.
 
@@ -461,7 +497,7 @@ class FeatureCache:
             if not np.isfinite(vec).all():
                 continue
             file_rows.append((_encode_path(file.path), int(file.size), int(file.mtime_ns), str(digest)))
-            vector_rows[str(digest)] = _to_blob(vec)
+            vector_rows[str(digest)] = _to_blob(vec, self.dtype)
         if not file_rows:
             return
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -642,6 +678,9 @@ class NullCache:
 
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         return None
+
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        return np.asarray(vectors, dtype=np.float32)
 
     def info(self) -> dict[str, Any]:
         return {"path": None, "entries": 0, "files": 0, "size_bytes": 0, "models": {}, "schema_version": None}

@@ -113,7 +113,11 @@ class Decoder(Protocol):
 
 
 class FeatureStore(Protocol):
-    """What the extraction stage needs of a cache (``FeatureCache`` and ``NullCache`` have it)."""
+    """What the extraction stage needs of a cache (``FeatureCache`` and ``NullCache`` have it).
+
+    A store that rounds what it keeps (``FeatureCache`` in float16) also has ``stored(vector)``, the
+    vector as it will read back: the stage keeps that, so a first scan ranks what later scans read.
+    """
 
     def get_many_by_stat(self, files: Sequence[Any]) -> list[np.ndarray | None]: ...
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
@@ -344,6 +348,7 @@ class Stage:
                  on_warning: OnWarning | None) -> None:
         self.files = files if isinstance(files, FileList) else FileList(files)
         self.extractor, self.cache, self.batch_size = extractor, cache, batch_size
+        self.stored: Callable[[np.ndarray], np.ndarray] | None = getattr(cache, "stored", None)
         self.on_progress, self.on_failure, self.on_warning = on_progress, on_failure, on_warning
         n = len(files)
         self.dim = int(extractor.dim)
@@ -422,6 +427,8 @@ class Stage:
         """File i's bytes (``digest``) made ``vec`` in the model: kept and queued for the next commit,
         unless it holds NaN or infinity (then file i fails)."""
         if np.all(np.isfinite(vec)):
+            if self.stored is not None:
+                vec = self.stored(vec)
             self._fill(i, vec)
             self.extracted += 1
             self.rows.append((self.files[i], digest, vec))

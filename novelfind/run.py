@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__, features, walk
-from novelfind.cache import FeatureCache, NullCache
+from novelfind.cache import DEFAULT_DTYPE, FeatureCache, NullCache
 from novelfind.errors import CacheError, InputError, NovelfindError, OutputError
 from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
 from novelfind.lock import output_lock
@@ -556,12 +556,13 @@ class _Scan:
         if choice is False:
             yield NullCache()
             return
-        if choice is True:
-            path = None
-        else:
-            path = choice.path if isinstance(choice, FeatureCache) else choice
+        path, dtype = None, DEFAULT_DTYPE
+        if isinstance(choice, FeatureCache):
+            path, dtype = choice.path, choice.dtype
+        elif choice is not True:
+            path = choice
         try:
-            store = FeatureCache.open(path, model_key, on_warning=self.warn)
+            store = FeatureCache.open(path, model_key, on_warning=self.warn, dtype=dtype)
         except CacheError as err:
             self.warn(f"{err}; running without the cache")
             yield NullCache()

@@ -216,6 +216,36 @@ def test_vectors_are_stored_as_float32(db):
     conn.close()
 
 
+def test_float16_storage_halves_the_vectors_and_reads_back_what_stored_says(db):
+    vectors = [vec(i, 1000) * 8 for i in range(20)]  # logits-like magnitudes
+    with FeatureCache(db, "m1", dtype="float16") as c:
+        c.put_many([(fake(i), f"d{i}", v) for i, v in enumerate(vectors)])
+        got = np.stack(c.get_many_by_stat([fake(i) for i in range(20)]))  # (20, 1000)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, c.stored(np.stack(vectors)))
+        np.testing.assert_array_equal(c.stored(vectors[3]), got[3])
+        assert 0 < np.abs(got - np.stack(vectors)).max() <= 8 * 8 * 2**-11  # float16 rounding, no more
+    with sqlite3.connect(db) as conn:
+        assert set(conn.execute("SELECT length(data) FROM vectors").fetchall()) == {(2 * 1000,)}
+
+
+def test_a_float32_cache_keeps_working_when_float16_is_written_into_it(db):
+    with FeatureCache(db, "m1", dtype="float32") as c:  # as every earlier novelfind wrote it
+        c.put_many([(fake(1), "d1", vec(1))])
+    big = vec(2) * 1e5  # beyond float16's range: kept in float32
+    with FeatureCache(db, "m1", dtype="float16") as c:
+        np.testing.assert_array_equal(c.get_by_digest("d1"), vec(1))  # read exactly as written
+        c.put_many([(fake(2), "d2", big), (fake(3), "d3", vec(3))])
+        np.testing.assert_array_equal(c.get_by_digest("d2"), big)
+        np.testing.assert_array_equal(c.stored(big), big)
+        np.testing.assert_array_equal(c.get_by_digest("d3"), vec(3).astype(np.float16).astype(np.float32))
+    with FeatureCache(db, "m1", dtype="float32") as c:  # and the other way round
+        assert all(v is not None for v in c.get_many_by_stat([fake(1), fake(2), fake(3)]))
+    assert integrity(db) == "ok"
+    with pytest.raises(ValueError, match="dtype must be one of float16, float32, got 'int8'"):
+        FeatureCache(db, "m1", dtype="int8")
+
+
 def test_full_disk_stops_caching_but_keeps_what_was_written(db):
     with FeatureCache(db, "m1") as c:
         c.put_many([(fake(0), "d0", vec(0, 1000))])

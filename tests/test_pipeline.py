@@ -131,6 +131,19 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     assert not multiprocessing.active_children()  # no pool started for an all-hit scan
 
 
+def test_a_float16_cache_gives_the_first_scan_the_vectors_later_scans_read(tmp_path):
+    from novelfind.cache import FeatureCache
+
+    files = make_library(tmp_path / "photos", 6)
+    with FeatureCache(tmp_path / "c.sqlite", MeanColour.model_key, dtype="float16") as cache:
+        first = extract(files, MeanColour(), cache, workers=0)
+        again = extract(files, MeanColour(), cache, workers=0)
+    assert (first.extracted, again.from_cache) == (6, 6)
+    np.testing.assert_array_equal(first.features, again.features)  # rounded once, the same both times
+    raw = extract(files, MeanColour(), DictCache(), workers=0).features
+    assert 0 < np.abs(first.features - raw).max() <= 2**-11 * np.abs(raw).max()  # float16 rounding
+
+
 def test_stat_lookups_are_chunked(tmp_path, monkeypatch):
     files = make_library(tmp_path, 5)
     cache = DictCache()
