@@ -160,7 +160,9 @@ def project(
     return out
 
 
-def distance_bound(coords: np.ndarray, residual: np.ndarray, q_coords: np.ndarray, q_residual: float) -> np.ndarray:
+def distance_bound(
+    coords: np.ndarray, residual: np.ndarray, q_coords: np.ndarray, q_residual: float
+) -> np.ndarray:
     """A lower bound of the distances from one row (its coordinates ``q_coords`` (d,) and residual) to rows
     given by ``coords`` (C, d) and ``residual`` (C,) -> float32 (C,).
 
