@@ -424,6 +424,48 @@ class FeatureCache:
                 out.append(_from_blob(hit[3], hit[2]))
         return out
 
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        """bool (N,): which of ``files`` ``get_many_by_stat`` would find a ``dim``-long vector for; the
+        vectors themselves are not read (a re-scan of a big library checks millions this way)."""
+        key = self._require_key()
+        stats = _stat_keys(files)
+        found: dict[bytes, tuple[int, int]] = {}
+        try:
+            with self._lock:
+                for start in range(0, len(stats), _CHUNK):
+                    chunk = list(dict.fromkeys(path for path, _, _ in stats[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+                        "ON v.digest = f.digest AND v.model_key = ? "
+                        f"WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})",
+                        (key, dim, 2 * dim, 4 * dim, *chunk),
+                    )
+                    for path, size, mtime_ns in rows:
+                        found[path] = (size, mtime_ns)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return np.fromiter((found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool,
+                           count=len(stats))
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        """The vectors of ``files`` in their order, ``chunk`` files at a time: float32 (C, dim) arrays.
+
+        For reading a library's vectors back without holding them all. ``files`` must all be in the
+        cache (as a scan that has just stored them knows); CacheError names the first one that is not
+        (the cache was cleared or pruned meanwhile).
+        """
+        for start in range(0, len(files), chunk):
+            part = files[start : start + chunk]
+            found = self.get_many_by_stat(part)
+            missing = next((j for j, v in enumerate(found) if v is None), None)
+            if missing is not None:
+                raise CacheError(
+                    f"the vector of {part[missing].path} is no longer in the feature cache {self.path} "
+                    "(cleared or pruned during the scan?)"
+                )
+            yield np.stack(found)  # (C, dim)
+
     def known_digests(self) -> frozenset[str]:
         """Digests of every file whose vector this model already has (so its bytes need no decoding)."""
         key = self._require_key()
@@ -666,6 +708,12 @@ class NullCache:
 
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         return [None] * len(files)
+
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        return np.zeros(len(files), bool)
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        raise CacheError("no feature cache to read the vectors back from")
 
     def known_digests(self) -> frozenset[str]:
         return frozenset()

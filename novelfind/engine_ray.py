@@ -521,6 +521,7 @@ def extract(
     on_warning: Any = None,
     address: str | None = None,
     device: str = "auto",
+    keep_vectors: bool = True,
 ) -> Any:
     """The ``ray`` engine of ``pipeline.ENGINES``: ``pipeline.extract`` with decoding and the model on a
     Ray cluster.
@@ -532,8 +533,9 @@ def extract(
     ``model_key``), which the workers then run. ``address``: as for :class:`RayEngine` (None: a Ray
     instance on this machine). ``device``: ``auto`` (GPU workers when the cluster has GPUs), ``cpu`` or
     ``cuda`` (``cuda:N`` counts as ``cuda``: the cluster places its workers). ``workers`` and ``decoder``
-    are the local engine's and do not apply. Raises ``ClusterError``; KeyboardInterrupt stops the run,
-    and every batch committed before it stays in the cache.
+    are the local engine's and do not apply; ``keep_vectors`` as for the local engine. Raises
+    ``ClusterError``; KeyboardInterrupt stops the run, and every batch committed before it stays in the
+    cache.
     """
     from novelfind.pipeline import Stage
 
@@ -543,7 +545,7 @@ def extract(
     if feature is None:
         raise ValueError("the Ray engine runs the package's MobileNet-V2: give it an extractor from "
                          "features.build_extractor")
-    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning)
+    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
     misses = stage.stat_hits()
     if not misses:
         return stage.result()

@@ -69,7 +69,7 @@ class Extraction:
     """What the extraction stage returns."""
 
     files: FileList  # ImageFile records: successfully featurised, in walk order
-    features: np.ndarray  # float32 (N, dim), row i <-> files[i]
+    features: np.ndarray | None  # float32 (N, dim), row i <-> files[i]; None when not kept (in the cache)
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
     from_cache: int = 0  # vectors found by stat or by digest
     extracted: int = 0  # vectors made by the model in this run
@@ -120,6 +120,7 @@ class FeatureStore(Protocol):
     """
 
     def get_many_by_stat(self, files: Sequence[Any]) -> list[np.ndarray | None]: ...
+    def has_many_by_stat(self, files: Sequence[Any], dim: int) -> np.ndarray: ...
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
     def known_digests(self) -> frozenset[str]: ...
     def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
@@ -305,6 +306,7 @@ def extract(
     on_progress: OnProgress | None = None,
     on_failure: OnFailure | None = None,
     on_warning: OnWarning | None = None,
+    keep_vectors: bool = True,
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
@@ -315,6 +317,10 @@ def extract(
     (found, extracted or failed). KeyboardInterrupt stops the workers and propagates; batches already
     written stay in the cache. A cache that cannot be written (disk full, I/O error) is reported once
     through ``on_warning`` and the scan goes on without storing more.
+
+    ``keep_vectors`` False: for a library whose N x dim matrix should not sit in memory. The vectors
+    go to the cache only (``features`` is None); a file the cache has is checked without reading its
+    vector (``has_many_by_stat``). The caller reads them back from the cache, in chunks.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -322,7 +328,7 @@ def extract(
         raise ValueError(f"workers must be >= 0, got {workers}")
     if decoder not in DECODERS:
         raise ValueError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
-    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning)
+    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
     misses = stage.stat_hits()
     if misses:
         if workers is None:
@@ -345,14 +351,15 @@ class Stage:
 
     def __init__(self, files: Iterable[Any], extractor: Extractor, cache: FeatureStore, batch_size: int,
                  on_progress: OnProgress | None, on_failure: OnFailure | None,
-                 on_warning: OnWarning | None) -> None:
+                 on_warning: OnWarning | None, keep_vectors: bool = True) -> None:
         self.files = files if isinstance(files, FileList) else FileList(files)
         self.extractor, self.cache, self.batch_size = extractor, cache, batch_size
         self.stored: Callable[[np.ndarray], np.ndarray] | None = getattr(cache, "stored", None)
         self.on_progress, self.on_failure, self.on_warning = on_progress, on_failure, on_warning
         n = len(files)
         self.dim = int(extractor.dim)
-        self.matrix = np.empty((n, self.dim), np.float32)  # (N, dim): row i <-> files[i]; the only big buffer
+        # (N, dim): row i <-> files[i]; the only big buffer, and only when the vectors are kept here
+        self.matrix = np.empty((n, self.dim), np.float32) if keep_vectors else None
         self.done = np.zeros(n, bool)  # row i filled
         self.reasons: dict[int, str] = {}  # file index -> why it failed
         self.from_cache = 0
@@ -370,6 +377,9 @@ class Stage:
         """Fill every row the cache has by (path, size, mtime); the rest (the misses) by index."""
         for start in range(0, len(self.files), STAT_CHUNK):
             chunk = self.files.take(range(start, min(start + STAT_CHUNK, len(self.files))))
+            if self.matrix is None:  # the vectors stay in the cache: only whether it has them
+                self.done[start : start + len(chunk)] = self.cache.has_many_by_stat(chunk, self.dim)
+                continue
             for j, vec in enumerate(self.cache.get_many_by_stat(chunk)):
                 if self._fits(vec):
                     self._fill(start + j, vec)
@@ -485,12 +495,15 @@ class Stage:
         return vec is not None and np.shape(vec) == (self.dim,)
 
     def _fill(self, i: int, vec: np.ndarray) -> None:
-        self.matrix[i] = vec
+        if self.matrix is not None:
+            self.matrix[i] = vec
         self.done[i] = True
 
     def result(self) -> Extraction:
         keep = np.flatnonzero(self.done)
-        features = self.matrix if len(keep) == len(self.files) else self.matrix[keep]  # (N_ok, dim)
+        features = self.matrix
+        if features is not None and len(keep) < len(self.files):
+            features = features[keep]  # (N_ok, dim)
         return Extraction(
             files=self.files if len(keep) == len(self.files) else self.files.take(keep),
             features=features,
