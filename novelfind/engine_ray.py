@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
 
@@ -443,7 +444,8 @@ class RayEngine:
         spec = self._prepare()
         raw = [os.fsencode(os.fspath(p)) for p in paths]
         missing = np.ones(len(raw), bool)
-        known_ref = self._ray.put(frozenset(known))
+        compact = known if isinstance(known, (frozenset, DigestSet)) else frozenset(known)
+        known_ref = self._ray.put(compact)  # one copy in the object store, read by every worker
         last_error: BaseException | None = None
         for _ in range(MAX_ROUNDS):
             todo = np.flatnonzero(missing)

@@ -153,6 +153,21 @@ def test_get_many_lines_up_with_its_input(db):
         assert [g is None for g in by_digest] == [False, True, False, False]
 
 
+def test_known_digests_are_held_in_16_bytes_each_and_answer_like_a_set(db):
+    rng = np.random.default_rng(0)
+    digests = [rng.bytes(16).hex() for _ in range(3000)] + ["00" * 16, "00" * 15 + "01", "not-hex", "d1"]
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(fake(i), d, vec(i)) for i, d in enumerate(digests)])
+        known = c.known_digests()
+    assert len(known) == len(digests) and sorted(known) == sorted(digests)
+    assert all(d in known for d in digests)
+    absent = [rng.bytes(16).hex() for _ in range(3000)] + ["00" * 15 + "02", "ff" * 16, "d2", 7]
+    assert not any(d in known for d in absent)
+    import pickle
+
+    assert len(pickle.dumps(known)) < 17 * len(digests) + 1000  # what a decode process receives
+
+
 def test_10k_stat_lookups_take_well_under_a_second(db):
     n, dim = 10_000, 1000
     files = [fake(i) for i in range(n)]
