@@ -14,10 +14,14 @@ The Python API (the command line is a shell over it)::
     with novelfind.Cache.open() as cache:                # the feature cache: info, prune, clear
         print(cache.info())
 
+    novelfind.IgnoreList().add(["photos/IMG_4411.jpg"])  # never picked again (by content)
+    novelfind.scan("photos", k=20, xmp=True, ignore_picks=True)  # tag the picks, ignore them next time
+
 Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick`, :class:`Progress`,
-:func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, and the exceptions
-:class:`NovelfindError` (every error a run can stop with) and :class:`InputError`. They are imported
-on first use, so ``import novelfind`` itself is quick.
+:func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, :class:`IgnoreList`
+(with :class:`Ignored` entries and :class:`IgnoreChange` results), and the exceptions
+:class:`NovelfindError` (every error a run can stop with), :class:`InputError` and
+:class:`MissingExtraError`. They are imported on first use, so ``import novelfind`` itself is quick.
 """
 
 from __future__ import annotations
@@ -42,8 +46,12 @@ _API = {
     "ADSConfig": ("novelfind.solver", "ADSConfig"),
     "ADSResult": ("novelfind.solver", "ADSResult"),
     "Cache": ("novelfind.cache", "FeatureCache"),
+    "IgnoreList": ("novelfind.ignore", "IgnoreList"),
+    "Ignored": ("novelfind.ignore", "Ignored"),
+    "IgnoreChange": ("novelfind.ignore", "IgnoreChange"),
     "NovelfindError": ("novelfind.errors", "NovelfindError"),
     "InputError": ("novelfind.errors", "InputError"),
+    "MissingExtraError": ("novelfind.errors", "MissingExtraError"),
 }
 
 __all__ = [
@@ -52,7 +60,11 @@ __all__ = [
     "Cache",
     "Counts",
     "Failure",
+    "IgnoreChange",
+    "IgnoreList",
+    "Ignored",
     "InputError",
+    "MissingExtraError",
     "NovelfindError",
     "Pick",
     "Progress",
@@ -67,7 +79,8 @@ __all__ = [
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ below imports on demand
     from novelfind.cache import FeatureCache as Cache
-    from novelfind.errors import InputError, NovelfindError
+    from novelfind.errors import InputError, MissingExtraError, NovelfindError
+    from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
     from novelfind.ranking import Ranking, rank
     from novelfind.report import Failure, Pick
     from novelfind.run import Counts, Progress, ScanParameters, ScanResult, scan

@@ -510,6 +510,29 @@ class FeatureCache:
                 )
             yield np.stack(found)  # (C, dim)
 
+    def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
+        """The digest of each file's bytes as recorded when it was read, if it still has that size and
+        mtime (else None), without reading the file: the ignore list matches a library by these."""
+        found: dict[bytes, tuple[int, int, str]] = {}
+        encoded = [_encode_path(f.path) for f in files]
+        try:
+            with self._lock:
+                for start in range(0, len(encoded), _CHUNK):
+                    chunk = list(dict.fromkeys(encoded[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        f"SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})", chunk
+                    )
+                    for path, size, mtime_ns, digest in rows:
+                        found[path] = (size, mtime_ns, digest)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        out: list[str | None] = []
+        for f, path in zip(files, encoded, strict=True):
+            hit = found.get(path)
+            out.append(hit[2] if hit is not None and hit[:2] == (f.size, f.mtime_ns) else None)
+        return out
+
     def known_digests(self) -> DigestSet:
         """Digests of every file whose vector this model already has (so its bytes need no decoding)."""
         key = self._require_key()
@@ -758,6 +781,9 @@ class NullCache:
 
     def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
         raise CacheError("no feature cache to read the vectors back from")
+
+    def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
+        return [None] * len(files)
 
     def known_digests(self) -> DigestSet:
         return DigestSet()

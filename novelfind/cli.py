@@ -22,20 +22,30 @@ import click
 
 from novelfind import __version__, dirs, run
 from novelfind.cache import FeatureCache
-from novelfind.config import configured_cache, read_config, to_default_map
+from novelfind.config import configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.html import CONTACT_SHEET_FORMATS
-from novelfind.report import encode_output
+from novelfind.ignore import IgnoreList
+from novelfind.report import encode_output, escape_field
 
 EXIT_CODES_HELP = """\b
 Exit codes:
   0    success, every file read
   1    error: nothing could be ranked (no images, weights missing, output not writable,
-       the Ray cluster unreachable with --engine ray)
-  2    usage: bad option, missing folder, unknown config key
-  3    finished, but some files could not be read (each named on stderr)
+       ignore list damaged, or the Ray cluster unreachable with --engine ray)
+  2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp]
+  3    finished, but some files could not be read or some sidecars not written (each named
+       on stderr)
   4    another run holds the lock on the same output (with --no-wait)
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
+"""
+
+IGNORE_EXIT_CODES_HELP = """\b
+Exit codes:
+  0    done
+  1    the ignore list cannot be read (damaged) or written
+  2    usage: no PATHS, or PATHS with --list or --clear
+  3    done, but some PATHS could not be read (each named on stderr)
 """
 
 DEFAULTS = run.parameter_defaults()
@@ -132,6 +142,8 @@ def cli() -> None:
     Examples:
       novelfind scan ~/Pictures --k 100
       novelfind scan ~/Pictures --k 20 --report novel.html --copy-to ~/novel
+      novelfind scan ~/Pictures --since 2026-01-01 --xmp --ignore-picks
+      novelfind ignore --list
       novelfind cache info
     """
 
@@ -211,6 +223,18 @@ def _option(*decls: str, name: str, **kwargs: Any):
 @_option("--contact-sheet", name="contact_sheet", type=click.Path(dir_okay=False, path_type=Path),
          callback=_contact_sheet_name,
          help="Write a grid of the picks with their ranks (.jpg, .png or .webp).")
+@_option("--xmp", name="xmp", is_flag=True,
+         help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
+              "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "
+              "are never written. Needs pip install 'novelfind[xmp]'.")
+@_option("--xmp-keyword", name="xmp_keyword", metavar="TEXT", show_default=True,
+         help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.")
+@_option("--ignore-picks", name="ignore_picks", is_flag=True,
+         help="After writing the results, add the picks to the ignore list: the next run shows others.")
+@_option("--include-ignored", name="include_ignored", is_flag=True,
+         help="Let photos on the ignore list be picked again (otherwise they are ranked but never picked).")
+@_option("--ignore-file", name="ignore_file", type=click.Path(dir_okay=False, path_type=Path),
+         help="The ignore list (default: ignored.json in the user data folder).")
 @_option("--wait/--no-wait", name="wait", show_default=True,
          help="When another run writes the same outputs: wait for it, or exit with code 4.")
 @click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
@@ -224,6 +248,7 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
       novelfind scan /srv/photos --k 50 --format json -o novel.json -q
       novelfind scan ~/Pictures --k 20 --copy-to ~/novel --link symlink
       novelfind scan ~/Pictures --since 2026-01-01 --report new.html
+      novelfind scan ~/Pictures --k 20 --xmp --xmp-keyword 'novelfind|novel' --ignore-picks
       novelfind scan /mnt/archive --engine ray --ray-address head-node:6379 -o novel.tsv
     """
     ctx = click.get_current_context()
@@ -244,14 +269,34 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
     if counts.candidates == 0:
-        console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S}; nothing to rank")
+        if options["since"] is not None:
+            console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
+                         "ignored; nothing to rank")
+        else:
+            console.note(f"all {counts.ignored} photos are on the ignore list; nothing to rank "
+                         "(--include-ignored shows them)")
     elif k > counts.candidates:
-        console.note(f"--k {k} is more than the {counts.candidates} images to rank; ranking all of them")
+        console.note(f"--k {k} is more than the {counts.candidates} photos to rank; ranking all of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
-    console.info(f"{counts.found} images found, {counts.from_cache} read from cache, {counts.extracted} "
-                 f"extracted, {counts.failed} failed, {result.seconds:.1f} s")
-    return int(ExitCode.PARTIAL if result.failures else ExitCode.OK)
+    summary = (f"{counts.photos} photos ({counts.found} files) found, {counts.from_cache} read from cache, "
+               f"{counts.extracted} extracted, {counts.failed} failed")
+    if counts.ignored:
+        summary += f", {counts.ignored} ignored"
+    if counts.newly_ignored:
+        summary += f", {counts.newly_ignored} picks added to the ignore list"
+    console.info(f"{summary}, {result.seconds:.1f} s")
+    sidecars = result.sidecars
+    if sidecars is not None:
+        tagged, created = sidecars.count("created", "updated"), sidecars.count("created")
+        untagged, deleted = sidecars.count("removed", "deleted"), sidecars.count("deleted")
+        console.info(f"XMP sidecars: {tagged} tagged ({created} created), {untagged} untagged "
+                     f"({deleted} deleted), {len(sidecars.problems)} not written")
+        if console.quiet:  # problems went to on_warning, which -q silences; a lost tag must still show
+            for path, reason in sidecars.problems:
+                console.problem(f"XMP sidecar {path}: {reason}")
+    partial = result.failures or (sidecars is not None and sidecars.problems)
+    return int(ExitCode.PARTIAL if partial else ExitCode.OK)
 
 
 @contextmanager
@@ -320,6 +365,10 @@ class Console:
         """A file that could not be read: always reported, once."""
         click.echo(f"warning: cannot read {path}: {reason}", err=True)
 
+    def problem(self, message: str) -> None:
+        """A warning shown even with -q (something the run was asked to write was not written)."""
+        click.echo(f"warning: {message}", err=True)
+
     def warn(self, message: str) -> None:
         if not self.quiet:
             click.echo(f"warning: {message}", err=True)
@@ -387,6 +436,69 @@ def _write_stdout(data: bytes) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
         os.close(devnull)
+
+
+# --- ignore --------------------------------------------------------------------------------------
+
+
+@cli.command("ignore", epilog=IGNORE_EXIT_CODES_HELP)
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--list", "show", is_flag=True,
+              help="Print the list: when each photo was added, and where it was last seen.")
+@click.option("--remove", is_flag=True,
+              help="Take PATHS off the list (a folder: every photo last seen under it).")
+@click.option("--clear", is_flag=True, help="Empty the list.")
+@click.option("--ignore-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar=_env("ignore_file"),
+              help="The ignore list (default: ignored.json in the user data folder).")
+@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
+              help="Print nothing on stderr but errors and unreadable files.")
+def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None,
+           quiet: bool) -> int:
+    """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
+
+    Ignored photos are known by their content (moved or renamed, they stay ignored) and are never
+    picked, but still count as part of the library. The list is user data: `cache clear` leaves it.
+
+    \b
+    Examples:
+      novelfind ignore ~/Pictures/2019/IMG_4411.jpg ~/Pictures/screenshots
+      novelfind ignore --list
+      novelfind ignore --remove ~/Pictures/2019/IMG_4411.jpg
+      novelfind ignore --clear
+    """
+    modes = [name for name, on in (("--list", show), ("--remove", remove), ("--clear", clear)) if on]
+    if len(modes) > 1:
+        raise click.UsageError(f"{modes[0]} and {modes[1]} cannot be used together")
+    if (show or clear) and paths:
+        raise click.UsageError(f"{modes[0]} takes no PATHS")
+    if not (show or clear) and not paths:
+        raise click.UsageError("give PATHS to ignore (or to --remove), or use --list or --clear")
+    console = Console(quiet)
+    if ignore_file is None:
+        configured = configured_value(scan, "ignore_file")
+        ignore_file = Path(configured) if configured is not None else None
+    ignored = IgnoreList(ignore_file)
+    if show:
+        lines = [f"{entry.added}\t{escape_field(str(entry.path))}\n" for entry in ignored.entries()]
+        _write_stdout(encode_output("".join(lines)))
+        return int(ExitCode.OK)
+    if clear:
+        click.echo(f"cleared\t{ignored.clear()}")
+        return int(ExitCode.OK)
+    if remove:
+        change = ignored.remove(paths)
+        click.echo(f"removed\t{len(change.changed)}")
+        for path in change.unchanged:
+            console.note(f"not on the ignore list: {path}")
+    else:
+        change = ignored.add(paths)
+        click.echo(f"added\t{len(change.changed)}")
+        if change.unchanged:
+            console.note(f"{len(change.unchanged)} already on the ignore list")
+    for path, reason in change.failures:
+        console.unreadable(path, reason)
+    return int(ExitCode.PARTIAL if change.failures else ExitCode.OK)
 
 
 # --- cache ---------------------------------------------------------------------------------------

@@ -103,10 +103,16 @@ def _check_type(param: click.Option, value: Any, key: str, source: Path) -> None
         raise InputError(f"config file {source}: key '{key}' must be {wanted}, got {value!r}")
 
 
-def configured_cache(command: click.Command) -> Path | None:
-    """The ``cache`` key of the default config file, for the cache commands (None when unset)."""
+def configured_value(command: click.Command, key: str) -> Any:
+    """The ``key`` of the default config file, checked against ``command``'s options (None when unset):
+    what the commands beside ``scan`` use, so that they work on the same cache and ignore list."""
     path = dirs.config_path()
     if path is None:
         return None
-    value = to_default_map(command, read_config(path), path).get("cache")
+    return to_default_map(command, read_config(path), path).get(key)
+
+
+def configured_cache(command: click.Command) -> Path | None:
+    """The ``cache`` key of the default config file, for the cache commands (None when unset)."""
+    value = configured_value(command, "cache")
     return Path(value) if value is not None else None

@@ -120,6 +120,8 @@ def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
             w, h = img.size
             if w <= 0 or h <= 0:
                 raise DecodeError("empty image")
+            if w * h > MAX_IMAGE_PIXELS:  # our own bound: does not depend on Pillow's global setting
+                raise DecodeError(f"refused: too many pixels ({w} x {h}, limit {MAX_IMAGE_PIXELS})")
             if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
                 # DCT-domain (JPEG) or embedded-thumbnail (HEIF) reduced decode; both sides stay >= min_side
                 # so the later resize to the model's shorter side is still a downscale.
@@ -156,6 +158,14 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
     except OSError as e:
         raise DecodeError(e.strerror or _short(e)) from None
     return _decode_bytes(data, path.name, min_side)
+
+
+def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
+    """``load_image`` for bytes already in memory (a file read for its digest, a RAW's embedded preview).
+
+    ``name`` only hints at the format (a HEIF suffix registers pillow-heif). Raises DecodeError.
+    """
+    return _decode_bytes(data, name, min_side)
 
 
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:

@@ -1,9 +1,9 @@
 """Where novelfind keeps its files: every user folder is decided here, and only here.
 
 platformdirs knows each platform's convention: the XDG base directories on Linux (``~/.cache``,
-``~/.config``; a relative ``$XDG_CACHE_HOME`` or ``$XDG_CONFIG_HOME`` is ignored, as the XDG spec
-requires), ``~/Library`` on macOS, ``%LOCALAPPDATA%`` on Windows. Each file novelfind keeps can be
-moved by its own environment variable, named below.
+``~/.config``, ``~/.local/share``; a relative ``$XDG_CACHE_HOME``, ``$XDG_CONFIG_HOME`` or
+``$XDG_DATA_HOME`` is ignored, as the XDG spec requires), ``~/Library`` on macOS, ``%LOCALAPPDATA%`` on
+Windows. Each file novelfind keeps can be moved by its own environment variable, named below.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ CACHE_ENV = "NOVELFIND_CACHE"
 CONFIG_ENV = "NOVELFIND_CONFIG"
 MODEL_CACHE_ENV = "NOVELFIND_MODEL_CACHE"
 DATA_ENV = "NOVELFIND_DATA"
+IGNORE_FILE_ENV = "NOVELFIND_IGNORE_FILE"
+SIDECAR_RECORD_ENV = "NOVELFIND_SIDECAR_RECORD"
 
 
 def _from_env(name: str) -> Path | None:
@@ -34,6 +36,12 @@ def cache_dir() -> Path:
 def config_dir() -> Path:
     """novelfind's user config folder: ``~/.config/novelfind`` on Linux."""
     return platformdirs.user_config_path(APP)
+
+
+def user_data_dir() -> Path:
+    """novelfind's user data folder (what the user made, not cache: ``novelfind cache clear`` leaves
+    it): ``~/.local/share/novelfind`` on Linux."""
+    return platformdirs.user_data_path(APP)
 
 
 def feature_cache_path() -> Path:
@@ -54,6 +62,17 @@ def config_path() -> Path | None:
 def model_dir() -> Path:
     """Exported ONNX graphs: ``$NOVELFIND_MODEL_CACHE``, else ``models`` in :func:`cache_dir`."""
     return _from_env(MODEL_CACHE_ENV) or cache_dir() / "models"
+
+
+def ignore_list_path() -> Path:
+    """The ignore list: ``$NOVELFIND_IGNORE_FILE``, else ``ignored.json`` in :func:`user_data_dir`."""
+    return _from_env(IGNORE_FILE_ENV) or user_data_dir() / "ignored.json"
+
+
+def sidecar_record_path() -> Path:
+    """The record of the XMP sidecars novelfind has tagged: ``$NOVELFIND_SIDECAR_RECORD``, else
+    ``sidecars.json`` in :func:`user_data_dir`."""
+    return _from_env(SIDECAR_RECORD_ENV) or user_data_dir() / "sidecars.json"
 
 
 def lock_dir() -> Path:

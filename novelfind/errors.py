@@ -12,8 +12,9 @@ from enum import IntEnum
 class ExitCode(IntEnum):
     OK = 0  # finished, every file read
     ERROR = 1  # could not finish (weights missing, output not writable, ...)
-    USAGE = 2  # bad command line or input: missing folder, --k 0, unknown config key
-    PARTIAL = 3  # finished, but some files could not be read (listed on stderr)
+    USAGE = 2  # bad command line or input: missing folder, --k 0, unknown config key, an option whose
+    #           optional dependency is not installed (--xmp without novelfind[xmp])
+    PARTIAL = 3  # finished, but some files could not be read or sidecars written (listed on stderr)
     BUSY = 4  # another run holds the lock on the same output (with --no-wait)
     INTERRUPTED = 130  # stopped by Ctrl-C / SIGINT / SIGTERM; finished batches are kept
 
@@ -26,6 +27,12 @@ class NovelfindError(Exception):
 
 class InputError(NovelfindError, ValueError):
     """Bad input from the user: a missing folder, an impossible option value (also a ValueError)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class MissingExtraError(NovelfindError):
+    """An option needs an optional dependency that is not installed (``pip install 'novelfind[xmp]'``)."""
 
     exit_code = ExitCode.USAGE
 

@@ -65,6 +65,7 @@ from novelfind.decode import (
 from novelfind.errors import DecodeError
 from novelfind.features import available_cpus
 from novelfind.pipeline import Decoded
+from novelfind.raw import model_input_any
 
 if TYPE_CHECKING:
     import torch
@@ -589,7 +590,7 @@ def self_check(gpu: GpuDecoder) -> None:
 def _pillow_task(data: bytes, name: str) -> Decoded:
     """The CPU path on bytes already read (reasons as in ``pipeline.decode_file``); never raises."""
     try:
-        return Decoded(file_digest(data), model_input_from_bytes(data, name))
+        return Decoded(file_digest(data), model_input_any(data, name))  # a RAW file through LibRaw
     except DecodeError as e:
         return Decoded(None, reason=str(e) or "cannot decode")
     except MemoryError:

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from novelfind.decode import image_info, load_image
 from novelfind.errors import OutputError
 from novelfind.pca import pca
+from novelfind.raw import image_info_any, load_any
 from novelfind.report import Failure, Pick, iso_utc, write_atomic
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -51,12 +51,12 @@ def pca_2d(features: np.ndarray, *, chunk: int = 16384) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
-# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode)
+# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode, RAW previews)
 
 
 def _thumbnail(path: Path, size: int) -> Image.Image | None:
     try:
-        img = load_image(path, min_side=size)
+        img = load_any(path, min_side=size)
         img.thumbnail((size, size), Image.Resampling.LANCZOS)
         return img
     except Exception:  # noqa: BLE001 - an unreadable file gets a placeholder, not an error
@@ -347,7 +347,7 @@ def _picks_section(picks: Sequence[Pick]) -> str:
 def _image_infos(paths: Sequence[Path]) -> list[dict]:
     """Dimensions and EXIF date of each pick, read in a few threads (headers only)."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return list(pool.map(image_info, paths))
+        return list(pool.map(image_info_any, paths))
 
 
 def _pick_card(
@@ -361,6 +361,8 @@ def _pick_card(
         ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
         ("size", _human_size(p.size)),
     ]
+    if p.also:  # a RAW + JPEG pair: the files that go with the one shown
+        details.append(("also", ", ".join(Path(f).name for f in p.also)))
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
     if p.neighbour is not None:
         pct = 100.0 * float(p.distance or 0.0) / max_distance

@@ -42,9 +42,9 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from novelfind.decode import read_for_model
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor, available_cpus
+from novelfind.raw import read_any_for_model
 from novelfind.walk import FileList
 
 STAT_CHUNK = 2048  # files per cache stat lookup
@@ -148,7 +148,7 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
     ``known`` defaults to the set the worker process was started with.
     """
     try:
-        digest, pixels = read_for_model(path, _KNOWN if known is None else known)
+        digest, pixels = read_any_for_model(path, _KNOWN if known is None else known)  # RAW or not
         return Decoded(digest, pixels)
     except DecodeError as e:
         return Decoded(None, reason=str(e) or "cannot decode")

@@ -25,7 +25,7 @@ from novelfind.errors import OutputError
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 1
 FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0")
-CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance")
+CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance", "also")
 PLACE_MODES = ("copy", "symlink", "hardlink")
 MANIFEST_NAME = ".novelfind-picks.json"
 MANIFEST_SCHEMA = "novelfind/picks-manifest"
@@ -44,6 +44,12 @@ class Pick:
     mtime_ns: int  # modification time when it was scanned, ns since the epoch
     neighbour: Path | None = None  # nearest other image in the library (None when it is alone)
     distance: float | None = None  # distance to it in the feature space: the reason it is novel
+    also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file of the photo, ``path`` first: what ``--copy-to`` places and ``--xmp`` tags."""
+        return (self.path, *self.also)
 
     @property
     def mtime(self) -> datetime:
@@ -178,6 +184,7 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "mtime_ns": int(p.mtime_ns),
         "neighbour": None if p.neighbour is None else str(p.neighbour),
         "distance": None if p.distance is None else _finite(p.distance),
+        "also": [str(path) for path in p.also],
     }
 
 
@@ -215,6 +222,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 rec["mtime"],
                 "" if rec["neighbour"] is None else rec["neighbour"],
                 "" if rec["distance"] is None else f"{rec['distance']:.6f}",
+                json.dumps(rec["also"], ensure_ascii=False) if rec["also"] else "",
             ]
         )
     return out.getvalue()
@@ -334,6 +342,8 @@ def pick_filename(rank: int, source: Path, width: int) -> str:
 def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> list[Path]:
     """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
 
+    Every file of a pick goes (``Pick.files``): a RAW + JPEG pair as ``001_IMG_1.JPG`` and ``001_IMG_1.CR2``.
+
     ``dest`` is created when missing. Files novelfind created there are listed in
     ``.novelfind-picks.json``; a re-run replaces (or removes) its own earlier picks when they are
     unchanged, and raises OutputError, before changing anything, if a name is taken by any other
@@ -358,13 +368,14 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     previous = _read_manifest(manifest_path)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
-    names = [pick_filename(p.rank, p.path, width) for p in picks]
+    sources = [(p.rank, Path(source)) for p in picks for source in p.files]
+    names = [pick_filename(rank, source, width) for rank, source in sources]
 
     # Check everything before touching anything.
     if len(set(names)) != len(names):
         raise OutputError("two picks have the same rank; cannot name them apart")
     dest_dev = dest.stat().st_dev
-    for pick, name in zip(picks, names, strict=True):
+    for (_, source), name in zip(sources, names, strict=True):
         target = dest / name
         if os.path.lexists(target) and name not in ours:
             raise OutputError(
@@ -372,12 +383,12 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
                 "(move it away or choose another folder)"
             )
         try:
-            source_stat = os.stat(pick.path)
+            source_stat = os.stat(source)
         except OSError as err:
-            raise OutputError(f"cannot {mode} {pick.path}: {_describe(err)}") from None
+            raise OutputError(f"cannot {mode} {source}: {_describe(err)}") from None
         if mode == "hardlink" and source_stat.st_dev != dest_dev:
             raise OutputError(
-                f"cannot hardlink {pick.path} into {dest}: different file systems "
+                f"cannot hardlink {source} into {dest}: different file systems "
                 "(use --link copy or --link symlink)"
             )
 
@@ -385,16 +396,16 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     created: list[Path] = []
     records: dict[str, dict[str, Any]] = {}
     try:
-        for i, (pick, name) in enumerate(zip(picks, names, strict=True)):
+        for i, ((_, source), name) in enumerate(zip(sources, names, strict=True)):
             target = dest / name
             tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{i}"
             try:
-                _place_one(Path(pick.path), tmp, mode)
-                records[name] = _record(tmp, mode, pick.path)
+                _place_one(source, tmp, mode)
+                records[name] = _record(tmp, mode, source)
                 os.replace(tmp, target)
             except OSError as err:
                 _unlink_quietly(tmp)
-                raise OutputError(f"cannot {mode} {pick.path} to {target}: {_describe(err)}") from None
+                raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
             ours.pop(name, None)
             created.append(target)
         for name in ours:  # earlier picks of ours that are no longer picked

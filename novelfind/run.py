@@ -1,4 +1,4 @@
-"""The scan as one call: walk -> cache -> extract -> rank -> outputs. Prints nothing.
+"""The scan as one call: walk -> pair -> cache -> extract -> rank -> outputs. Prints nothing.
 
 :func:`scan` is what ``novelfind scan`` runs; the command line only parses its options into the same
 keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
@@ -15,6 +15,7 @@ import logging
 import math
 import numbers
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Collection, Iterable, Iterator
@@ -26,11 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, features, walk
+from novelfind import __version__, features, raw, walk
 from novelfind.cache import DEFAULT_DTYPE, FeatureCache, NullCache
-from novelfind.errors import CacheError, InputError, NovelfindError, OutputError
+from novelfind.decode import file_digest
+from novelfind.errors import CacheError, InputError, MissingExtraError, NovelfindError, OutputError
 from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
+from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
+from novelfind.pairs import Photo, group_photos
 from novelfind.pipeline import DECODERS, ENGINES, Extraction, FeatureStore, load
 from novelfind.ranking import DEFAULT_DEDUP, METHODS
 from novelfind.report import (
@@ -43,10 +47,17 @@ from novelfind.report import (
     place_picks,
     write_atomic,
 )
-from novelfind.walk import FileList
+from novelfind.walk import FileList, ImageFile
+from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
+from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks, check_keyword
+from novelfind.xmp import available as xmp_available
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
+# A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, chunk by
+# chunk, instead of in memory (2 GiB: about 500,000 photos of 1000-d logits).
+MATRIX_BUDGET = 2 << 30
+STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 # --------------------------------------------------------------------------- parameters
 
@@ -101,7 +112,7 @@ CHOICES: dict[str, Collection[str]] = {
 
 _INTEGERS = ("k", "epochs", "partners", "seed", "restarts", "batch_size", "workers")
 _NUMBERS = ("lr", "momentum", "dedup")
-_OPTIONAL_PATHS = ("weights", "output", "copy_to", "report", "contact_sheet")
+_OPTIONAL_PATHS = ("weights", "output", "copy_to", "report", "contact_sheet", "ignore_file")
 
 
 @dataclass(frozen=True)
@@ -146,7 +157,13 @@ class ScanParameters:
     link: str = "copy"
     report: Path | None = None
     contact_sheet: Path | None = None
+    xmp: bool = False
+    xmp_keyword: str = DEFAULT_XMP_KEYWORD
     wait: bool = True
+    # the ignore list
+    ignore_file: Path | None = None
+    ignore_picks: bool = False
+    include_ignored: bool = False
 
     def __post_init__(self) -> None:
         paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths)
@@ -188,6 +205,10 @@ class ScanParameters:
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
             raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
+        try:
+            check_keyword(self.xmp_keyword)
+        except ValueError as err:
+            raise InputError(f"xmp_keyword: {err}") from None
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -205,12 +226,16 @@ class ScanParameters:
 class Counts:
     """What happened to the files of one scan."""
 
-    found: int  # image files the walk found (the run's own outputs left out)
+    found: int  # image files of the photos found (RAW twins included; the run's own outputs left out)
     from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
     extracted: int  # vectors made by the model in this run
     failed: int  # files that could not be read (walk errors and decode failures)
-    candidates: int  # images that could be picked: all that were read, or those modified since `since`
+    candidates: int  # photos that could be picked: all that were read, or those modified since `since`,
+    #                  less the ignored ones
     duplicates_dropped: int  # near-duplicates of better picks passed over
+    photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
+    ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
+    newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
 
 
 @dataclass(frozen=True)
@@ -234,9 +259,11 @@ class ScanResult:
     """What :func:`scan` returns.
 
     ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
-    was read (a :class:`~novelfind.walk.FileList`: a sequence of ``ImageFile`` records in compact form),
-    and ``features`` (N, dim) float32 their vectors, row i for ``files[i]`` (rank them again another
-    way with :func:`novelfind.rank`, without touching the photos).
+    was read (one per photo: a RAW + JPEG pair is read through its JPEG; a
+    :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
+    float32 their vectors, row i for ``files[i]`` (rank them again another way with
+    :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
+    (``MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     """
 
     picks: list[Pick]
@@ -244,8 +271,9 @@ class ScanResult:
     counts: Counts
     seconds: float
     parameters: ScanParameters
-    files: FileList = field(repr=False)
-    features: np.ndarray = field(repr=False)
+    files: list[ImageFile] = field(repr=False)
+    features: np.ndarray | None = field(repr=False)
+    sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""
@@ -274,7 +302,11 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         "restarts": params.restarts,
         "dedup": params.dedup,
         "since": params.since.isoformat() if params.since else None,
+        "ignore_file": None if params.ignore_file is None else str(params.ignore_file),
+        "include_ignored": params.include_ignored,
         "images_found": counts.found,
+        "photos_found": counts.photos,
+        "ignored": counts.ignored,
         "from_cache": counts.from_cache,
         "extracted": counts.extracted,
         "failed": counts.failed,
@@ -317,7 +349,12 @@ def scan(
     link: str = "copy",
     report: str | os.PathLike[str] | None = None,
     contact_sheet: str | os.PathLike[str] | None = None,
+    xmp: bool = False,
+    xmp_keyword: str = DEFAULT_XMP_KEYWORD,
     wait: bool = True,
+    ignore_file: str | os.PathLike[str] | None = None,
+    ignore_picks: bool = False,
+    include_ignored: bool = False,
     on_progress: Callable[[Progress], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     on_failure: Callable[[Path, str], None] | None = None,
@@ -374,7 +411,19 @@ def scan(
             ``"symlink"`` or ``"hardlink"``; earlier picks placed there by novelfind are replaced.
         report: write a self-contained HTML report of the picks to this file.
         contact_sheet: write a grid of the picks to this .jpg, .png or .webp file.
+        xmp, xmp_keyword: write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an
+            existing ``NAME.xmp``): the keyword (default ``"novel"``; ``"Picks|novel"`` is hierarchical)
+            and the rank and score; earlier picks under ``paths`` that are no longer picked lose what
+            novelfind wrote. Needs ``pip install 'novelfind[xmp]'`` (``MissingExtraError`` otherwise). A
+            sidecar that cannot be read or written is reported through ``on_warning`` and in
+            ``ScanResult.sidecars``; the photos themselves are never written.
         wait: when another run writes the same outputs, wait for it (True) or raise LockedError.
+        ignore_file: the ignore list (default: ``ignored.json`` in the user data folder, or
+            ``$NOVELFIND_IGNORE_FILE``); see :class:`novelfind.IgnoreList`.
+        ignore_picks: after writing the outputs, put this run's picks on the ignore list, so that the
+            next run shows other photos.
+        include_ignored: let the photos on the ignore list be picked again. Otherwise they are never
+            picked, but still ranked with the rest: they keep making their neighbours look ordinary.
         on_progress: called with a :class:`Progress` event as the scan advances.
         on_warning: called with a one-line message for each problem the scan survives (an unusable
             cache, a fallback to a slower engine); without it they go through :mod:`warnings` and
@@ -383,16 +432,20 @@ def scan(
 
     Returns:
         A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
-        ``distance``, ``size``, ``mtime``), ``failures`` (path, reason), ``counts``, ``seconds``,
-        ``parameters``, and the ``files`` and ``features`` that were ranked.
+        ``distance``, ``size``, ``mtime``, ``also``), ``failures`` (path, reason), ``counts``,
+        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, and ``sidecars``.
+
+    A RAW + JPEG pair (or HEIC + JPEG: one shot, two files with one name in one folder) is one photo,
+    read through its JPEG and listed by it, with the other files in ``Pick.also``. RAW files are read
+    through LibRaw when ``novelfind[raw]`` is installed; without it, a RAW file with no twin is left out
+    (one warning says how many).
 
     Raises:
         InputError: an impossible value (also a ValueError), a missing folder.
+        MissingExtraError: ``xmp`` without ``novelfind[xmp]``.
         NovelfindError: nothing to rank (no images, none readable); ``WeightsError`` (no weights),
             ``OutputError`` (an output cannot be written), ``LockedError`` (another run writes the
-            same output and ``wait`` is False), ``ClusterError`` (``engine="ray"``: Ray not
-            installed, the cluster unreachable or without workers; batches already committed stay
-            in the cache).
+            same output and ``wait`` is False).
         KeyboardInterrupt: passed on; every finished batch stays in the cache.
 
     Example::
@@ -434,7 +487,12 @@ def scan(
         link=link,
         report=report,
         contact_sheet=contact_sheet,
+        xmp=xmp,
+        xmp_keyword=xmp_keyword,
         wait=wait,
+        ignore_file=ignore_file,
+        ignore_picks=ignore_picks,
+        include_ignored=include_ignored,
     )
     return run(parameters, on_progress=on_progress, on_warning=on_warning, on_failure=on_failure)
 
@@ -460,10 +518,12 @@ class _Scan:
         self.on_failure = on_failure
         self.started = time.monotonic()
         self.failures: list[Failure] = []
+        self.projection: np.ndarray | None = None  # (N, 64) when the vectors were ranked from the cache
 
     def run(self) -> ScanResult:
         p = self.params
         self.check_outputs()
+        ignore_list = self.check_ignore_list()
         with ExitStack() as stack:
             if self.on_warning is not None:
                 stack.enter_context(_warnings_to(self.on_warning))
@@ -476,7 +536,7 @@ class _Scan:
                         on_wait=lambda target=target: self.progress("wait", path=target),
                     )
                 )
-            files = self.find_files()
+            photos = self.find_photos()
             extractor = features.build_extractor(
                 feature=p.feature,
                 # an engine running the model elsewhere needs the driver's model for its name only
@@ -484,19 +544,32 @@ class _Scan:
                 backend=p.backend,
                 weights=p.weights,
             )
-            store = stack.enter_context(self.open_cache(extractor.model_key))
-            extraction = self.extract(files, extractor, store)
-            candidates = _candidates(extraction.files, p.since)
-            picks, rows, dropped = self.rank(extraction, candidates)
+            streamed = self.streamed(len(photos), extractor.dim)
+            store = stack.enter_context(self.open_cache(extractor.model_key, streamed))
+            extraction = self.extract(
+                [photo.file for photo in photos], extractor, store, keep_vectors=not streamed
+            )
+            photo_of = {photo.file.path: photo for photo in photos}
+            read = [photo_of[f.path] for f in extraction.files]  # row i of the features is photo read[i]
+            del photo_of
+            ignored = self.find_ignored(ignore_list, read, store)
+            candidates = np.flatnonzero(_candidates(extraction.files, p.since) & ~ignored)  # int64 rows
+            restricted = p.since is not None or bool(ignored.any())
+            picks, dropped = self.rank(extraction, read, candidates, restricted, store)
             counts = Counts(
-                found=len(files),
+                found=sum(len(photo.files) for photo in photos),
                 from_cache=extraction.from_cache,
                 extracted=extraction.extracted,
                 failed=len(self.failures),
-                candidates=int(candidates.sum()),
+                candidates=len(candidates),
                 duplicates_dropped=dropped,
+                photos=len(photos),
+                ignored=int(ignored.sum()),
             )
-            self.write_outputs(picks, rows, counts, extraction)
+            sidecars = self.write_outputs(picks, counts, extraction)
+            if p.ignore_picks and picks:
+                added = self.ignore_picks(ignore_list, picks, store)
+                counts = dataclasses.replace(counts, newly_ignored=added)
         return ScanResult(
             picks=picks,
             failures=list(self.failures),
@@ -505,13 +578,29 @@ class _Scan:
             parameters=p,
             files=extraction.files,
             features=extraction.features,
+            sidecars=sidecars,
         )
 
     # -- steps
 
-    def check_outputs(self) -> None:
-        """Fail before the slow part when an output cannot possibly be written."""
+    def check_ignore_list(self) -> IgnoreList | None:
+        """The ignore list this scan uses (None: it shows ignored photos and adds none); a damaged list
+        stops the scan here, before the slow part."""
         p = self.params
+        if p.include_ignored and not p.ignore_picks:
+            return None
+        ignore_list = IgnoreList(p.ignore_file)
+        ignore_list.digests()  # IgnoreListError when it cannot be read
+        return ignore_list
+
+    def check_outputs(self) -> None:
+        """Fail before the slow part when an output cannot possibly be written, or needs what is not
+        installed."""
+        p = self.params
+        if p.xmp and not xmp_available():
+            raise MissingExtraError(
+                "XMP sidecars need python-exiv2, which is not installed: pip install 'novelfind[xmp]'"
+            )
         targets = (("results file", p.output), ("report", p.report), ("contact sheet", p.contact_sheet))
         for what, target in targets:
             if target is None:
@@ -534,27 +623,51 @@ class _Scan:
             if not os.access(existing, os.W_OK):
                 raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
 
-    def find_files(self) -> FileList:
-        """The image files under the paths, in walk order, without the files novelfind wrote itself."""
+    def find_photos(self) -> list[Photo[ImageFile]]:
+        """The photos under the paths, in walk order, without the files novelfind wrote itself.
+
+        Files of one shot (RAW + JPEG) are one photo (:func:`novelfind.pairs.group_photos`). Without
+        RAW support, a RAW file with a twin stays part of its photo (copied and tagged with it), and one
+        without is left out, with one warning.
+        """
         p = self.params
         own = _OwnOutputs(p.outputs())
-        files = FileList()
+        files: list[ImageFile] = []
         for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
             if not own.contains(f.path):
                 files.append(f)
                 if len(files) % WALK_PROGRESS_EVERY == 0:
                     self.progress("walk", len(files))
         self.progress("walk", len(files))
-        if not files:
-            raise NovelfindError(f"no images found in {', '.join(str(path) for path in p.paths)}")
-        return files
+        photos = group_photos(files)
+        left_out = ""
+        if not raw.available():
+            readable = [photo for photo in photos if not raw.is_raw_name(photo.file.path)]
+            if len(readable) < len(photos):
+                left_out = (
+                    f"{len(photos) - len(readable)} RAW files without a JPEG twin left out: RAW support "
+                    "is not installed (pip install 'novelfind[raw]')"
+                )
+                if readable:
+                    self.warn(left_out)
+                photos = readable
+        if not photos:
+            where = ", ".join(str(path) for path in p.paths)
+            raise NovelfindError(f"no images found in {where}" + (f" ({left_out})" if left_out else ""))
+        return photos
 
     @contextmanager
-    def open_cache(self, model_key: str) -> Iterator[FeatureStore]:
-        """The feature cache for this model (NullCache when none is wanted or it cannot be opened)."""
+    def open_cache(self, model_key: str, streamed: bool = False) -> Iterator[FeatureStore]:
+        """The feature cache for this model (NullCache when none is wanted or it cannot be opened; a
+        temporary cache file, deleted afterwards, when the vectors are ``streamed`` and there is none)."""
         choice = self.params.cache
         if choice is False:
-            yield NullCache()
+            if not streamed:
+                yield NullCache()
+                return
+            with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
+                with FeatureCache(Path(folder) / "features.sqlite", model_key) as store:
+                    yield store
             return
         path, dtype = None, DEFAULT_DTYPE
         if isinstance(choice, FeatureCache):
@@ -564,13 +677,17 @@ class _Scan:
         try:
             store = FeatureCache.open(path, model_key, on_warning=self.warn, dtype=dtype)
         except CacheError as err:
+            if streamed:
+                raise CacheError(f"{err}; a library this large is ranked from the cache") from None
             self.warn(f"{err}; running without the cache")
             yield NullCache()
             return
         with store:
             yield store
 
-    def extract(self, files: FileList, extractor: features.Extractor, store: FeatureStore) -> Extraction:
+    def extract(
+        self, files: FileList, extractor: features.Extractor, store: FeatureStore, *, keep_vectors: bool
+    ) -> Extraction:
         p = self.params
         engine = load(ENGINES[p.engine])
         # an engine that runs elsewhere is told where, and on what device its workers run the model
@@ -585,19 +702,69 @@ class _Scan:
             on_progress=self.extract_progress,
             on_failure=self.fail,
             on_warning=self.warn,
+            keep_vectors=keep_vectors,
             **elsewhere,
         )
+        if not keep_vectors and getattr(store, "writes_disabled", False):
+            raise CacheError(
+                f"the feature cache {store.path} stopped taking vectors; a library of {len(files):,} "
+                "photos is ranked from the cache, so this scan cannot finish (the vectors stored so far "
+                "are kept)"
+            )
         if not extraction.files:
             raise NovelfindError(f"none of the {len(files)} images could be read")
         return extraction
 
-    def rank(self, extraction: Extraction, candidates: np.ndarray) -> tuple[list[Pick], np.ndarray, int]:
-        """The picks (with --since: the best of the recent photos, scored against the whole library),
-        their rows in the extraction, and how many near-duplicates were passed over."""
-        if not candidates.any():
-            return [], np.zeros(0, np.int64), 0
+    def streamed(self, n: int, dim: int) -> bool:
+        """Whether the vectors of ``n`` photos are too many to hold (``MATRIX_BUDGET``): then they stay in
+        the cache, and the default ranking reads them back in chunks (:func:`novelfind.stream.rank_streamed`).
+        The other methods need them all in memory: InputError, saying how much."""
+        need = n * dim * 4
+        if need <= MATRIX_BUDGET:
+            return False
+        if self.params.method != "ads":
+            raise InputError(
+                f"method {self.params.method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
+                f"GiB of float32, more than the {MATRIX_BUDGET / 2**30:g} GiB novelfind holds); the default "
+                "method (ads) ranks a library of this size from the cache"
+            )
+        return True
+
+    def find_ignored(
+        self, ignore_list: IgnoreList | None, read: list[Photo[ImageFile]], store: FeatureStore
+    ) -> np.ndarray:
+        """bool (N,): the photos read that are on the ignore list (all False with ``include_ignored``).
+
+        Only files of an ignored size need a digest (the cache knows most of them, the rest are
+        hashed). Where the list saw a photo is brought up to date for ``novelfind ignore --list``.
+        """
+        if ignore_list is None or self.params.include_ignored:
+            return np.zeros(len(read), dtype=bool)
+        lookup = getattr(store, "digests_by_stat", None)
+        found = ignore_list.find([photo.files for photo in read], known_digests=lookup)
+        if found.seen:
+            try:
+                ignore_list.relocate(found.seen)
+            except NovelfindError as err:  # a read-only list still works; only its paths grow stale
+                self.warn(f"cannot record where ignored photos are now: {err}")
+        return found.mask
+
+    def rank(
+        self,
+        extraction: Extraction,
+        read: list[Photo[ImageFile]],
+        candidates: np.ndarray,
+        restricted: bool,
+        store: FeatureStore,
+    ) -> tuple[list[Pick], int]:
+        """The picks: the most novel candidates, scored against the whole library (with ``since`` or
+        ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
+        Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
+        if not len(candidates):
+            return [], 0
         from novelfind.ranking import rank
         from novelfind.solver import ADSConfig
+        from novelfind.stream import rank_streamed
 
         p = self.params
         self.progress("rank", 0, 1)
@@ -609,20 +776,28 @@ class _Scan:
             seed=p.seed,
             restarts=p.restarts,
         )
+        files = extraction.files
+        options = {
+            "config": config,
+            "dedup": p.dedup,
+            "device": self.solver_device(),
+            "candidates": candidates if restricted else None,
+        }
         try:
-            ranking = rank(
-                extraction.features,
-                p.k,
-                method=p.method,
-                config=config,
-                dedup=p.dedup,
-                device=self.solver_device(),
-                candidates=None if p.since is None else candidates,
-            )
+            if extraction.features is not None:
+                ranking = rank(extraction.features, p.k, method=p.method, **options)
+            else:
+
+                def chunks() -> Iterator[np.ndarray]:
+                    return store.rows_by_stat(files, STREAM_CHUNK)
+
+                def rows(indices: np.ndarray) -> np.ndarray:
+                    return np.concatenate(list(store.rows_by_stat(files.take(indices), STREAM_CHUNK)))
+
+                ranking, self.projection = rank_streamed(chunks, rows, len(files), p.k, **options)
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        files = extraction.files
         picks = []
         for index, score, neighbour, distance in zip(
             ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
@@ -638,9 +813,10 @@ class _Scan:
                     mtime_ns=f.mtime_ns,
                     neighbour=files[int(neighbour)].path if found else None,
                     distance=float(distance) if found else None,
+                    also=tuple(twin.path for twin in read[int(index)].also),
                 )
             )
-        return picks, np.asarray(ranking.indices, np.int64), int(ranking.duplicates_dropped)
+        return picks, int(ranking.duplicates_dropped)
 
     def solver_device(self) -> str:
         """Where the solver runs: ``device``; with an engine running the model elsewhere, ``device`` is the
@@ -651,34 +827,73 @@ class _Scan:
         return features.resolve_device("auto")
 
     def write_outputs(
-        self, picks: list[Pick], rows: np.ndarray, counts: Counts, extraction: Extraction
-    ) -> None:
+        self, picks: list[Pick], counts: Counts, extraction: Extraction
+    ) -> SidecarSummary | None:
+        """Every output asked for, in turn; the XMP sidecars last. Returns what ``xmp`` did."""
         p = self.params
         record = run_record(p, counts, self.seconds())
         writers: list[Callable[[], Any]] = []
+        sidecars: list[SidecarSummary] = []
         if p.output is not None:
             text = format_results(picks, p.format, failures=self.failures, run=record)
             writers.append(lambda: write_atomic(p.output, text))
         if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
             writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
         if p.report is not None:
-            writers.append(lambda: self.write_report(picks, rows, record, extraction))
+            writers.append(lambda: self.write_report(picks, record, extraction))
         if p.contact_sheet is not None:
             writers.append(lambda: write_contact_sheet(p.contact_sheet, picks))
+        if p.xmp:  # with no picks, this takes back the tags of an earlier run
+            writers.append(lambda: sidecars.append(self.write_sidecars(picks)))
         for done, write in enumerate(writers):
             self.progress("write", done, len(writers))
             write()
         if writers:
             self.progress("write", len(writers), len(writers))
+        return sidecars[0] if sidecars else None
 
-    def write_report(
-        self, picks: list[Pick], rows: np.ndarray, record: dict[str, Any], extraction: Extraction
-    ) -> None:
+    def write_sidecars(self, picks: list[Pick]) -> SidecarSummary:
+        """Tag every file of each pick in its XMP sidecar; untag the earlier picks under the paths."""
+        p = self.params
+
+        def problem(path: Path, reason: str) -> None:
+            self.warn(f"XMP sidecar {path}: {reason}" if path.suffix.lower() == ".xmp" else reason)
+
+        return apply_picks(
+            [sp for pick in picks for sp in SidecarPick.for_photo(pick.files, pick.rank, pick.score)],
+            roots=p.paths,
+            keyword=p.xmp_keyword,
+            on_problem=problem,  # the record of tagged sidecars: novelfind.dirs.sidecar_record_path()
+        )
+
+    def ignore_picks(self, ignore_list: IgnoreList | None, picks: list[Pick], store: FeatureStore) -> int:
+        """Put this run's picks on the ignore list (each by the file it was read from); how many were new."""
+        if ignore_list is None:
+            ignore_list = IgnoreList(self.params.ignore_file)
+        files = [ImageFile(pick.path, pick.size, pick.mtime_ns) for pick in picks]
+        lookup = getattr(store, "digests_by_stat", None)
+        digests = list(lookup(files)) if lookup is not None else [None] * len(files)
+        items = []
+        for f, digest in zip(files, digests, strict=True):
+            if digest is None:
+                try:
+                    data = f.path.read_bytes()
+                except OSError as err:
+                    self.warn(f"cannot add {f.path} to the ignore list: {err.strerror or err}")
+                    continue
+                digest, size = file_digest(data), len(data)
+            else:
+                size = f.size
+            items.append((digest, f.path, size))
+        return len(ignore_list.add_files(items).changed)
+
+    def write_report(self, picks: list[Pick], record: dict[str, Any], extraction: Extraction) -> None:
+        row_of = {f.path: i for i, f in enumerate(extraction.files)}
         write_html_report(
             self.params.report,
             picks,
-            points2d=pca_2d(extraction.features),
-            pick_indices=rows.tolist(),
+            points2d=pca_2d(extraction.features) if self.projection is None else self.projection[:, :2],
+            pick_indices=[row_of[pick.path] for pick in picks],
             run=record,
             failures=self.failures,
             paths=extraction.files.paths,

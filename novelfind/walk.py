@@ -3,6 +3,12 @@
 The walk streams: it lists one directory at a time (sorted by name), descends depth first and
 yields an ``ImageFile`` per image as soon as it is seen. It never opens a file; whether a file
 really is an image is decided later, by the decoder.
+
+What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode.IMAGE_EXTENSIONS``),
+and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
+next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
+LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
+out (``run.py``), with one warning that says how many and how to read them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import numpy as np
 
 from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import InputError
+from novelfind.raw import RAW_EXTENSIONS
 
 OnError = Callable[[Path, str], None]
 
@@ -31,6 +38,9 @@ class ImageFile:
     path: Path  # absolute, symlinks in it kept as found (Path.absolute(), not resolve())
     size: int  # st_size in bytes
     mtime_ns: int  # st_mtime_ns
+
+
+WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
 
 
 class FileList(Sequence[ImageFile]):
@@ -135,8 +145,8 @@ class _Paths(Sequence[Path]):
 
 
 def is_image_name(name: str) -> bool:
-    """True when ``name`` has an extension the decoder reads (``decode.IMAGE_EXTENSIONS``), any case."""
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+    """True when ``name`` has an extension the walk offers (``WALKED_EXTENSIONS``), any case."""
+    return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS
 
 
 class _Excluder:

@@ -3,6 +3,7 @@
 
   python scripts/bench_extract.py                 # 200 12-MP JPEGs (+ a few PNGs), 10,000-image re-scan
   python scripts/bench_extract.py --count 64 --rescan-count 2000 --out /tmp/b.json
+  python scripts/bench_extract.py --raw 12 --raw-only   # RAW files: embedded preview vs demosaic
 
 Photo-like test images are built from scikit-image's bundled photos (random crop, flip, colour change,
 upscale to 4000x3000, sensor-like noise, JPEG quality 92, EXIF orientation on every 4th photo; every 25th
@@ -10,6 +11,11 @@ file a 1080p PNG), so file sizes (~3 MB) and decode cost resemble phone photos. 
 own subprocess; peak memory is the summed RSS of that process tree (decode workers included), sampled, and
 CPU time per image is summed over the same tree: cores / (CPU s per image) bounds images/s on idle cores, a
 figure that does not depend on what else the machine is running.
+
+With ``--raw N``, N 24-MP DNGs of each kind of ``scripts/bench_raw.py`` (lossless-JPEG tiles, ~30 MB; a
+1616 x 1080 embedded preview, a full-size one, none) and the same photos as JPEGs go through the same
+extraction (``novelfind.pipeline.extract``, real model, one decode worker per core): RAW throughput
+as a scan sees it. ``scripts/bench_raw.py`` times the decoding alone, per file.
 """
 
 from __future__ import annotations
@@ -127,10 +133,10 @@ def make_small_library(folder: Path, count: int) -> None:
         )
 
 
-def _image_files(folder: Path) -> list:
+def _image_files(folder: Path, prefix: str = "") -> list:
     from novelfind.walk import walk
 
-    return list(walk([folder]))
+    return [f for f in walk([folder]) if f.path.name.startswith(prefix)]
 
 
 # --------------------------------------------------------------------------------------------- phases
@@ -263,12 +269,12 @@ def phase_naive(folder: Path, limit: int | None) -> dict:
     }
 
 
-def phase_fast(folder: Path, backend: str, workers: int | None, batch_size: int) -> dict:
-    """novelfind.pipeline.extract with the real extractor and a fresh cache."""
+def phase_fast(folder: Path, backend: str, workers: int | None, batch_size: int, prefix: str = "") -> dict:
+    """novelfind.pipeline.extract with the real extractor and a fresh cache (the files named ``prefix*``)."""
     from novelfind.features import build_extractor
     from novelfind.pipeline import extract
 
-    files = _image_files(folder)
+    files = _image_files(folder, prefix)
     extractor = build_extractor(backend=backend, device="cpu")
     with tempfile.TemporaryDirectory() as tmp:
         cache = _open_cache(Path(tmp) / "features.sqlite", extractor.model_key)
@@ -433,6 +439,8 @@ def main() -> int:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--backends", default="auto,torch", help="novelfind backends to time (comma list)")
     ap.add_argument("--no-cli", action="store_true", help="skip timing `python -m novelfind scan`")
+    ap.add_argument("--raw", type=int, default=0, help="also time N 24-MP RAW files of each kind (default 0)")
+    ap.add_argument("--raw-only", action="store_true", help="time the RAW files only (with --raw)")
     ap.add_argument("--data-dir", type=Path, default=None, help="keep generated images here (reused)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_extract.json")
     ap.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
@@ -448,7 +456,8 @@ def main() -> int:
             res = phase_infer(a.phase[1], int(a.phase[2]))
         elif kind == "fast":
             workers = None if a.phase[3] == "none" else int(a.phase[3])
-            res = phase_fast(folder, a.phase[2], workers, int(a.phase[4]))
+            prefix = a.phase[5] if len(a.phase) > 5 else ""
+            res = phase_fast(folder, a.phase[2], workers, int(a.phase[4]), prefix)
         else:
             res = phase_rescan(folder)
         print(json.dumps(res))
@@ -465,6 +474,10 @@ def main() -> int:
             "load_avg_before": os.getloadavg(),
         }
     }
+    if a.raw:
+        results["raw"] = bench_raw_files(base / "raw", a.raw, a.workers, a.batch_size)
+    if a.raw_only:
+        return _finish(results, a.out, tmp_ctx)
     print(f"generating {a.count} 12-MP photos in {photos} ...", file=sys.stderr)
     results["data"] = make_photos(photos, a.count)
     print(f"  {results['data']}", file=sys.stderr)
@@ -507,8 +520,6 @@ def main() -> int:
         if not a.no_cli:
             results["rescan_cli"] = _run_cli_rescan(small, small.parent / "rescan-features.sqlite")
             print(f"  {results['rescan_cli']}", file=sys.stderr)
-    results["machine"]["load_avg_after"] = os.getloadavg()
-
     naive = results["naive"].get("images_per_s")
     fast = results.get("novelfind_auto", {}).get("images_per_s")
     print(
@@ -521,8 +532,6 @@ def main() -> int:
             f"| {name} | {r.get('images_per_s', r.get('error'))} | {r.get('cpu_ms_per_image', '-')} "
             f"| {r.get('idle_cores_bound_images_per_s', '-')} | {r.get('peak_rss_tree_mb', '-')} |"
         )
-    la = results["machine"]
-    print(f"load average before / after: {la['load_avg_before'][0]:.1f} / {la['load_avg_after'][0]:.1f}")
     if naive and fast:
         results["speedup_vs_naive"] = round(fast / naive, 2)
         print(f"\nspeed-up of novelfind (auto) over naive: {results['speedup_vs_naive']}x")
@@ -531,9 +540,38 @@ def main() -> int:
         print(
             f"re-scan of {r.get('images')} unchanged images: {r.get('seconds')} s (walk {r.get('walk_s')} s)"
         )
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"wrote {a.out}", file=sys.stderr)
+    return _finish(results, a.out, tmp_ctx)
+
+
+def bench_raw_files(folder: Path, count: int, workers: int | None, batch_size: int) -> dict:
+    """Extraction of ``count`` 24-MP files of each kind of ``bench_raw.KINDS`` (DNGs and JPEGs)."""
+    import bench_raw
+
+    files = bench_raw.make_files(folder, count, (6000, 4000))
+    out: dict = {"megapixels": 24, "files_per_kind": count}
+    w = "none" if workers is None else str(workers)
+    print("\n| kind | MB/file | images/s | CPU ms/image | peak RSS MB (process tree) |", file=sys.stderr)
+    print("|---|---|---|---|---|", file=sys.stderr)
+    for kind in bench_raw.KINDS:
+        prefix = Path(files[kind][0]).name.split("-6000x4000-")[0] + "-6000x4000-"
+        r = _run_phase(["fast", str(folder), "auto", w, str(batch_size), prefix])
+        r["mean_file_mb"] = round(sum(os.path.getsize(p) for p in files[kind]) / len(files[kind]) / 1e6, 1)
+        out[kind] = r
+        print(
+            f"| {kind} | {r['mean_file_mb']} | {r.get('images_per_s', r.get('error'))} "
+            f"| {r.get('cpu_ms_per_image', '-')} | {r.get('peak_rss_tree_mb', '-')} |",
+            file=sys.stderr,
+        )
+    return out
+
+
+def _finish(results: dict, out: Path, tmp_ctx) -> int:
+    results["machine"]["load_avg_after"] = os.getloadavg()
+    la = results["machine"]
+    print(f"load average before / after: {la['load_avg_before'][0]:.1f} / {la['load_avg_after'][0]:.1f}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}", file=sys.stderr)
     if tmp_ctx:
         tmp_ctx.cleanup()
     return 0

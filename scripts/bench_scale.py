@@ -168,7 +168,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict:
         if lines and lines[-1].startswith("{")
         else {"code": proc.returncode, "maxrss_kib": 0}
     )
-    summary = next((line for line in reversed(lines) if "images found" in line), "")
+    summary = next((line for line in reversed(lines) if "files) found" in line), "")
     if report["code"] not in (0, 3):
         raise SystemExit(f"scan failed ({report['code']}):\n" + "\n".join(lines[-20:]))
     return {

@@ -50,10 +50,11 @@ def model_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(autouse=True)
 def isolated_user_dirs(tmp_path_factory, monkeypatch, model_cache):
-    """Every test gets its own cache and config folders and no NOVELFIND_* settings from outside."""
+    """Every test gets its own cache, config and data folders and no NOVELFIND_* settings from outside."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     for name in list(os.environ):
         if name.startswith("NOVELFIND_"):
             monkeypatch.delenv(name)

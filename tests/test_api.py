@@ -54,7 +54,7 @@ def test_scan_result_holds_the_counts_files_and_features(library, fake_extractor
     bad.write_text("not a jpeg")
     result = novelfind.scan([library["root"]], k=3, cache=tmp_path / "c.sqlite")
     assert result.counts == novelfind.Counts(found=34, from_cache=0, extracted=33, failed=1, candidates=33,
-                                             duplicates_dropped=0)
+                                             duplicates_dropped=0, photos=34, ignored=0, newly_ignored=0)
     assert result.failures == [novelfind.Failure(bad, result.failures[0].reason)]
     assert result.failures[0].reason == "not a recognised image format"
     assert len(result.files) == 33 and result.features.shape == (33, fake_extractor.dim)
@@ -204,7 +204,7 @@ def test_another_engine_plugs_in_by_name(library, fake_extractor, monkeypatch):
     monkeypatch.setitem(pipeline.ENGINES, "recording", f"{__name__}:recording_engine")
     ENGINE_CALLS.clear()
     result = novelfind.scan(library["root"], 3, engine="recording", ray_address="head:6379", cache=False)
-    keywords = ["batch_size", "decoder", "on_failure", "on_progress", "on_warning", "workers"]
+    keywords = ["batch_size", "decoder", "keep_vectors", "on_failure", "on_progress", "on_warning", "workers"]
     assert ENGINE_CALLS == [(keywords, "head:6379", "auto")]  # where, and the workers' device
     assert {p.path for p in result.picks} == set(library["odd"])
 
@@ -320,10 +320,13 @@ def test_public_names_resolve():
         novelfind.no_such_name  # noqa: B018
 
 
-def test_the_walk_offers_the_decoders_extensions():
-    """The walk and the decoder agree on the file types (one list, in novelfind.decode)."""
+def test_the_walk_offers_the_decoders_extensions_and_raw_files():
+    """The walk and the decoders agree on the file types (one list each, in novelfind.decode and
+    novelfind.raw); RAW names are walked even without rawpy, to be kept with their JPEG twins."""
     from novelfind.decode import IMAGE_EXTENSIONS
+    from novelfind.raw import RAW_EXTENSIONS
     from novelfind.walk import is_image_name
 
-    assert all(is_image_name(f"a{ext.upper()}") for ext in IMAGE_EXTENSIONS)
-    assert not is_image_name("notes.txt") and not is_image_name("raw.cr2")
+    assert all(is_image_name(f"a{ext.upper()}") for ext in IMAGE_EXTENSIONS | RAW_EXTENSIONS)
+    assert is_image_name("IMG_0001.CR2") and is_image_name("x.nef")
+    assert not is_image_name("notes.txt") and not is_image_name("IMG_0001.CR2.xmp")

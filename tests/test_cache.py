@@ -92,6 +92,18 @@ def test_known_digests_are_those_of_this_model(db):
     assert NullCache().known_digests() == frozenset()
 
 
+def test_digests_by_stat_without_reading_the_files(db):
+    """What the ignore list matches a library by: the recorded digest, only while size and mtime hold."""
+    files = [fake(i) for i in range(3)]
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(f, f"d{i}", vec(i)) for i, f in enumerate(files[:2])])
+    changed = ImageFile(files[1].path, files[1].size + 1, files[1].mtime_ns)
+    with FeatureCache(db, "m2") as c:  # the digest is the file's, whatever model made vectors of it
+        assert c.digests_by_stat([files[0], changed, files[2], files[0]]) == ["d0", None, None, "d0"]
+        assert c.digests_by_stat([]) == []
+    assert NullCache().digests_by_stat(files) == [None, None, None]
+
+
 def test_survives_reopening(db):
     with FeatureCache(db, "m1") as c:
         c.put_many([(fake(i), f"d{i}", vec(i)) for i in range(5)])

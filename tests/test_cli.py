@@ -50,8 +50,8 @@ def test_scan_ranks_the_odd_photos_first(library, fake_extractor, tmp_path):
     scores = [float(r[1]) for r in rows]
     assert scores == sorted(scores, reverse=True)
     # The summary is on stderr, never on stdout.
-    assert "33 images found" in result.stderr
-    assert "images found" not in result.stdout
+    assert "33 photos (33 files) found" in result.stderr
+    assert "files) found" not in result.stdout
 
 
 def test_second_scan_reads_everything_from_cache(library, fake_extractor, tmp_path):
@@ -113,7 +113,7 @@ def test_k_larger_than_library_ranks_all_with_a_note(library, fake_extractor):
     result = run("scan", library["root"], "--k", "500")
     assert result.exit_code == 0
     assert len(tsv_rows(result.stdout)) == 33
-    assert "note: --k 500 is more than the 33 images" in result.stderr
+    assert "note: --k 500 is more than the 33 photos" in result.stderr
 
 
 @pytest.mark.parametrize(
@@ -456,7 +456,7 @@ def test_reader_closing_the_pipe_early_is_not_an_error(library, tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     assert "error" not in stderr and "Traceback" not in stderr
-    assert "33 images found" in stderr
+    assert "33 photos (33 files) found" in stderr
 
 
 def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):

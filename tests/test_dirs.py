@@ -10,7 +10,7 @@ from novelfind import dirs
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "TORCH_HOME", "NOVELFIND_MODEL_CACHE"):
+    for name in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "TORCH_HOME", "NOVELFIND_MODEL_CACHE"):
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "home"
 
@@ -21,6 +21,9 @@ def test_defaults_under_home(home):
     assert dirs.lock_dir() == home / ".cache" / "novelfind" / "locks"
     assert dirs.data_dir() == home / ".cache" / "novelfind-data"
     assert dirs.config_dir() == home / ".config" / "novelfind"
+    assert dirs.user_data_dir() == home / ".local" / "share" / "novelfind"
+    assert dirs.ignore_list_path() == home / ".local" / "share" / "novelfind" / "ignored.json"
+    assert dirs.sidecar_record_path() == home / ".local" / "share" / "novelfind" / "sidecars.json"
     assert dirs.torch_hub_checkpoints() == home / ".cache" / "torch" / "hub" / "checkpoints"
     assert dirs.config_path() is None  # no file there
 
@@ -28,6 +31,9 @@ def test_defaults_under_home(home):
 def test_absolute_xdg_folders_are_used(home, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xc"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xd"))
+    assert dirs.ignore_list_path() == tmp_path / "xd" / "novelfind" / "ignored.json"
+    assert dirs.sidecar_record_path() == tmp_path / "xd" / "novelfind" / "sidecars.json"
     assert dirs.feature_cache_path() == tmp_path / "xc" / "novelfind" / "features.sqlite"
     assert dirs.model_dir() == tmp_path / "xc" / "novelfind" / "models"
     assert dirs.lock_dir() == tmp_path / "xc" / "novelfind" / "locks"
@@ -44,6 +50,8 @@ def test_relative_xdg_folders_are_ignored_everywhere(home, monkeypatch, relative
     """The XDG spec: a relative path in these variables is invalid and must be ignored."""
     monkeypatch.setenv("XDG_CACHE_HOME", relative)
     monkeypatch.setenv("XDG_CONFIG_HOME", relative)
+    monkeypatch.setenv("XDG_DATA_HOME", relative)
+    assert dirs.user_data_dir() == home / ".local" / "share" / "novelfind"
     assert dirs.feature_cache_path() == home / ".cache" / "novelfind" / "features.sqlite"
     assert dirs.model_dir() == home / ".cache" / "novelfind" / "models"
     assert dirs.lock_dir() == home / ".cache" / "novelfind" / "locks"
@@ -57,6 +65,10 @@ def test_environment_overrides(home, tmp_path, monkeypatch):
     monkeypatch.setenv("NOVELFIND_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("NOVELFIND_CONFIG", str(tmp_path / "absent.toml"))  # named: used even if missing
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    monkeypatch.setenv("NOVELFIND_IGNORE_FILE", str(tmp_path / "keep-out.json"))
+    monkeypatch.setenv("NOVELFIND_SIDECAR_RECORD", str(tmp_path / "tagged.json"))
+    assert dirs.ignore_list_path() == tmp_path / "keep-out.json"
+    assert dirs.sidecar_record_path() == tmp_path / "tagged.json"
     assert dirs.feature_cache_path() == tmp_path / "mine.sqlite"
     assert dirs.model_dir() == home / "models"
     assert dirs.data_dir() == tmp_path / "data"

@@ -38,7 +38,8 @@ def test_planted_odd_photos_come_out_on_top(example, tmp_path):
     picked = {Path(p["path"]) for p in doc["picks"]}
     assert picked == odd, f"picked {sorted(p.name for p in picked)}, planted {sorted(p.name for p in odd)}"
     assert doc["run"]["extracted"] == len(paths)
-    assert f"{len(paths)} images found, 0 read from cache, {len(paths)} extracted, 0 failed" in first.stderr
+    n = len(paths)
+    assert f"{n} photos ({n} files) found, 0 read from cache, {n} extracted, 0 failed" in first.stderr
 
     # The second scan reads every vector from the cache and ranks the same way.
     second = scan(dest, "--k", "5", "--cache", cache, "--format", "json")

@@ -357,6 +357,21 @@ def test_rejected_jpeg_goes_to_pillow_in_the_file_decoder(files):
     assert fd.stats == {"pillow": 1}
 
 
+def test_raw_files_go_through_libraw_in_the_file_decoder(tmp_path):
+    """A DNG is a TIFF to Pillow (it would read the Bayer data as a grey picture): RAW files take the CPU
+    path through LibRaw, as in the Pillow decoder."""
+    pytest.importorskip("rawpy")
+    from rawfiles import write_dng
+
+    dng = write_dng(tmp_path / "a.DNG", photo(320, 240, seed=3))
+    fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend()))
+    [(pos, (digest, pixels, reason))] = list(fd.decode([str(dng)]))
+    fd.close()
+    want = pipeline.decode_file(str(dng), frozenset())
+    assert (digest, reason) == (want.digest, None) and fd.stats == {"pillow": 1}
+    np.testing.assert_array_equal(pixels, want.pixels)
+
+
 def test_stack_pixels_mixes_device_rows_and_numpy_rows():
     t = torch.full((224, 224, 3), 7, dtype=torch.uint8)
     a = np.full((224, 224, 3), 9, np.uint8)

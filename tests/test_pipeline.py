@@ -124,7 +124,7 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     def no_read(path):
         raise AssertionError(f"read {path}")
 
-    monkeypatch.setattr(pipeline, "read_for_model", no_read)
+    monkeypatch.setattr(pipeline, "read_any_for_model", no_read)
     model.calls = 0
     again = extract(files, model, cache, workers=2)
     assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)

@@ -114,9 +114,10 @@ def test_csv_has_schema_columns_and_parses_back():
     picks = [
         make_pick('/lib/a,"b".jpg', rank=1, score=0.5),
         make_pick("/lib/only.jpg", rank=2, score=0.25, neighbour=None, distance=None),
+        make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == ["rank", "score", "path", "size", "mtime", "neighbour", "distance"]
+    assert rows[0] == ["rank", "score", "path", "size", "mtime", "neighbour", "distance", "also"]
     assert rows[1] == [
         "1",
         "0.500000",
@@ -125,8 +126,11 @@ def test_csv_has_schema_columns_and_parses_back():
         "2023-11-14T22:13:20.123456Z",
         "/lib/near.jpg",
         "1.250000",
+        "",
     ]
-    assert rows[2][5:] == ["", ""]
+    assert rows[2][5:] == ["", "", ""]
+    # a photo's other files: a JSON array of paths (empty cell when there are none)
+    assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
 
 
 def test_json_document_schema():
@@ -146,9 +150,22 @@ def test_json_document_schema():
             "mtime_ns": MTIME_NS,
             "neighbour": "/lib/near.jpg",
             "distance": 1.25,
+            "also": [],
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]
+
+
+def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
+    """A RAW + JPEG pair is one record: listed by its JPEG, the RAW in ``also``; tsv and paths unchanged."""
+    pick = make_pick("/lib/IMG_1.JPG", also=(Path("/lib/IMG_1.CR2"),))
+    doc = json.loads(format_results([pick], "json"))
+    assert doc["picks"][0]["path"] == "/lib/IMG_1.JPG" and doc["picks"][0]["also"] == ["/lib/IMG_1.CR2"]
+    line = json.loads(format_results([pick], "jsonl").splitlines()[1])
+    assert line["type"] == "pick" and line["also"] == ["/lib/IMG_1.CR2"]
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\n"
+    assert format_results([pick], "paths") == "/lib/IMG_1.JPG\n"
+    assert pick.files == (Path("/lib/IMG_1.JPG"), Path("/lib/IMG_1.CR2"))
 
 
 def test_json_accepts_numpy_values():
@@ -279,6 +296,19 @@ def test_copy_creates_folder_and_rank_prefixed_names(library, tmp_path):
     manifest = json.loads((dest / MANIFEST_NAME).read_text())
     assert manifest["schema"] == "novelfind/picks-manifest"
     assert set(manifest["files"]) == {"001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"}
+
+
+def test_a_pair_is_copied_together_and_replaced_together(library, tmp_path):
+    """A RAW + JPEG pick: both files, under the pick's rank; a later run without it removes both."""
+    raw = library[0].with_suffix(".CR2")
+    raw.write_bytes(b"raw data of IMG_4411")
+    pair = dataclasses.replace(picks_for(library[:1])[0], also=(raw,))
+    dest = tmp_path / "d"
+    created = place_picks([pair], dest)
+    assert [p.name for p in created] == ["001_IMG_4411.jpg", "001_IMG_4411.CR2"]
+    assert (dest / "001_IMG_4411.CR2").read_bytes() == raw.read_bytes()
+    place_picks(picks_for([library[2]]), dest)
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_cat.jpg"]
 
 
 def test_pad_width_grows_with_k(library, tmp_path):

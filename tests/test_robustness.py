@@ -31,7 +31,9 @@ from novelfind.cli import cli
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
 RANK_ALL_JSON = ["--k", "1000", "--dedup", "0", "--format", "json"]  # every readable image, no dedup
-SUMMARY = re.compile(r"(\d+) images found, (\d+) read from cache, (\d+) extracted, (\d+) failed")
+SUMMARY = re.compile(
+    r"(\d+) photos \(\d+ files\) found, (\d+) read from cache, (\d+) extracted, (\d+) failed"
+)
 
 
 # --------------------------------------------------------------------------- helpers

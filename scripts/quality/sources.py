@@ -40,7 +40,6 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-Image.MAX_IMAGE_PIXELS = None  # wallpapers are up to 5640 x 3172: trusted package files
 POOL_SIDE = 768
 POOL_VERSION = "pools-v1"
 

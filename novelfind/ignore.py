@@ -1,0 +1,373 @@
+"""The ignore list: photos never to be picked again, known by their content.
+
+A weekly run over the same archive should show new odd photos, not the same cat every week. A photo on
+the list is never picked, but it still counts as part of the library: it keeps making its neighbours look
+ordinary (``mask`` gives the ranking the photos it may not pick; nothing is removed before ranking).
+
+The list holds content digests, the same blake2b-128 of the file's bytes as the feature cache
+(``decode.file_digest``), so a photo moved or renamed stays ignored. Each entry also keeps the file's size,
+the path it was last seen at and when it was added. The size is what keeps a scan cheap: a file can only
+have an ignored digest if it has an ignored size, so ``IgnoreList.find`` looks up (in the feature cache)
+or computes the digest of those few files only, never of the whole library. The path is for ``entries``
+(what ``novelfind ignore --list`` shows) and for removal by path of a file that is gone; scans keep it up
+to date (``relocate``).
+
+A photo of several files (RAW + JPEG, see :mod:`novelfind.pairs`) is ignored when any of its files is on
+the list, so ``novelfind ignore IMG_0042.CR2`` ignores the photo listed as ``IMG_0042.JPG``.
+
+It is user data, not cache: a JSON file in the user data folder (:func:`novelfind.dirs.ignore_list_path`:
+on Linux ``~/.local/share/novelfind/ignored.json``), which ``novelfind cache clear`` does not touch.
+Every change is a read-modify-write under a lock file, written atomically (a temporary file, then a
+rename), so two runs adding at once both keep their entries and a crash never leaves half a list.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from novelfind import dirs, walk
+from novelfind.decode import file_digest
+from novelfind.errors import NovelfindError
+from novelfind.lock import RunLock
+from novelfind.report import write_atomic
+
+FORMAT_VERSION = 1
+
+
+class IgnoreListError(NovelfindError):
+    """The ignore list file cannot be read (damaged, unreadable); it is left as it is."""
+
+
+def default_path() -> Path:
+    """The ignore list used when none is named (:func:`novelfind.dirs.ignore_list_path`)."""
+    return dirs.ignore_list_path()
+
+
+def digest_file(path: str | os.PathLike[str]) -> str:
+    """The content digest of a file, as the feature cache computes it. Raises OSError."""
+    return file_digest(Path(path).read_bytes())
+
+
+@dataclass(frozen=True)
+class Ignored:
+    """One entry: the content digest, the path the photo was last seen at, when it was added (UTC ISO)
+    and the file's size in bytes."""
+
+    digest: str
+    path: Path
+    added: str
+    size: int
+
+
+@dataclass(frozen=True)
+class Found:
+    """What :meth:`IgnoreList.find` found in a library: ``mask[i]`` True when photo i is ignored, and
+    ``seen`` the file each ignored digest was found at (for :meth:`IgnoreList.relocate`)."""
+
+    mask: np.ndarray  # bool (N,)
+    seen: dict[str, Path]
+
+
+@dataclass
+class IgnoreChange:
+    """What ``add`` or ``remove`` did: the entries concerned, names that matched nothing, unreadable files."""
+
+    changed: list[Ignored] = field(default_factory=list)  # added, or removed
+    unchanged: list[Path] = field(default_factory=list)  # already on the list (add) / not on it (remove)
+    failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, one-line reason)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err)
+
+
+class IgnoreList:
+    """The ignore list in the JSON file ``path`` (default ``default_path()``).
+
+    Reads go to the file each time (another run may have changed it); changes lock, re-read, apply and
+    write back atomically. Raises IgnoreListError when the file exists but cannot be read as a list,
+    OutputError when it cannot be written.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self.path = Path(path) if path is not None else default_path()
+
+    # ------------------------------------------------------------------------------------------ reading
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            raise IgnoreListError(f"cannot read the ignore list {self.path}: {_reason(e)}") from None
+        except UnicodeDecodeError:
+            raise IgnoreListError(f"the ignore list {self.path} is damaged: not UTF-8 text") from None
+        if not text.strip():
+            return {}
+        try:
+            doc = json.loads(text)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
+            version = doc.get("version")
+            if version != FORMAT_VERSION:
+                raise ValueError(f"unknown version {version!r}")
+            entries = doc["ignored"]
+            if not isinstance(entries, dict):
+                raise ValueError("'ignored' is not an object")
+            for digest, entry in entries.items():
+                if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+                    raise ValueError(f"bad entry {digest!r}")
+                size = entry.get("size")
+                if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                    raise ValueError(f"bad size in entry {digest!r}")
+        except (ValueError, KeyError) as e:
+            raise IgnoreListError(f"the ignore list {self.path} is damaged ({e}); fix or remove it") from None
+        return entries
+
+    def digests(self) -> frozenset[str]:
+        """The digests on the list."""
+        return frozenset(self._load())
+
+    def entries(self) -> list[Ignored]:
+        """Every entry, oldest first (then by path)."""
+        items = [_entry(digest, entry) for digest, entry in self._load().items()]
+        return sorted(items, key=lambda e: (e.added, os.fsencode(e.path)))
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def __contains__(self, digest: object) -> bool:
+        return digest in self._load()
+
+    def mask(self, digests: Sequence[str | None]) -> np.ndarray:
+        """bool (N,): True where the photo with ``digests[i]`` may not be picked (None: not ignored)."""
+        ignored = self.digests()
+        return np.fromiter((d is not None and d in ignored for d in digests), dtype=bool, count=len(digests))
+
+    def find(
+        self,
+        photos: Sequence[Sequence[Any]],
+        *,
+        known_digests: Callable[[Sequence[Any]], Sequence[str | None]] | None = None,
+    ) -> Found:
+        """Which of a library's ``photos`` are ignored; ``photos[i]`` are the files of photo i (walker
+        records with ``path`` and ``size``), the file it is read from first.
+
+        Only files with the size of an ignored file can be on the list, so only their digests are
+        needed: ``known_digests(files)`` gives those it knows without reading a file (the feature
+        cache: None where it does not know), the others are read and hashed here. A file that cannot
+        be read counts as not ignored. With an empty list, nothing is looked at.
+        """
+        entries = self._load()
+        mask = np.zeros(len(photos), dtype=bool)
+        seen: dict[str, Path] = {}
+        if not entries:
+            return Found(mask, seen)
+        sizes = {int(entry["size"]) for entry in entries.values()}
+        # (photo, file) of every file whose size is an ignored size, the file read first within a photo
+        suspects = [(i, f) for i, files in enumerate(photos) for f in files if int(f.size) in sizes]
+        known = list(known_digests([f for _, f in suspects])) if known_digests and suspects else []
+        known += [None] * (len(suspects) - len(known))
+        for (i, f), digest in zip(suspects, known, strict=True):
+            if mask[i]:
+                continue
+            if digest is None:
+                try:
+                    digest = digest_file(f.path)
+                except OSError:
+                    continue  # unreadable now: the scan reports it, if it reads it at all
+            if digest in entries:
+                mask[i] = True
+                seen[digest] = Path(f.path)
+        return Found(mask, seen)
+
+    # ------------------------------------------------------------------------------------------ changing
+
+    def _change(self, edit) -> None:
+        """Run ``edit(entries) -> bool`` on the current list under the lock; write it back if it says so."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise IgnoreListError(f"cannot create {self.path.parent}: {_reason(e)}") from None
+        lock = self.path.with_name(self.path.name + ".lock")
+        with RunLock(lock, wait=True, label=str(self.path)):
+            entries = self._load()
+            if edit(entries):
+                doc = {"version": FORMAT_VERSION, "ignored": dict(sorted(entries.items()))}
+                write_atomic(self.path, json.dumps(doc, indent=1, ensure_ascii=True) + "\n")
+
+    def add(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        exclude: Iterable[str] = (),
+        follow_symlinks: bool = False,
+    ) -> IgnoreChange:
+        """Put the files ``paths`` on the list, read to get their digest; a folder stands for every image
+        file under it (RAW files included), found as a scan finds them (``exclude``, ``follow_symlinks``:
+        as for a scan). A path that does not exist or cannot be read is a failure; the others are added.
+        """
+        result = IgnoreChange()
+        found: list[tuple[str, Path, int]] = []
+
+        def fail(path: Path, reason: str) -> None:
+            result.failures.append((Path(path), reason))
+
+        for path in _files(paths, exclude=exclude, follow_symlinks=follow_symlinks, on_error=fail):
+            try:
+                data = path.read_bytes()
+            except OSError as e:
+                fail(path, _reason(e))
+                continue
+            found.append((file_digest(data), path, len(data)))
+        self._add(found, result)
+        return result
+
+    def add_files(self, items: Iterable[tuple[str, str | os.PathLike[str], int]]) -> IgnoreChange:
+        """Put ``(digest, path, size)`` of files on the list without reading them (a scan knows these)."""
+        result = IgnoreChange()
+        self._add([(str(d), Path(os.path.abspath(os.fspath(p))), int(n)) for d, p, n in items], result)
+        return result
+
+    def _add(self, found: list[tuple[str, Path, int]], result: IgnoreChange) -> None:
+        if not found:
+            return
+        added = _now()
+
+        def edit(entries: dict[str, dict[str, Any]]) -> bool:
+            for digest, path, size in found:
+                if digest in entries:
+                    result.unchanged.append(path)
+                    continue
+                entries[digest] = {"path": os.fsdecode(path), "added": added, "size": size}
+                result.changed.append(Ignored(digest, path, added, size))
+            return bool(result.changed)
+
+        self._change(edit)
+
+    def remove(self, paths: Iterable[str | os.PathLike[str]]) -> IgnoreChange:
+        """Take the photos ``paths`` off the list: by the file's content, else (a file that is gone, or
+        changed since) by the path its entry was last seen at. A folder takes off every entry last seen
+        under it (without reading a file: scans keep the recorded paths current)."""
+        targets: list[tuple[str | None, Path]] = []
+        folders: list[Path] = []
+        result = IgnoreChange()
+        for p in paths:
+            path = Path(os.path.abspath(os.fspath(p)))
+            if path.is_dir():
+                folders.append(path)
+                continue
+            try:
+                targets.append((digest_file(path), path))
+            except OSError:
+                targets.append((None, path))  # gone or unreadable now: it may still be named in the list
+        if targets or folders:
+            self._remove(targets, result, folders=folders)
+        return result
+
+    def remove_digests(self, digests: Iterable[str]) -> IgnoreChange:
+        """Take the entries with these digests off the list (digests not on it are skipped)."""
+        result = IgnoreChange()
+        targets = [(str(d), Path()) for d in digests]
+        if targets:
+            self._remove(targets, result, by_path=False)
+        return result
+
+    def _remove(
+        self,
+        targets: list[tuple[str | None, Path]],
+        result: IgnoreChange,
+        by_path: bool = True,
+        folders: Sequence[Path] = (),
+    ) -> None:
+        def edit(entries: dict[str, dict[str, Any]]) -> bool:
+            by_name = {os.fsencode(entry["path"]): digest for digest, entry in entries.items()}
+            for digest, path in targets:
+                key = digest if digest in entries else None
+                if key is None and by_path:
+                    key = by_name.get(os.fsencode(path))
+                if key is None:
+                    if by_path:
+                        result.unchanged.append(path)
+                    continue
+                result.changed.append(_entry(key, entries.pop(key)))
+            for folder in folders:
+                inside = [d for d, entry in entries.items() if Path(entry["path"]).is_relative_to(folder)]
+                if not inside:
+                    result.unchanged.append(folder)
+                for key in inside:
+                    result.changed.append(_entry(key, entries.pop(key)))
+            return bool(result.changed)
+
+        self._change(edit)
+
+    def relocate(self, seen: Mapping[str, str | os.PathLike[str]]) -> int:
+        """Record where a scan found ignored photos (``digest -> path``); returns how many entries moved."""
+        moved = 0
+
+        def edit(entries: dict[str, dict[str, Any]]) -> bool:
+            nonlocal moved
+            for digest, path in seen.items():
+                entry = entries.get(digest)
+                new = os.fsdecode(os.path.abspath(os.fspath(path)))
+                if entry is not None and entry["path"] != new:
+                    entry["path"] = new
+                    moved += 1
+            return moved > 0
+
+        if any(d in self.digests() for d in seen):
+            self._change(edit)
+        return moved
+
+    def clear(self) -> int:
+        """Empty the list; returns how many entries it had. The (empty) file stays."""
+        count = 0
+
+        def edit(entries: dict[str, dict[str, Any]]) -> bool:
+            nonlocal count
+            count = len(entries)
+            entries.clear()
+            return True
+
+        self._change(edit)
+        return count
+
+    def __repr__(self) -> str:
+        return f"IgnoreList({str(self.path)!r})"
+
+
+def _entry(digest: str, entry: Mapping[str, Any]) -> Ignored:
+    return Ignored(digest, Path(entry["path"]), str(entry.get("added", "")), int(entry["size"]))
+
+
+def _files(
+    paths: Iterable[str | os.PathLike[str]],
+    *,
+    exclude: Iterable[str],
+    follow_symlinks: bool,
+    on_error: Callable[[Path, str], None],
+) -> Iterable[Path]:
+    """The files ``paths`` name, folders walked as a scan walks them; missing paths to ``on_error``."""
+    exclude = tuple(exclude)
+    for p in paths:
+        path = Path(os.path.abspath(os.fspath(p)))
+        if path.is_dir():
+            for f in walk.walk(path, exclude=exclude, follow_symlinks=follow_symlinks, on_error=on_error):
+                yield f.path
+        elif path.exists():
+            yield path
+        else:
+            on_error(path, "no such file or folder")

@@ -1,0 +1,715 @@
+"""XMP sidecars for the picks: a keyword photo managers show, the rank and score, undone only where ours.
+
+digiKam, darktable, Lightroom, Immich and PhotoPrism read keywords from XMP sidecars, so a pick written
+there shows up as a tag in the tool the user already browses with. The photo itself is never opened for
+writing: everything goes into a sidecar next to it.
+
+What a pick gets (``tag``):
+
+* the keyword (default ``novel``) in ``dc:subject`` and ``lr:hierarchicalSubject``, and in
+  ``digiKam:TagsList`` when the sidecar has one (digiKam then reads that list alone). A hierarchical
+  keyword such as ``Picks|novel`` goes whole into ``lr:hierarchicalSubject`` (``Picks/novel`` in
+  digiKam's list) and as its last level (``novel``) into ``dc:subject``, the way Lightroom and digiKam
+  write tags;
+* ``novelfind:Rank`` (1 = most novel) and ``novelfind:Score`` in the namespace ``NAMESPACE``;
+* a record of what novelfind added: ``novelfind:AddedSubject``, ``novelfind:AddedHierarchicalSubject``
+  and ``novelfind:AddedTagsList`` hold a keyword only when novelfind put it there (a keyword the user
+  had already set is not recorded), and ``novelfind:CreatedSidecar`` says that the sidecar did not
+  exist before.
+
+``untag`` takes back exactly what the record names: a keyword the user set by hand stays, even the same
+word set before novelfind set it. A sidecar novelfind created and that holds nothing else afterwards is
+deleted. ``apply_picks`` does both for a run: it tags this run's picks and untags the photos a previous
+run tagged, under the scanned folders, that are no longer picked; which photos those are is kept in a
+small JSON file in the user data folder (``default_ledger_path``), since finding them by reading every
+sidecar of a 500,000-photo library would take longer than the scan.
+
+Sidecar names, as the tools expect: an existing ``NAME.EXT.xmp`` (darktable, digiKam, exiftool's
+default), else an existing ``NAME.xmp`` (Lightroom, Capture One), each also tried as ``.XMP``; the first
+that exists is updated. Without one, ``NAME.EXT.xmp`` is created: it cannot be mistaken for the sidecar
+of another file with the same name (``IMG_1.CR2`` and ``IMG_1.JPG``).
+
+``NAME.xmp`` names no file of its own, so it is only taken when it cannot belong to another photo:
+
+* when every other file of that name in the folder is a file of the same photo (``twins``: the JPEG of
+  a RAW + JPEG pair): the pair shares it, as Lightroom and Capture One share it between a RAW and its
+  JPEG, and it gets the photo's one rank;
+* for a RAW file, also when none of the others is a RAW: Lightroom and Capture One write ``NAME.xmp``
+  for RAW files only, so ``IMG_1.xmp`` next to ``IMG_1.CR2`` and an exported ``IMG_1.tif`` is the RAW's.
+
+Otherwise (``a.JPG`` and an unrelated ``a.PNG`` next to ``a.xmp``) each file gets its own
+``NAME.EXT.xmp`` and ``NAME.xmp`` is left alone: one photo's rank never lands in another's sidecar.
+
+The namespace (``NAMESPACE``) is a URN made of a UUID, fixed for good: it identifies novelfind's
+properties in users' sidecars forever, so it must not depend on a domain name that can lapse and change
+hands. It never changes; a later version adds properties to it and never changes the meaning of one.
+
+What stays a limit: the record says which keyword novelfind added, not when. A keyword the user removes
+by hand is forgotten by the record at the next change of that sidecar, but one removed and added again
+by hand between two runs looks like novelfind's and is taken back when the photo is no longer picked.
+Keep a pick for good under another keyword (or a hierarchical one such as ``Keep|novel``).
+
+Merging goes through libexiv2 (python-exiv2): the sidecar is parsed into XMP properties, ours are changed
+and the packet is serialised again, so every other property (ratings, labels, face regions, custom
+namespaces) is kept. python-exiv2 rather than pyexiv2: both bundle libexiv2 0.28 and merge a sidecar in
+about 2 ms, but libexiv2 reports a packet its XMP toolkit rejects only through its log (and goes on with
+no properties, which written back would empty the sidecar); python-exiv2 routes that log to Python's
+``logging``, where it is caught here and nothing is printed, while pyexiv2 prints it to the C stderr.
+A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``).
+Writes are atomic (a temporary file in the same folder, then a rename) and keep the file's mode and,
+where allowed, its owner; a new sidecar made by a root cron job belongs to the photo's owner.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import tempfile
+import threading
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from novelfind import dirs
+from novelfind.errors import NovelfindError, OutputError
+from novelfind.lock import RunLock
+from novelfind.raw import is_raw_name
+from novelfind.report import write_atomic
+
+NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
+PREFIX = "novelfind"
+DEFAULT_KEYWORD = "novel"
+
+SUBJECT = "Xmp.dc.subject"
+HIERARCHICAL = "Xmp.lr.hierarchicalSubject"
+DIGIKAM_TAGS = "Xmp.digiKam.TagsList"
+RANK = f"Xmp.{PREFIX}.Rank"
+SCORE = f"Xmp.{PREFIX}.Score"
+ADDED_SUBJECT = f"Xmp.{PREFIX}.AddedSubject"
+ADDED_HIERARCHICAL = f"Xmp.{PREFIX}.AddedHierarchicalSubject"
+ADDED_DIGIKAM = f"Xmp.{PREFIX}.AddedTagsList"
+CREATED = f"Xmp.{PREFIX}.CreatedSidecar"
+_OURS = (RANK, SCORE, ADDED_SUBJECT, ADDED_HIERARCHICAL, ADDED_DIGIKAM, CREATED)
+
+
+@dataclass(frozen=True)
+class _Keywords:
+    """A keyword array novelfind writes to, the record of what it added there, and how it spells a level."""
+
+    key: str
+    record: str
+    separator: str | None  # None: the last level only
+    only_if_present: bool  # written only where the sidecar already has the array
+
+
+# digiKam reads its own TagsList before any other keyword list when a sidecar has one (a sidecar it wrote
+# itself), so the keyword goes there too in that case, with digiKam's "/" between levels.
+_KEYWORD_ARRAYS = (
+    _Keywords(SUBJECT, ADDED_SUBJECT, None, False),
+    _Keywords(HIERARCHICAL, ADDED_HIERARCHICAL, "|", False),
+    _Keywords(DIGIKAM_TAGS, ADDED_DIGIKAM, "/", True),
+)
+
+Action = Literal["created", "updated", "unchanged", "removed", "deleted"]
+
+
+class SidecarError(Exception):
+    """One sidecar could not be read or written; it was left as it was.
+
+    ``str(err)`` is ``"PATH: reason"``, one line; ``path`` and ``reason`` are the parts.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], reason: str):
+        self.path = Path(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+@dataclass(frozen=True)
+class SidecarChange:
+    """What ``tag`` or ``untag`` did to ``photo``'s sidecar."""
+
+    photo: Path
+    sidecar: Path
+    action: Action
+
+
+# ---------------------------------------------------------------------------------------------- names
+
+
+def sidecar_candidates(photo: str | os.PathLike[str]) -> tuple[Path, ...]:
+    """Where a sidecar of ``photo`` may be, in the order looked at.
+
+    NAME.EXT.xmp, NAME.EXT.XMP, NAME.xmp, NAME.XMP.
+    """
+    photo = Path(photo)
+    stem = photo.with_suffix("") if photo.suffix else photo
+    return (
+        photo.with_name(photo.name + ".xmp"),
+        photo.with_name(photo.name + ".XMP"),
+        stem.with_name(stem.name + ".xmp"),
+        stem.with_name(stem.name + ".XMP"),
+    )
+
+
+def sidecar_for(photo: str | os.PathLike[str], twins: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """The sidecar ``tag`` writes for ``photo``: the first existing candidate, else ``NAME.EXT.xmp``.
+
+    ``twins`` are the other files of the same photo (a RAW + JPEG pair); ``NAME.xmp`` is skipped when
+    another file of the folder may own it (see the module doc).
+    """
+    candidates = sidecar_candidates(photo)
+    own = [c for c in candidates[:2] if os.path.lexists(c)]
+    if own:
+        return own[0]
+    shared = [c for c in candidates[2:] if os.path.lexists(c)]
+    if shared and _owns_name_xmp(Path(photo), twins):
+        return shared[0]
+    return candidates[0]
+
+
+def _owns_name_xmp(photo: Path, twins: Iterable[str | os.PathLike[str]]) -> bool:
+    """Whether ``NAME.xmp`` can be ``photo``'s: no other file of that name, but its twins, may own it."""
+    stem = os.path.splitext(photo.name)[0].casefold()
+    mine = {photo.name, *(Path(t).name for t in twins)}
+    try:
+        names = os.listdir(photo.parent)
+    except OSError:
+        return False
+    others = [
+        n
+        for n in names
+        if n not in mine
+        and os.path.splitext(n)[0].casefold() == stem
+        and os.path.splitext(n)[1].lower() != ".xmp"
+    ]
+    if not others:
+        return True
+    return is_raw_name(photo.name) and not any(is_raw_name(n) for n in others)
+
+
+# ---------------------------------------------------------------------------------------------- libexiv2
+
+_lock = threading.RLock()  # libexiv2's XMP toolkit is not thread-safe; our log capture is per call
+_registered = False
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage().strip())
+
+
+@contextmanager
+def _exiv2() -> Iterator[tuple[Any, _Collect]]:
+    """libexiv2 under the lock, its warnings and errors collected instead of printed."""
+    try:
+        import exiv2
+    except Exception as e:  # noqa: BLE001 - ImportError, or a broken bundled library
+        raise NovelfindError(f"XMP support is not installed (pip install 'novelfind[xmp]'): {e}") from None
+    global _registered
+    with _lock:
+        # python-exiv2 passes libexiv2's messages to the "exiv2" logger; an application that silenced
+        # either must not hide a damaged sidecar from us, so both are opened for the call.
+        logger = logging.getLogger("exiv2")
+        collect = _Collect()
+        level, lib_level = logger.level, exiv2.LogMsg.level()
+        logger.addHandler(collect)
+        logger.setLevel(logging.WARNING)
+        exiv2.LogMsg.setLevel(exiv2.LogMsg.Level.warn)
+        try:
+            if not _registered:
+                exiv2.XmpProperties.registerNs(NAMESPACE, PREFIX)
+                _registered = True
+            yield exiv2, collect
+        finally:
+            exiv2.LogMsg.setLevel(lib_level)
+            logger.setLevel(level)
+            logger.removeHandler(collect)
+
+
+def available() -> bool:
+    """python-exiv2 imports."""
+    try:
+        import exiv2  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+_PACKET_HEADER = '<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>\n'
+_PACKET_TRAILER = '<?xpacket end="w"?>\n'
+
+
+class _Packet:
+    """The XMP properties of one sidecar (or of a new one), edited in memory."""
+
+    def __init__(self, exiv2: Any, collect: _Collect, path: Path, data: bytes | None):
+        self._exiv2 = exiv2
+        self.path = path
+        if data is None or not data.strip():
+            self.image = exiv2.ImageFactory.create(exiv2.ImageType.xmp)
+        else:
+            try:
+                ElementTree.fromstring(data)  # well-formed XML at all? (libexiv2 only logs when not)
+            except ElementTree.ParseError as e:
+                raise SidecarError(path, f"cannot parse: {e}") from None
+            try:
+                self.image = exiv2.ImageFactory.open(data)
+                if self.image.imageType() != exiv2.ImageType.xmp:
+                    raise SidecarError(path, "not an XMP sidecar")
+                self.image.readMetadata()
+            except exiv2.Exiv2Error as e:
+                raise SidecarError(path, f"cannot parse: {_exiv2_reason(e)}") from None
+            if collect.messages:  # the toolkit logs a packet it cannot decode and carries on with none
+                raise SidecarError(path, f"cannot parse: {collect.messages[0][:200]}")
+        self.data = self.image.xmpData()
+
+    def snapshot(self) -> list[tuple[str, str, str]]:
+        return sorted((d.key(), d.typeName(), d.toString()) for d in self.data)
+
+    def get(self, key: str) -> Any | None:
+        it = self.data.findKey(self._exiv2.XmpKey(key))
+        return None if it == self.data.end() else it
+
+    def text(self, key: str) -> str | None:
+        it = self.get(key)
+        return None if it is None else it.toString()
+
+    def items(self, key: str) -> list[str]:
+        """An array's items; a plain text value (as some tools write a single keyword) is one item."""
+        it = self.get(key)
+        if it is None:
+            return []
+        value = it.getValue()
+        if isinstance(value, self._exiv2.XmpArrayValue):
+            return [value.toString(i) for i in range(value.count())]
+        text = it.toString()
+        return [text] if text else []
+
+    def set_items(self, key: str, items: Sequence[str]) -> None:
+        """Replace ``key`` by an array of ``items`` (of the array type it had, else a bag); none: erase."""
+        it = self.get(key)
+        kind = self._exiv2.TypeId.xmpBag
+        if it is not None:
+            old = it.getValue()
+            if isinstance(old, self._exiv2.XmpArrayValue):
+                kind = old.typeId()
+            self.data.erase(it)
+        if items:
+            value = self._exiv2.XmpArrayValue(kind)
+            for item in items:
+                value.read(item)
+            self.data[key] = value
+
+    def set_text(self, key: str, text: str) -> None:
+        self.data[key] = text
+
+    def erase(self, key: str) -> None:
+        it = self.get(key)
+        if it is not None:
+            self.data.erase(it)
+
+    def serialise(self) -> bytes:
+        """The XMP packet, laid out as libexiv2's sidecar writer lays it out.
+
+        Not through ``Image.writeMetadata``: libexiv2's sidecar image copies dc:subject and other fields
+        into IPTC and Exif when it reads a sidecar and back into XMP when it writes one, which would put
+        back a keyword just taken out and could add fields the sidecar never had.
+        """
+        flags = self._exiv2.XmpParser.XmpFormatFlags
+        try:
+            rc, packet = self._exiv2.XmpParser.encode(
+                self.data, flags.omitPacketWrapper | flags.useCompactFormat
+            )
+        except self._exiv2.Exiv2Error as e:
+            raise SidecarError(self.path, f"cannot serialise: {_exiv2_reason(e)}") from None
+        if rc != 0:
+            raise SidecarError(self.path, f"cannot serialise: XMP toolkit error {rc}")
+        return (_PACKET_HEADER + packet + _PACKET_TRAILER).encode("utf-8")
+
+
+def _exiv2_reason(err: BaseException) -> str:
+    args = getattr(err, "args", ())
+    text = str(args[-1]) if args else str(err)
+    return (text.strip().splitlines() or [type(err).__name__])[0][:200]
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _read(sidecar: Path) -> bytes | None:
+    """The sidecar's bytes, None when there is none. Raises SidecarError."""
+    if not os.path.lexists(sidecar):
+        return None
+    try:
+        st = os.stat(sidecar)  # follows a link: the target is what gets updated
+    except OSError as e:
+        raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise SidecarError(sidecar, "not a regular file")
+    try:
+        return Path(sidecar).read_bytes()
+    except OSError as e:
+        raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
+
+
+def _write(sidecar: Path, data: bytes, photo: Path) -> None:
+    """Replace (or create) ``sidecar`` atomically, keeping its mode and owner. Raises SidecarError.
+
+    A new sidecar gets the usual mode of a new file (0o666 less the umask); when run as root it is given
+    to the photo's owner and group, so a root cron job does not leave files the user cannot edit.
+    """
+    target = Path(os.path.realpath(sidecar)) if os.path.islink(sidecar) else Path(sidecar)
+    try:
+        old = os.stat(target)
+    except FileNotFoundError:
+        old = None
+    except OSError as e:
+        raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
+    if old is not None and not os.access(target, os.W_OK):
+        raise SidecarError(sidecar, "cannot write: the sidecar is read-only")
+    if old is not None:
+        mode, owner = stat.S_IMODE(old.st_mode), (old.st_uid, old.st_gid)
+    else:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+        try:
+            st = os.stat(photo)
+            owner = (st.st_uid, st.st_gid)
+        except OSError:
+            owner = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+    except OSError as e:
+        raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        if owner is not None and (os.geteuid() == 0 or owner[0] == os.geteuid()):
+            try:
+                os.chown(tmp, *owner)
+            except OSError:
+                pass  # not allowed to give it away or to that group: it stays ours
+        os.replace(tmp, target)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
+        raise
+
+
+def _delete(sidecar: Path) -> None:
+    try:
+        os.unlink(sidecar)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise SidecarError(sidecar, f"cannot delete: {e.strerror or e}") from None
+
+
+# ---------------------------------------------------------------------------------------------- edits
+
+
+def _paths(
+    photo: str | os.PathLike[str],
+    sidecar: str | os.PathLike[str] | None,
+    twins: Iterable[str | os.PathLike[str]] = (),
+) -> tuple[Path, Path]:
+    """(photo, its sidecar); ValueError when the photo is a sidecar or the sidecar is not one."""
+    photo = Path(photo)
+    if photo.suffix.lower() == ".xmp":
+        raise ValueError(f"expected a photo, got a sidecar: {photo}")
+    path = Path(sidecar) if sidecar is not None else sidecar_for(photo, twins)
+    if path.suffix.lower() != ".xmp" or os.path.abspath(path) == os.path.abspath(photo):
+        raise ValueError(f"a sidecar's name ends in .xmp, got {path}")
+    return photo, path
+
+
+def _levels(keyword: str) -> list[str]:
+    """The levels of ``keyword`` (``Picks|novel`` -> Picks, novel). Raises ValueError."""
+    if not isinstance(keyword, str) or not keyword.strip():
+        raise ValueError(f"the keyword must be a non-empty text, got {keyword!r}")
+    levels = [level.strip() for level in keyword.split("|")]
+    if any(not level for level in levels):
+        raise ValueError(f"empty level in the hierarchical keyword {keyword!r}")
+    return levels
+
+
+def check_keyword(keyword: str) -> None:
+    """ValueError unless ``keyword`` is a keyword ``tag`` can write (non-empty text, no empty level)."""
+    _levels(keyword)
+
+
+def _spell(levels: list[str], separator: str | None) -> str:
+    return levels[-1] if separator is None else separator.join(levels)
+
+
+def _take_back(packet: _Packet, key: str, record: str, keep: str | None) -> None:
+    """Remove from ``key`` the items ``record`` says novelfind added, except ``keep``; update the record."""
+    added = packet.items(record)
+    if not added:
+        return
+    items = packet.items(key)
+    for word in added:
+        if word != keep and word in items:
+            items.remove(word)
+    if items != packet.items(key):
+        packet.set_items(key, items)
+    packet.set_items(record, [w for w in added if w == keep])
+
+
+def _put(packet: _Packet, key: str, record: str, word: str) -> None:
+    """Add ``word`` to ``key`` unless present; record it only when novelfind added it (now or earlier)."""
+    items = packet.items(key)
+    recorded = word in packet.items(record)
+    if word in items:
+        return  # the user's, or ours from an earlier run (then already recorded)
+    packet.set_items(key, [*items, word])
+    if not recorded:
+        packet.set_items(record, [*packet.items(record), word])
+
+
+def tag(
+    photo: str | os.PathLike[str],
+    *,
+    rank: int,
+    score: float,
+    keyword: str = DEFAULT_KEYWORD,
+    sidecar: str | os.PathLike[str] | None = None,
+    twins: Iterable[str | os.PathLike[str]] = (),
+) -> SidecarChange:
+    """Mark ``photo`` as a pick in its sidecar (see the module doc). Idempotent.
+
+    ``sidecar`` names the sidecar to write; by default ``sidecar_for(photo, twins)``, ``twins`` being the
+    photo's other files (a RAW + JPEG pair).
+
+    A keyword a previous run added and that differs from ``keyword`` is taken back. Nothing is written
+    when the sidecar already says all this ("unchanged"). Raises SidecarError (the sidecar is left as
+    it was) and ValueError for an empty keyword or a photo named ``*.xmp``.
+    """
+    levels = _levels(keyword)
+    photo, path = _paths(photo, sidecar, twins)
+    data = _read(path)
+    with _exiv2() as (exiv2, collect):
+        packet = _Packet(exiv2, collect, path, data)
+        before = packet.snapshot()
+        for array in _KEYWORD_ARRAYS:
+            word = _spell(levels, array.separator)
+            _take_back(packet, array.key, array.record, word)
+            if not array.only_if_present or packet.get(array.key) is not None:
+                _put(packet, array.key, array.record, word)
+        packet.set_text(RANK, str(int(rank)))
+        packet.set_text(SCORE, f"{float(score):.6g}")
+        if data is None:
+            packet.set_text(CREATED, "True")
+        if packet.snapshot() == before:
+            return SidecarChange(photo, path, "unchanged")
+        out = packet.serialise()
+    _write(path, out, photo)
+    return SidecarChange(photo, path, "created" if data is None else "updated")
+
+
+def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | None = None) -> SidecarChange:
+    """Take back what ``tag`` wrote into ``photo``'s sidecar, and nothing else.
+
+    "removed" when something was taken out, "deleted" when the sidecar was novelfind's own and is now
+    empty, "unchanged" when it held nothing of novelfind's (or there is no sidecar). Raises SidecarError.
+    """
+    photo, path = _paths(photo, sidecar)
+    data = _read(path)
+    if data is None:
+        return SidecarChange(photo, path, "unchanged")
+    with _exiv2() as (exiv2, collect):
+        packet = _Packet(exiv2, collect, path, data)
+        before = packet.snapshot()
+        created = packet.text(CREATED) == "True"
+        for array in _KEYWORD_ARRAYS:
+            _take_back(packet, array.key, array.record, None)
+        for key in _OURS:
+            packet.erase(key)
+        if packet.snapshot() == before:
+            return SidecarChange(photo, path, "unchanged")
+        empty = packet.data.count() == 0
+        out = None if (created and empty) else packet.serialise()
+    if out is None:
+        _delete(path)
+        return SidecarChange(photo, path, "deleted")
+    _write(path, out, photo)
+    return SidecarChange(photo, path, "removed")
+
+
+def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
+    """The sidecar's XMP properties: arrays as lists of their items, everything else as text.
+
+    Keys are libexiv2's (``Xmp.dc.subject``, ``Xmp.novelfind.Rank``, ...). Raises SidecarError.
+    """
+    path = Path(sidecar)
+    data = _read(path)
+    if data is None:
+        raise SidecarError(path, "no such file")
+    with _exiv2() as (exiv2, collect):
+        packet = _Packet(exiv2, collect, path, data)
+        out: dict[str, str | list[str]] = {}
+        for datum in packet.data:
+            key = datum.key()
+            value = datum.getValue()
+            if isinstance(value, exiv2.XmpArrayValue):
+                out[key] = [value.toString(i) for i in range(value.count())]
+            else:
+                out[key] = datum.toString()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- runs
+
+
+def default_ledger_path() -> Path:
+    """The record of the sidecars novelfind has tagged (:func:`novelfind.dirs.sidecar_record_path`)."""
+    return dirs.sidecar_record_path()
+
+
+@dataclass(frozen=True)
+class SidecarPick:
+    """One file to tag: a pick's file. Each file of a RAW + JPEG pair is its own ``SidecarPick``, with
+    the pair's other files as ``twins`` (they decide whether a shared ``NAME.xmp`` is the photo's)."""
+
+    path: Path
+    rank: int
+    score: float
+    twins: tuple[Path, ...] = ()
+
+    @classmethod
+    def for_photo(cls, files: Sequence[str | os.PathLike[str]], rank: int, score: float) -> list[SidecarPick]:
+        """One per file of a photo (``files``: the file read first, then its twins)."""
+        paths = [Path(f) for f in files]
+        return [cls(p, rank, score, tuple(q for q in paths if q != p)) for p in paths]
+
+
+@dataclass
+class SidecarSummary:
+    """What ``apply_picks`` did: changes by action, and the sidecars it had to leave alone."""
+
+    changes: list[SidecarChange] = field(default_factory=list)
+    problems: list[tuple[Path, str]] = field(default_factory=list)  # (sidecar or ledger, reason)
+
+    def count(self, *actions: Action) -> int:
+        return sum(1 for c in self.changes if c.action in actions)
+
+
+def _under(path: str, roots: Sequence[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
+    """The ledger's entries (photo -> {"sidecar", "keyword"}) and a problem, if it could not be read."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    except FileNotFoundError:
+        return {}, None
+    except OSError as e:
+        return {}, f"cannot read the record of tagged sidecars: {e.strerror or e}"
+    try:
+        doc = json.loads(text)
+        entries = doc["sidecars"]
+        if not isinstance(entries, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("sidecar"), str) for v in entries.values()
+        ):
+            raise ValueError("bad entries")
+        return entries, None
+    except (ValueError, KeyError, TypeError):
+        aside = path.with_name(path.name + ".damaged")
+        try:
+            os.replace(path, aside)
+        except OSError:
+            return {}, "the record of tagged sidecars is damaged; starting a new one"
+        return {}, f"the record of tagged sidecars is damaged (kept as {aside}); starting a new one"
+
+
+def _save_ledger(path: Path, entries: dict[str, dict[str, str]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"version": 1, "sidecars": dict(sorted(entries.items()))}
+    write_atomic(path, json.dumps(doc, indent=1, ensure_ascii=True) + "\n")
+
+
+def apply_picks(
+    picks: Iterable[SidecarPick],
+    *,
+    roots: Iterable[str | os.PathLike[str]],
+    keyword: str = DEFAULT_KEYWORD,
+    ledger: str | os.PathLike[str] | None = None,
+    on_problem: Callable[[Path, str], None] | None = None,
+) -> SidecarSummary:
+    """Tag this run's ``picks`` and untag the files earlier runs tagged under ``roots`` that are not picked.
+
+    ``roots`` are the folders (or files) this run scanned: photos a run tagged elsewhere are left alone.
+    ``ledger`` is the record of tagged files (default ``default_ledger_path()``), updated atomically
+    under a lock. A sidecar that cannot be read or written is reported through ``on_problem(path,
+    reason)`` and in the summary, and the run goes on; an untag that failed is tried again next run.
+    """
+    flat_roots = [os.path.abspath(os.fspath(r)) for r in roots]
+    _levels(keyword)  # a bad keyword fails before any file is touched
+    ledger_path = Path(ledger) if ledger is not None else default_ledger_path()
+    summary = SidecarSummary()
+
+    def problem(path: Path, reason: str) -> None:
+        summary.problems.append((path, reason))
+        if on_problem is not None:
+            on_problem(path, reason)
+
+    try:
+        ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputError(f"cannot create {ledger_path.parent}: {e.strerror or e}") from None
+    with RunLock(ledger_path.with_name(ledger_path.name + ".lock"), wait=True, label=str(ledger_path)):
+        entries, trouble = _load_ledger(ledger_path)
+        if trouble:
+            problem(ledger_path, trouble)
+        picked: set[str] = set()
+        written: set[str] = set()  # sidecars of this run's picks (two files may share NAME.xmp)
+        for pick in picks:
+            photo = os.path.abspath(os.fspath(pick.path))
+            picked.add(photo)
+            try:
+                change = tag(photo, rank=pick.rank, score=pick.score, keyword=keyword, twins=pick.twins)
+            except SidecarError as e:
+                problem(e.path, e.reason)
+                continue
+            summary.changes.append(change)
+            written.add(os.path.realpath(change.sidecar))
+            entries[photo] = {"sidecar": str(change.sidecar), "keyword": keyword}
+        for photo in sorted(entries):
+            if photo in picked or not _under(photo, flat_roots):
+                continue
+            sidecar = Path(entries[photo]["sidecar"])
+            if os.path.realpath(sidecar) in written:
+                del entries[photo]  # shared with a file picked now: its tag stays
+                continue
+            try:
+                change = untag(photo, sidecar=sidecar)
+            except SidecarError as e:
+                problem(e.path, e.reason)
+                continue
+            if change.action != "unchanged":
+                summary.changes.append(change)
+            del entries[photo]
+        try:
+            _save_ledger(ledger_path, entries)
+        except Exception as e:  # noqa: BLE001 - OutputError or OSError: the sidecars are written already
+            problem(ledger_path, str(e))
+    return summary
