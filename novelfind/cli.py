@@ -201,6 +201,8 @@ def _option(*decls: str, name: str, **kwargs: Any):
          help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).")
 @_option("--cache", name="cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
          help="Feature cache file (default: the user cache folder).")
+@_option("--cache-dtype", name="cache_dtype", type=_choice("cache_dtype"), show_default=True,
+         help="How new vectors are stored in the cache: float16 halves its size (see the README).")
 @click.option("--no-cache", is_flag=True, default=False, envvar=_env("no_cache"),
               help="Neither read nor write the feature cache (wins over a cache set in the environment "
                    "or a config file).")

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__, features, raw, walk
-from novelfind.cache import DEFAULT_DTYPE, FeatureCache, NullCache
+from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache, NullCache
 from novelfind.decode import file_digest
 from novelfind.errors import CacheError, InputError, MissingExtraError, NovelfindError, OutputError
 from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
@@ -105,6 +105,7 @@ CHOICES: dict[str, Collection[str]] = {
     "device": features.DEVICES,
     "backend": features.BACKENDS,
     "engine": ENGINES,
+    "cache_dtype": tuple(DTYPES),
     "decoder": DECODERS,
     "format": FORMATS,
     "link": PLACE_MODES,
@@ -150,6 +151,7 @@ class ScanParameters:
     ray_address: str | None = None
     decoder: str = "auto"
     cache: bool | Path | FeatureCache = True
+    cache_dtype: str = DEFAULT_DTYPE
     # outputs
     output: Path | None = None
     format: str = "tsv"
@@ -343,6 +345,7 @@ def scan(
     ray_address: str | None = None,
     decoder: str = "auto",
     cache: bool | str | os.PathLike[str] | FeatureCache = True,
+    cache_dtype: str = DEFAULT_DTYPE,
     output: str | os.PathLike[str] | None = None,
     format: str = "tsv",
     copy_to: str | os.PathLike[str] | None = None,
@@ -403,8 +406,11 @@ def scan(
             ``novelfind.pipeline.DECODERS``.
         cache: True for the user's feature cache (``~/.cache/novelfind/features.sqlite`` or
             ``$NOVELFIND_CACHE``), False for none, a path to a cache file, or a :class:`novelfind.Cache`
-            (its file is used). A cache that cannot be opened is reported through ``on_warning`` and
-            the scan runs without one.
+            (its file and its dtype are used). A cache that cannot be opened is reported through
+            ``on_warning`` and the scan runs without one.
+        cache_dtype: how new vectors are stored: ``"float32"`` (default, 4 KB per photo of logits) or
+            ``"float16"`` (half that; rankings on the benchmark sets kept their picks, see the README's
+            Cache section). A cache may hold both; each vector is read back as it was stored.
         output, format: write the results to this file, atomically, in this format (``"tsv"``,
             ``"json"``, ``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).
         copy_to, link: put the picks in this folder as ``001_name.jpg``, ... by ``"copy"``,
@@ -481,6 +487,7 @@ def scan(
         ray_address=ray_address,
         decoder=decoder,
         cache=cache,
+        cache_dtype=cache_dtype,
         output=output,
         format=format,
         copy_to=copy_to,
@@ -666,10 +673,11 @@ class _Scan:
                 yield NullCache()
                 return
             with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
-                with FeatureCache(Path(folder) / "features.sqlite", model_key) as store:
+                path = Path(folder) / "features.sqlite"
+                with FeatureCache(path, model_key, dtype=self.params.cache_dtype) as store:
                     yield store
             return
-        path, dtype = None, DEFAULT_DTYPE
+        path, dtype = None, self.params.cache_dtype
         if isinstance(choice, FeatureCache):
             path, dtype = choice.path, choice.dtype
         elif choice is not True:

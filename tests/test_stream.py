@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 import pytest
 
@@ -238,3 +240,23 @@ def test_methods_that_hold_every_vector_refuse_a_library_over_the_budget(
         CliRunner().invoke(cli, ["scan", str(library["root"]), "--method", method, "--no-cache"]).exit_code
         == 0
     )
+
+
+def test_cache_dtype_float16_stores_half_and_ranks_the_same_photos(library, fake_extractor, tmp_path):
+    from click.testing import CliRunner
+
+    from novelfind.cli import cli
+
+    picks = {}
+    for dtype in ("float32", "float16"):
+        cache = tmp_path / f"{dtype}.sqlite"
+        args = ["scan", str(library["root"]), "--k", "3", "--cache", str(cache), "--format", "paths"]
+        result = CliRunner().invoke(cli, [*args, "--cache-dtype", dtype])
+        assert result.exit_code == 0, result.stderr
+        picks[dtype] = set(result.stdout.split())
+        with sqlite3.connect(cache) as db:
+            blobs = db.execute("SELECT DISTINCT length(data) FROM vectors").fetchall()
+        assert blobs == [(fake_extractor.dim * (2 if dtype == "float16" else 4),)]
+    assert picks["float16"] == picks["float32"] == {str(p) for p in library["odd"]}
+    bad = CliRunner().invoke(cli, ["scan", str(library["root"]), "--cache-dtype", "int8"])
+    assert bad.exit_code == 2 and "int8" in bad.stderr
