@@ -18,7 +18,8 @@ import os
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -553,18 +554,14 @@ class _Scan:
             )
             streamed = self.streamed(len(photos), extractor.dim)
             store = stack.enter_context(self.open_cache(extractor.model_key, streamed))
-            extraction = self.extract(
-                [photo.file for photo in photos], extractor, store, keep_vectors=not streamed
-            )
-            photo_of = {photo.file.path: photo for photo in photos}
-            read = [photo_of[f.path] for f in extraction.files]  # row i of the features is photo read[i]
-            del photo_of
+            extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
+            read = photos.subset(extraction.files)  # row i of the features is photo read[i]
             ignored = self.find_ignored(ignore_list, read, store)
             candidates = np.flatnonzero(_candidates(extraction.files, p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
             picks, dropped = self.rank(extraction, read, candidates, restricted, store)
             counts = Counts(
-                found=sum(len(photo.files) for photo in photos),
+                found=photos.file_count(),
                 from_cache=extraction.from_cache,
                 extracted=extraction.extracted,
                 failed=len(self.failures),
@@ -630,7 +627,7 @@ class _Scan:
             if not os.access(existing, os.W_OK):
                 raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
 
-    def find_photos(self) -> list[Photo[ImageFile]]:
+    def find_photos(self) -> PhotoList:
         """The photos under the paths, in walk order, without the files novelfind wrote itself.
 
         Files of one shot (RAW + JPEG) are one photo (:func:`novelfind.pairs.group_photos`). Without
@@ -639,25 +636,30 @@ class _Scan:
         """
         p = self.params
         own = _OwnOutputs(p.outputs())
-        files: list[ImageFile] = []
+        files, names = FileList(), array("q")
         for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
             if not own.contains(f.path):
                 files.append(f)
+                names.append(hash((f.path.parent, os.path.splitext(f.path.name)[0].casefold())))
                 if len(files) % WALK_PROGRESS_EVERY == 0:
                     self.progress("walk", len(files))
         self.progress("walk", len(files))
-        photos = group_photos(files)
+        photos = PhotoList.grouped(files, np.frombuffer(names, np.int64))
         left_out = ""
         if not raw.available():
-            readable = [photo for photo in photos if not raw.is_raw_name(photo.file.path)]
-            if len(readable) < len(photos):
+            readable = np.fromiter(
+                (not raw.is_raw_name(os.fsdecode(path)) for path, _, _ in photos.files.records()),
+                bool,
+                count=len(photos),
+            )
+            if not readable.all():
                 left_out = (
-                    f"{len(photos) - len(readable)} RAW files without a JPEG twin left out: RAW support "
+                    f"{int((~readable).sum())} RAW files without a JPEG twin left out: RAW support "
                     "is not installed (pip install 'novelfind[raw]')"
                 )
-                if readable:
+                if readable.any():
                     self.warn(left_out)
-                photos = readable
+                photos = photos.take(np.flatnonzero(readable))
         if not photos:
             where = ", ".join(str(path) for path in p.paths)
             raise NovelfindError(f"no images found in {where}" + (f" ({left_out})" if left_out else ""))
@@ -739,7 +741,7 @@ class _Scan:
         return True
 
     def find_ignored(
-        self, ignore_list: IgnoreList | None, read: list[Photo[ImageFile]], store: FeatureStore
+        self, ignore_list: IgnoreList | None, read: PhotoList, store: FeatureStore
     ) -> np.ndarray:
         """bool (N,): the photos read that are on the ignore list (all False with ``include_ignored``).
 
@@ -749,7 +751,7 @@ class _Scan:
         if ignore_list is None or self.params.include_ignored:
             return np.zeros(len(read), dtype=bool)
         lookup = getattr(store, "digests_by_stat", None)
-        found = ignore_list.find([photo.files for photo in read], known_digests=lookup)
+        found = ignore_list.find(read.groups, known_digests=lookup)
         if found.seen:
             try:
                 ignore_list.relocate(found.seen)
@@ -760,7 +762,7 @@ class _Scan:
     def rank(
         self,
         extraction: Extraction,
-        read: list[Photo[ImageFile]],
+        read: PhotoList,
         candidates: np.ndarray,
         restricted: bool,
         store: FeatureStore,
@@ -932,6 +934,85 @@ class _Scan:
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
+
+
+class PhotoList(Sequence[Photo[ImageFile]]):
+    """The photos of a scan in compact form: the file each is read from in a :class:`FileList`, and the
+    other files of the few photos that have them (RAW + JPEG) by position. A list of ``Photo`` objects
+    costs about 1 KB per photo; this, the path's length + 24 bytes."""
+
+    def __init__(self, files: FileList, twins: dict[int, tuple[ImageFile, ...]]) -> None:
+        self.files = files
+        self.twins = twins  # position -> the photo's other files
+
+    @classmethod
+    def grouped(cls, files: FileList, names: np.ndarray) -> PhotoList:
+        """The photos of ``files`` in walk order, twins grouped by :func:`novelfind.pairs.group_photos`.
+        ``names`` (N,) int64 is a hash of each file's (folder, case-folded stem): only files that share
+        one can be twins, so only those are made into objects and grouped."""
+        _, where, counts = np.unique(names, return_inverse=True, return_counts=True)
+        shared = np.flatnonzero(counts[where.reshape(-1)] > 1)  # (S,) positions, walk order
+        if not len(shared):
+            return cls(files, {})
+        position = {f.path: int(i) for i, f in zip(shared, files.take(shared), strict=True)}
+        twins, absorbed = {}, np.zeros(len(files), bool)
+        for photo in group_photos(files.take(shared)):
+            if photo.also:
+                twins[position[photo.file.path]] = photo.also
+                absorbed[[position[f.path] for f in photo.also]] = True
+        if not absorbed.any():
+            return cls(files, twins)
+        new = np.cumsum(~absorbed) - 1  # (N,) position among the photos
+        kept = files.take(np.flatnonzero(~absorbed))
+        return cls(kept, {int(new[i]): also for i, also in twins.items()})
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = i + len(self) if i < 0 else i
+        return Photo(self.files[i], self.twins.get(i, ()))
+
+    def file_count(self) -> int:
+        """Files behind the photos (their other files included)."""
+        return len(self.files) + sum(len(also) for also in self.twins.values())
+
+    def take(self, positions: np.ndarray) -> PhotoList:
+        """The photos at ``positions`` (increasing), as a new list."""
+        new = {int(old): j for j, old in enumerate(positions) if int(old) in self.twins}
+        return PhotoList(self.files.take(positions), {j: self.twins[old] for old, j in new.items()})
+
+    def subset(self, files: FileList) -> PhotoList:
+        """The photos read from ``files``, a subsequence of ``self.files`` in the same order."""
+        if len(files) == len(self.files):
+            return self
+        positions, j = array("q"), 0
+        for path, _, _ in files.records():
+            while self.files.raw_path(j) != path:
+                j += 1
+            positions.append(j)
+            j += 1
+        return self.take(np.frombuffer(positions, np.int64))
+
+    @property
+    def groups(self) -> Sequence[tuple[ImageFile, ...]]:
+        """Every photo's files, the one read first (made on access)."""
+        return _Groups(self)
+
+
+class _Groups(Sequence[tuple[ImageFile, ...]]):
+    def __init__(self, photos: PhotoList) -> None:
+        self._photos = photos
+
+    def __len__(self) -> int:
+        return len(self._photos)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._photos[i].files
 
 
 class _OwnOutputs:
