@@ -285,6 +285,8 @@ def child_scan(root: str, cache_path: str, n: int) -> dict:
 
     def on_progress(event) -> None:
         now = time.monotonic() - started
+        if f"{event.stage}_first" not in marks and event.stage == "rank":  # the scan's own, before ranking
+            marks["anon_before_rank_mib"] = _proc_kib(os.getpid()).get("RssAnon", 0) / 1024
         marks.setdefault(f"{event.stage}_first", now)
         marks[f"{event.stage}_last"] = now
 
@@ -302,6 +304,7 @@ def child_scan(root: str, cache_path: str, n: int) -> dict:
         "lookup_s": round(looked_up - walked, 1),
         "rank_s": round(ranked - looked_up, 1),
         "total_s": round(total, 1),
+        "anon_before_rank_mib": round(marks.get("anon_before_rank_mib", 0.0), 1),
         "picks": len(result.picks),
         "planted_in_picks": planted,
         "planted_in_library": (n - 6) // PLANT_EVERY + 1,
