@@ -10,13 +10,19 @@ Methods (``METHODS``):
   local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
   makes subtle differences (a defect, a different digit) count next to the big ones; the density
   term keeps small clusters of ordinary pictures from looking novel. Sub-quadratic: ADS costs
-  O(E N J d), the density term an exact search below ``ANN_MIN_N`` images and an HNSW index above.
+  O(E N J d); the density term is exact for every row up to ``novelfind.knn.EXACT_MAX_N`` rows and,
+  above, exact for the top of the ranking and certified (``novelfind.knn``: upper bounds from
+  candidates found in the principal axes, the top made exact until no bound can reach it), so the
+  picks are those of the exact computation at any N.
 - ``ads-paper``: Algorithm 1 exactly as written, on the raw features.
-- ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features), with an approximate
-  nearest-neighbour index (faiss HNSW) when faiss is installed and N is large, else exact and chunked.
+- ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features): the default's density
+  term alone, exact and certified in the same way.
 
 The research baselines the benchmark compares against (exact power iteration, IsolationForest) live
 with it, in ``scripts/baselines.py``.
+
+The scores that ``Ranking.all_scores`` holds are exact for the picks and every row ranked above the
+last one examined; past ``EXACT_MAX_N`` rows the others hold upper bounds.
 
 Near-duplicates: with ``dedup`` set, a candidate whose distance to a higher-ranked pick is below
 ``dedup`` is dropped and the next candidate taken. Distances for this test are between L2-normalised
@@ -26,18 +32,20 @@ feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from novelfind.pca import pca
+from novelfind.pca import pca, principal_space, spread
 
 if TYPE_CHECKING:
+    from novelfind.knn import KnnScores
     from novelfind.solver import ADSConfig
 
-# torch (and the solver, which is torch code) is imported where it is used: the command line and the
-# cache commands import this module for METHODS and must start without paying for torch.
+# torch (and the solver and novelfind.knn, which are torch code) is imported where it is used: the command
+# line and the cache commands import this module for METHODS and must start without paying for torch.
 
 METHODS = ("ads", "ads-paper", "knn")
 WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)
@@ -48,7 +56,9 @@ DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (
 # resized copy is ~0.01-0.05; 0.15 cost nothing on any benchmark set, 0.25-0.35 removed more burst frames
 # but cost the defects set 0.01-0.04 F1
 DEFAULT_DEDUP = 0.15
-ANN_MIN_N = 20_000  # below this an exact chunked search is fast enough and has no recall loss
+# Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
+PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
+SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
 
 
 @dataclass
@@ -103,68 +113,53 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(nrm, 1e-12)
 
 
-def _knn_exact(x: np.ndarray, q_idx: np.ndarray, k: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """k nearest other rows of x for the rows q_idx: (distances (Q, k), indices (Q, k)), exact, chunked."""
-    import torch
+def knn_scores(x: np.ndarray, k: int = KNN_K) -> np.ndarray:
+    """Mean distance of every row to its k nearest other rows -> float32 (N,). Exact: O(N^2 M)."""
+    from novelfind import knn
 
-    xt = torch.from_numpy(np.ascontiguousarray(x))  # (N, M)
-    sq = (xt * xt).sum(1)  # (N,)
-    kk = min(k, x.shape[0] - 1)
-    dists, idx = [], []
-    for s in range(0, len(q_idx), chunk):
-        qi = torch.from_numpy(q_idx[s : s + chunk])
-        d2 = sq[qi, None] + sq[None, :] - 2 * xt[qi] @ xt.T  # (C, N)
-        d2[torch.arange(len(qi)), qi] = float("inf")  # not its own neighbour
-        v, i = torch.topk(d2, kk, dim=1, largest=False)  # (C, k)
-        dists.append(v.clamp_min(0).sqrt())
-        idx.append(i)
-    return torch.cat(dists).numpy(), torch.cat(idx).numpy().astype(np.int64)
-
-
-def knn_scores(x: np.ndarray, k: int = KNN_K, *, exact: bool = False) -> np.ndarray:
-    """Mean distance of every row to its k nearest other rows -> float32 (N,).
-
-    Uses a faiss HNSW index when faiss is installed, N >= ANN_MIN_N and not ``exact``; else exact search.
-    """
-    n = x.shape[0]
-    if n == 1:
-        return np.zeros(1, dtype=np.float32)
-    if not exact and n >= ANN_MIN_N:
-        try:
-            import faiss
-        except ImportError:
-            faiss = None
-        if faiss is not None:
-            xc = np.ascontiguousarray(x, dtype=np.float32)
-            index = faiss.IndexHNSWFlat(xc.shape[1], 16)
-            index.hnsw.efConstruction = 40
-            index.add(xc)
-            index.hnsw.efSearch = max(64, 2 * k)
-            d2, idx = index.search(xc, k + 1)  # (N, k+1) squared L2, self usually first
-            self_hit = idx == np.arange(n)[:, None]
-            d2 = np.where(self_hit, np.nan, d2)
-            # keep the k smallest that are not self
-            d = np.sqrt(np.clip(d2, 0, None))
-            d = np.sort(np.where(np.isnan(d), np.inf, d), axis=1)[:, :k]
-            d = np.where(np.isinf(d), np.nan, d)
-            return np.nanmean(d, axis=1).astype(np.float32)
-    d, _ = _knn_exact(x, np.arange(n), k)
-    return d.mean(axis=1).astype(np.float32)
+    return knn.KnnScores.build(x, k, exact_max_n=x.shape[0]).values
 
 
 def nearest_neighbours(x: np.ndarray, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest other row of each pick (raw space), exact, (K, N) chunked -> (index, distance)."""
+    """Nearest other row of each pick (raw space), exact, one blocked pass -> (index, distance)."""
+    from novelfind import knn
+
     if x.shape[0] == 1 or len(picks) == 0:
         return np.full(len(picks), -1, dtype=np.int64), np.full(len(picks), np.nan, dtype=np.float32)
-    d, i = _knn_exact(x, picks.astype(np.int64), 1)
+    d, i = knn.knn_exact(x, picks.astype(np.int64), 1)
     return i[:, 0], d[:, 0].astype(np.float32)
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
     """Robust standardisation: (v - median) / MAD."""
-    med = np.median(v)
-    mad = np.median(np.abs(v - med)) * 1.4826
-    return (v - med) / max(mad, 1e-12)
+    med, mad = _median_mad(v)
+    return (v - med) / mad
+
+
+def _median_mad(v: np.ndarray) -> tuple[float, float]:
+    """Median and MAD (scaled to a normal's standard deviation, at least 1e-12) of v."""
+    med = float(np.median(v))
+    return med, max(float(np.median(np.abs(v - med))) * 1.4826, 1e-12)
+
+
+@dataclass
+class Scores:
+    """Every row's score (higher = more novel), maybe exact only where it matters.
+
+    ``current()`` gives the scores (N,): exact where ``exact`` (None: everywhere), elsewhere an upper
+    bound; ``refine(rows)`` makes those rows exact (``exact`` is updated in place). ``rank`` reads the
+    order through ``novelfind.knn.certified_order``, so its picks are those of the exact scores.
+    """
+
+    current: Callable[[], np.ndarray]
+    exact: np.ndarray | None = None
+    refine: Callable[[np.ndarray], None] | None = None
+    density: KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
+    stats: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> Scores:
+        return cls(current=lambda: values)
 
 
 def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.ndarray:
@@ -175,37 +170,76 @@ def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.nda
     return np.asarray(res.weights, dtype=np.float32)
 
 
+def search_space(proj: np.ndarray, resid: np.ndarray) -> np.ndarray:
+    """Where the density's candidate neighbours are searched: the principal coordinates plus the
+    distance from their subspace (N, d + 1). Distances there are lower bounds of the raw ones, and rows
+    near in the raw features are near there, at a fraction of the cost (65 numbers a row, not 1000)."""
+    return np.hstack([proj, resid[:, None]])
+
+
+def density(x: np.ndarray, k: int = KNN_K, search: Callable[[], np.ndarray] | None = None) -> KnnScores:
+    """Mean distance of each row of x to its k nearest other rows (raw features): ``knn.KnnScores``.
+
+    Exact for every row up to ``knn.EXACT_MAX_N`` rows; above, upper bounds from candidates found in
+    ``search()`` (default: ``search_space`` of x) and measured in x, made exact where asked.
+    """
+    from novelfind import knn
+
+    if x.shape[0] <= knn.EXACT_MAX_N:
+        return knn.KnnScores.build(x, k)
+    if search is None:
+        proj, _, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)
+        z = search_space(proj, resid)
+    else:
+        z = search()
+    return knn.KnnScores.build(x, k, search=z)
+
+
 def default_scores(
     x: np.ndarray, k: int, config: ADSConfig, device=None, density_weight: float = DENSITY_WEIGHT
-) -> np.ndarray:
-    """The default's score for every image (higher = more novel) -> float32 (N,).
+) -> Scores:
+    """The default's score for every image (higher = more novel).
 
     ADS runs on whitened features (``WHITEN_DIMS`` axes, the loudest brought down to the
     ``WHITEN_FLOOR``-th) with a support of 2K, so near-duplicates can be replaced; inside the support
     its weights rank the images. The density term is the mean distance to the ``KNN_K`` nearest
-    neighbours in the raw feature space (for N >= ANN_MIN_N: an HNSW index on the raw features
-    projected to their top ``WHITEN_DIMS`` principal axes, unscaled). Both are robustly standardised
-    and blended.
+    neighbours in the raw feature space (``density``). Both are robustly standardised, the density with
+    the median and MAD of ``SCALE_ROWS`` evenly spaced rows (all rows for smaller N), and blended.
+    The density is exact for every row up to ``knn.EXACT_MAX_N`` rows; above, an upper bound outside the
+    rows ``refine`` made exact (the blend grows with the density, so a bound on one bounds the other).
     """
     n = x.shape[0]
     if n == 1:
-        return np.ones(1, dtype=np.float32)
-    proj, var, _ = pca(x, WHITEN_DIMS)  # (N, d)
+        return Scores.of(np.ones(1, dtype=np.float32))
+    proj, var, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)  # (N, d), (d,), (N,)
     w = _scale(proj, var, WHITEN_FLOOR)  # (N, d)
-    if n >= ANN_MIN_N:
-        dens = knn_scores(proj, KNN_K)  # unscaled principal axes: close to raw distances
-    else:
-        dens = knn_scores(x, KNN_K)
-    dens = _zscore(dens)
+    dens = density(x, KNN_K, search=lambda: search_space(proj, resid))
     support = min(n, max(2 * k, k + KNN_K))
     a = _ads_scores(w, support, config, device)  # (N,) sparse
     active = a > 0
+    sample = spread(n, SCALE_ROWS)
+    # one exact pass for the scale sample and the likely top: the ADS support, the highest bounds
+    likely = np.argpartition(-dens.values, min(n - 1, 2 * k + 2 * KNN_K))[: 2 * k + 2 * KNN_K]
+    dens.make_exact(np.concatenate([sample, np.flatnonzero(active), likely]))
+    med, mad = _median_mad(dens.values[sample])
     za = np.zeros(n, dtype=np.float64)
     if active.sum() > 2:
         za[active] = _zscore(a[active]) + 1.0  # being in the ADS support counts
     else:
         za[active] = 1.0
-    return ((1 - density_weight) * za + density_weight * dens).astype(np.float32)
+
+    def current() -> np.ndarray:
+        return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
+
+    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats)
+
+
+def knn_method_scores(x: np.ndarray, k: int = KNN_K) -> Scores:
+    """The ``knn`` method: mean distance to the k nearest other rows, raw features (``density``)."""
+    dens = density(x, k)
+    return Scores(
+        current=lambda: dens.values, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
+    )
 
 
 # --------------------------------------------------------------------------- main entry
@@ -275,6 +309,17 @@ def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | No
     return kept_idx[:c].copy(), dropped
 
 
+class _UnitRows:
+    """The rows of x scaled to unit length, made when read (``dedup_order`` reads a few; a normalised
+    copy of a 1M x 1000 library would be another 4 GB)."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.x, self.shape, self.dtype = x, x.shape, x.dtype
+
+    def __getitem__(self, rows) -> np.ndarray:
+        return l2_normalise(self.x[rows])
+
+
 def _candidate_mask(candidates, n: int) -> np.ndarray | None:
     """``candidates`` (bool mask (N,) or int indices) -> bool mask (N,), or None for all rows."""
     if candidates is None:
@@ -297,14 +342,14 @@ def _candidate_mask(candidates, n: int) -> np.ndarray | None:
     return mask
 
 
-def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=None) -> np.ndarray:
-    """Score every image with ``method`` -> float32 (N,), higher = more novel."""
+def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=None) -> Scores:
+    """Score every image with ``method`` (higher = more novel); see ``Scores``."""
     if method == "ads":
         return default_scores(x, k, config, device)
     if method == "ads-paper":
-        return _ads_scores(x, k, config, device)
+        return Scores.of(_ads_scores(x, k, config, device))
     if method == "knn":
-        return knn_scores(x, KNN_K)
+        return knn_method_scores(x, KNN_K)
     raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -368,21 +413,41 @@ def rank(
     if k_eff == 0:
         empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         return Ranking(indices=empty_i, scores=empty_f, neighbour=empty_i.copy(), distance=empty_f.copy())
-    # every method but the paper's is scale-free: work on x / max|x| so squares neither overflow nor vanish
+    # every method but the paper's is scale-free: far outside float32's comfortable range, work on
+    # x / max|x| so squares neither overflow nor vanish (a copy of x, so only there)
     scale = float(np.abs(x).max())
-    xs = x / np.float32(scale) if scale > 0 else x  # (N, M)
+    rescale = scale > 0 and not 2.0**-20 <= scale <= 2.0**20
+    xs = x / np.float32(scale) if rescale else x  # (N, M)
     xm = x if method == "ads-paper" else xs
-    xn = l2_normalise(xs) if dedup else xs
+    xn = _UnitRows(xs) if dedup else xs  # rows made unit length when dedup reads them
     support = min(k, n)  # the support the scores use does not depend on the candidates
-    while True:
-        scores = method_scores(xm, support, method, config, device)  # (N,)
-        order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
-        if method == "ads-paper":  # only the K-sparse support is ranked
-            order = order[: int((scores > 0).sum()) or support]
-        ranked = len(order)
-        if cand is not None:
-            order = order[cand[order]]
+    walked: dict = {}
+
+    def walk(order: np.ndarray) -> int:
+        """Near-duplicate pass over ``order``; returns how many entries of it were read."""
         picks, dropped = dedup_order(order, xn, k_eff, dedup)
+        walked.update(picks=picks, dropped=dropped)
+        return len(picks) + dropped if len(picks) == k_eff else len(order)
+
+    while True:
+        scored = method_scores(xm, support, method, config, device)
+        if scored.exact is None:
+            scores = scored.current()  # (N,)
+            order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
+            if method == "ads-paper":  # only the K-sparse support is ranked
+                order = order[: int((scores > 0).sum()) or support]
+            ranked = len(order)
+            if cand is not None:
+                order = order[cand[order]]
+            walk(order)
+        else:  # exact as far as the near-duplicate pass reads (novelfind.knn)
+            from novelfind.knn import certified_order
+
+            order, scores = certified_order(
+                scored.current, scored.exact, scored.refine, walk, rows=cand, first=2 * k_eff + 2 * KNN_K
+            )
+            ranked = n
+        picks, dropped = walked["picks"], walked["dropped"]
         if method != "ads-paper" or len(picks) == k_eff or support == n:
             break
         grow = support + k_eff - len(picks) + dropped  # widen the support to refill (dedup)
@@ -397,8 +462,11 @@ def rank(
         rest = [int(i) for i in full if int(i) not in taken]
         picks = np.concatenate([picks, np.asarray(rest[: k_eff - len(picks)], dtype=np.int64)])
         dropped = max(0, dropped - (k_eff - len(taken)))
-    nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
-    dist = (dist.astype(np.float64) * (scale if scale > 0 else 1.0)).astype(np.float32)  # back to raw units
+    if scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
+        nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
+    else:
+        nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
+    dist = (dist.astype(np.float64) * (scale if rescale else 1.0)).astype(np.float32)  # back to raw units
     return Ranking(
         indices=picks,
         scores=scores[picks].astype(np.float32),

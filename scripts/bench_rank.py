@@ -1,0 +1,432 @@
+#!/usr/bin/env python3
+"""Ranking at library scale: each method at N = 10k, 100k, 1M on structured features with planted outliers.
+
+Data (``make_features``; M = 1000 like MobileNet-V2 logits): 50 clusters of very different sizes (weights
+proportional to 1/sqrt(rank)), each a centre plus a random 16-dimensional subspace with a decaying spectrum
+(axis j scaled by 1/sqrt(1 + j), each cluster's spread drawn from 1.5-4.5) plus isotropic noise of 0.15
+per feature. 100 rows, drawn at random, are planted outliers: members of a cluster with 5x the noise.
+They sit on their cluster in the principal axes but off it in the other ~900 directions, so their
+distance to their 10 nearest neighbours is about twice that of any ordinary row: every exact density
+finds all of them, a projection to 64 axes alone finds ~90 (measured at 30k), and an approximate
+search that misses neighbours of ordinary rows pushes them out (the old HNSW default: 0.62 at 30k).
+``--data isotropic`` uses 50 isotropic Gaussian clusters (sd 0.3) and cluster members with 4x the
+noise instead.
+
+Each (size, method) runs in a fresh process on features saved once per size (``--data-dir``): share of
+the planted outliers in the top 100 (K = 100), wall and CPU seconds, seconds per stage (PCA, candidate
+search, exact rows, ADS, ordering and near-duplicate pass, nearest neighbours of the picks; measured by
+wrapping those functions), peak memory above the process's memory before the call (the feature matrix
+itself is listed apart), the rows the certified ranking made exact and how tight its bounds were. Where
+it is affordable (``--exact-up-to``) the same ranking is repeated with every density exact
+(``novelfind.knn.EXACT_MAX_N`` raised) and the picks compared.
+
+``--alternatives N`` measures the ways of computing the density term on the default's density space
+(brute force, faiss HNSW as the old default used it, faiss IVF, the k-means cells, the certified
+ranking, a density against a random 10k-row sample): seconds, recall of the 10 nearest neighbours and
+the share of exact bounds on 2048 evenly spaced rows, and planted share in the top 100 by that density.
+
+    nice -n 10 python scripts/bench_rank.py                              # 10k, 100k, 1M (about 30 min)
+    python scripts/bench_rank.py --sizes 10k,30k --methods ads,knn
+    python scripts/bench_rank.py --sizes 100k --alternatives 100k --out /tmp/r.json
+
+Prints a markdown table and writes JSON (default bench-results/bench_rank.json). The 1M matrix is 4 GB;
+the default ranking at 1M peaks near 2 GB above it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from novelfind import knn  # noqa: E402
+from novelfind import rank as ranking  # noqa: E402
+
+K = 100  # planted outliers = picks
+POWER_MAX_N = getattr(ranking, "POWER_MAX_N", 20_000)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def make_features(n: int, m: int = 1000, *, seed: int = 0, kind: str = "structured", chunk: int = 65536):
+    """float32 (N, M) features and the sorted indices of the K planted outliers (see the module doc)."""
+    rng = np.random.default_rng(seed)
+    clusters, rank_, noise = 50, 16, 0.15
+    out = np.sort(rng.choice(n, K, replace=False))
+    centres = rng.standard_normal((clusters, m), dtype=np.float32)
+    x = np.empty((n, m), dtype=np.float32)
+    if kind == "isotropic":
+        labels = rng.integers(0, clusters, n)
+        for c0 in range(0, n, chunk):
+            c1 = min(n, c0 + chunk)
+            x[c0:c1] = centres[labels[c0:c1]] + rng.standard_normal((c1 - c0, m), dtype=np.float32) * 0.3
+        x[out] += rng.standard_normal((K, m), dtype=np.float32) * 1.2
+        return x, out
+    bases = rng.standard_normal((clusters, rank_, m), dtype=np.float32) / np.float32(np.sqrt(m))
+    spectrum = (1.0 / np.sqrt(1 + np.arange(rank_))).astype(np.float32)
+    spread = rng.uniform(0.5, 1.5, clusters).astype(np.float32) * 3.0
+    weights = 1.0 / np.sqrt(1 + np.arange(clusters))
+    labels = rng.choice(clusters, n, p=weights / weights.sum())
+    for c0 in range(0, n, chunk):
+        c1 = min(n, c0 + chunk)
+        lab = labels[c0:c1]
+        z = rng.standard_normal((c1 - c0, rank_), dtype=np.float32) * spectrum * spread[lab, None]
+        xb = centres[lab] + rng.standard_normal((c1 - c0, m), dtype=np.float32) * np.float32(noise)
+        for c in np.unique(lab):
+            sel = lab == c
+            xb[sel] += z[sel] @ bases[c]
+        x[c0:c1] = xb
+    x[out] += rng.standard_normal((K, m), dtype=np.float32) * np.float32(noise * 5)
+    return x, out
+
+
+def data_path(data_dir: Path, n: int, kind: str) -> Path:
+    return data_dir / f"{kind}-{n}.npz"
+
+
+def ensure_data(data_dir: Path, n: int, kind: str) -> Path:
+    path = data_path(data_dir, n, kind)
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        t = time.perf_counter()
+        x, out = make_features(n, kind=kind)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, x=x, outliers=out)
+        tmp.replace(path)
+        print(f"data {kind} N={n:,}: {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+    return path
+
+
+def load(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    z = np.load(path)
+    return z["x"], z["outliers"]
+
+
+def parse_size(text: str) -> int:
+    text = text.strip().lower()
+    mult = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
+    return int(float(text.rstrip("km")) * mult)
+
+
+# ---------------------------------------------------------------------------- one case
+
+
+def status_kb(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+class StageClock:
+    """Seconds spent in named library functions (wrapped in place; nested calls count once, outermost)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._depth = 0
+        self.scores: list = []
+
+    def wrap(self, owner, attr: str, stage: str) -> None:
+        fn = getattr(owner, attr)
+        clock = self
+
+        def timed(*args, **kwargs):
+            if clock._depth:
+                return fn(*args, **kwargs)
+            clock._depth += 1
+            t, c = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                clock._depth -= 1
+                clock.seconds[stage] = clock.seconds.get(stage, 0.0) + time.perf_counter() - t
+                clock.cpu[stage] = clock.cpu.get(stage, 0.0) + time.process_time() - c
+
+        setattr(owner, attr, timed)
+
+
+def instrument() -> StageClock:
+    clock = StageClock()
+    clock.wrap(ranking, "principal_space", "pca")
+    clock.wrap(knn, "knn_cells", "candidate search")
+    clock.wrap(knn.KnnScores, "make_exact", "exact rows")
+    clock.wrap(ranking, "_ads_scores", "ads")
+    clock.wrap(ranking, "dedup_order", "order + dedup")
+    clock.wrap(ranking, "nearest_neighbours", "neighbours")
+    if hasattr(ranking, "power_scores"):
+        clock.wrap(ranking, "power_scores", "power iteration")
+    build = knn.KnnScores.build.__func__
+
+    def keep(cls, *args, **kwargs):
+        obj = build(cls, *args, **kwargs)
+        clock.scores.append(obj)
+        return obj
+
+    knn.KnnScores.build = classmethod(keep)
+    return clock
+
+
+def run_case(case: dict) -> dict:
+    """One (size, method[, exact]) in this fresh process."""
+    import torch
+
+    x, outliers = load(Path(case["data"]))
+    if case.get("exact"):
+        knn.EXACT_MAX_N = 10**12
+    clock = instrument()
+    ranking.rank(x[:256], 5, method=case["method"])  # warm up kernels, imports and thread pools
+    clock.seconds.clear()
+    clock.cpu.clear()
+    clock.scores.clear()
+    rss0 = status_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    r = ranking.rank(x, K, method=case["method"])
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    stages = {name: round(s, 3) for name, s in clock.seconds.items()}
+    stages["other"] = round(wall - sum(clock.seconds.values()), 3)
+    stages_cpu = {name: round(s, 3) for name, s in clock.cpu.items()}
+    out = {
+        **case,
+        "k": K,
+        "share": len(set(r.indices.tolist()) & set(outliers.tolist())) / K,
+        "picks": r.indices.tolist(),
+        "scores": r.scores.tolist(),
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "stages_s": stages,
+        "stages_cpu_s": stages_cpu,
+        "peak_extra_mb": (status_kb("VmHWM") - rss0) / 1024,
+        "features_mb": x.nbytes / 2**20,
+        "threads": torch.get_num_threads(),
+        "loadavg_1m": os.getloadavg()[0],
+    }
+    certified = [s for s in clock.scores if s.stats.get("method") == "cells+exact"]
+    if certified:
+        s = certified[-1]
+        ratios = np.asarray(s.stats["bound_over_exact"])
+        out["certified"] = {
+            "rows_made_exact": s.stats["exact_rows"],
+            "passes": s.stats["passes"],
+            "bound_over_exact_p50": float(np.median(ratios)) if len(ratios) else None,
+            "bound_over_exact_p99": float(np.quantile(ratios, 0.99)) if len(ratios) else None,
+            "bound_exact_share": float(np.mean(ratios < 1 + 2 * knn.BOUND_SLACK)) if len(ratios) else None,
+        }
+    return out
+
+
+# ---------------------------------------------------------------------------- alternatives
+
+
+def alternatives(path: Path, sample: int = 2048) -> list[dict]:
+    """Ways of computing the density term (mean distance to the 10 nearest rows, raw features), at one N."""
+    import faiss
+
+    x, outliers = load(path)
+    n = len(x)
+    kk = ranking.KNN_K
+    truth = set(outliers.tolist())
+    t = time.perf_counter()
+    proj, _, resid = ranking.principal_space(x, ranking.WHITEN_DIMS)
+    z = ranking.search_space(proj, resid)
+    t_space = time.perf_counter() - t
+    rows = ranking.spread(n, sample)
+    ex_d, ex_i = knn.knn_exact(x, rows, kk)  # the reference for recall and bounds
+    ex = ex_d.mean(1)
+
+    def measure(name: str, fn) -> dict:
+        t = time.perf_counter()
+        dist, idx, note = fn()
+        secs = time.perf_counter() - t
+        score = dist.mean(1) if dist.ndim == 2 else dist
+        row = {"alternative": name, "n": n, "seconds": secs, "principal_space_s": t_space, **note}
+        if idx is not None:
+            hits = [len(set(a) & set(b)) / len(b) for a, b in zip(idx[rows], ex_i, strict=True)]
+            row["recall_at_10"] = float(np.mean(hits))
+            row["bound_exact_share"] = float(np.mean(score[rows] <= ex * (1 + 1e-4)))
+            row["bound_over_exact_p99"] = float(np.quantile(score[rows] / ex, 0.99))
+        top = np.lexsort((np.arange(n), -score))[:K]
+        row["share"] = len(truth & set(top.tolist())) / K
+        print(f"alternative {name}: {secs:.1f} s, share {row['share']:.2f}", file=sys.stderr, flush=True)
+        return row
+
+    def brute():
+        return ranking.knn_scores(x, kk), None, {}
+
+    def in_space(space):
+        return lambda: (ranking.knn_scores(space, kk), None, {})
+
+    def raw(idx):  # distances in the raw features to the rows found, sorted (chunked)
+        out = np.empty(idx.shape, dtype=np.float32)
+        for c0 in range(0, n, 4096):
+            i = idx[c0 : c0 + 4096]
+            d = np.linalg.norm(x[np.maximum(i, 0)] - x[c0 : c0 + 4096, None], axis=2)
+            out[c0 : c0 + 4096] = np.sort(np.where(i < 0, np.inf, d), axis=1)
+        return out
+
+    def hnsw(space, settings):  # the previous index and settings (knn: raw; the default: 64 axes)
+        index = faiss.IndexHNSWFlat(space.shape[1], 16)
+        index.hnsw.efConstruction = 40
+        index.add(np.ascontiguousarray(space))
+        index.hnsw.efSearch = 64
+        d2, idx = index.search(np.ascontiguousarray(space), kk + 1)
+        _, i = knn._drop_self(d2, idx, kk)
+        return raw(i), i, {"settings": settings}
+
+    def ivf(probe: int = 8):
+        nlist = max(1, n // 256)
+        index = faiss.IndexIVFFlat(faiss.IndexFlatL2(z.shape[1]), z.shape[1], nlist)
+        index.cp.min_points_per_centroid = 1
+        index.train(z[ranking.spread(n, 64 * nlist)])
+        index.add(z)
+        index.nprobe = probe
+        d2, idx = index.search(z, kk + 1)
+        _, i = knn._drop_self(d2, idx, kk)
+        return raw(i), i, {"settings": f"65-d search space, nlist {nlist}, nprobe {probe}; raw distances"}
+
+    def cells():
+        d, i = knn.knn_cells(z, kk, measure=x)
+        return d, i, {"settings": f"65-d search space, {knn.CELL_ROWS} rows a cell, {knn.CELL_PROBE} probed"}
+
+    def certified():
+        s = knn.KnnScores.build(x, kk, search=z)
+        walk = lambda order: K  # noqa: E731 - the top K, as the ranking reads it without duplicates
+        order, _ = knn.certified_order(lambda: s.values, s.exact, s.make_exact, walk, first=2 * K + 20)
+        v = np.full(n, -np.inf, dtype=np.float32)
+        v[order[:K]] = s.values[order[:K]]
+        return v, None, {"rows_made_exact": int(s.exact.sum()), "passes": s.stats["passes"]}
+
+    def sampled(size: int = 10_000):
+        base = np.random.default_rng(0).choice(n, min(n, size), replace=False)
+        d, _ = faiss.knn(x, x[base], kk + 1)
+        d = np.sqrt(np.maximum(np.sort(d, 1)[:, 1:], 0))  # drop the nearest (itself, for sampled rows)
+        return d, None, {"settings": f"distances to {len(base):,} random rows"}
+
+    options = [
+        ("brute force (exact)", brute),
+        ("exact, 64 principal axes only", in_space(proj)),
+        ("exact, 64 axes + distance from them", in_space(z)),
+        ("faiss HNSW on raw features (old knn)", lambda: hnsw(x, "M=16, efC 40, efS 64, raw")),
+        ("faiss HNSW on 64 axes (old default)", lambda: hnsw(proj, "M=16, efC 40, efS 64, 64 axes")),
+        ("faiss IVF-Flat", ivf),
+        ("k-means cells", cells),
+        ("certified: cells + exact top", certified),
+        ("density against a 10k sample", sampled),
+    ]
+    return [measure(name, fn) for name, fn in options]
+
+
+# ---------------------------------------------------------------------------- driver
+
+
+def table(rows: list[dict]) -> str:
+    stages = ["pca", "candidate search", "exact rows", "ads", "order + dedup", "neighbours", "other"]
+    lines = [
+        "| N | method | planted found | wall s | CPU s | "
+        + " | ".join(stages)
+        + " | peak MB above features | rows made exact |",
+        "|---:|---|---:|---:|---:|" + "---:|" * len(stages) + "---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['n']:,} | {r['method']} | {r['error']} |")
+            continue
+        st = r["stages_s"]
+        cert = r.get("certified", {}).get("rows_made_exact", "all" if r["method"] in ("ads", "knn") else "")
+        name = r["method"] + (" (all exact)" if r.get("exact") else "")
+        lines.append(
+            f"| {r['n']:,} | {name} | {r['share']:.2f} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | "
+            + " | ".join(f"{st.get(s, 0):.1f}" for s in stages)
+            + f" | {r['peak_extra_mb']:.0f} | {cert} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="10k,100k,1M")
+    ap.add_argument("--methods", default=",".join(ranking.METHODS))
+    ap.add_argument("--data", default="structured", choices=("structured", "isotropic"))
+    ap.add_argument("--data-dir", type=Path, default=ROOT / "bench-results" / "rank-data")
+    ap.add_argument("--exact-up-to", default="30k", help="also rank with every density exact up to this N")
+    ap.add_argument("--alternatives", default="", help="measure the density-term alternatives at this N")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_rank.json")
+    ap.add_argument("--case", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.case:
+        print(json.dumps(run_case(json.loads(args.case))), flush=True)
+        return
+    sizes = [parse_size(s) for s in args.sizes.split(",") if s]
+    methods = [m for m in args.methods.split(",") if m]
+    exact_up_to = parse_size(args.exact_up_to) if args.exact_up_to else 0
+    machine = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "processor": platform.processor() or platform.machine(),
+        "loadavg_start": os.getloadavg(),
+        "data": args.data,
+    }
+    rows: list[dict] = []
+    for n in sizes:
+        path = ensure_data(args.data_dir, n, args.data)
+        cases = [{"n": n, "method": m, "data": str(path)} for m in methods]
+        cases += [
+            {"n": n, "method": m, "data": str(path), "exact": True}
+            for m in methods
+            if m in ("ads", "knn") and knn.EXACT_MAX_N < n <= exact_up_to
+        ]
+        for case in cases:
+            if case["method"] == "power" and n > POWER_MAX_N:
+                rows.append({**case, "error": f"O(N^2), refused above {POWER_MAX_N:,}"})
+                continue
+            proc = subprocess.run(
+                [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
+            )
+            if proc.returncode != 0:
+                rows.append({**case, "error": proc.stderr.strip().splitlines()[-1][:200]})
+            else:
+                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            r = rows[-1]
+            print(
+                f"N={n:,} {case['method']}{' exact' if case.get('exact') else ''}: "
+                + (r["error"] if "error" in r else f"share {r['share']:.2f}, {r['wall_s']:.1f} s"),
+                file=sys.stderr,
+                flush=True,
+            )
+        for m in ("ads", "knn"):  # the certified ranking against the all-exact one
+            a = [r for r in rows if r["n"] == n and r["method"] == m and "picks" in r]
+            if len(a) == 2:
+                a[1]["same_picks_as_certified"] = a[0]["picks"] == a[1]["picks"]
+    alt = []
+    if args.alternatives:
+        n = parse_size(args.alternatives)
+        alt = alternatives(ensure_data(args.data_dir, n, args.data))
+    machine["loadavg_end"] = os.getloadavg()
+    print(table(rows))
+    for a in alt:
+        nan = float("nan")
+        print(
+            f"- {a['alternative']} ({a.get('settings', '')}): {a['seconds']:.1f} s, recall@10 "
+            f"{a.get('recall_at_10', nan):.3f}, exact bounds {a.get('bound_exact_share', nan):.3f}, "
+            f"planted share {a['share']:.2f}"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"machine": machine, "runs": rows, "alternatives": alt}, indent=1))
+    load = f"{machine['loadavg_start'][0]:.1f} -> {machine['loadavg_end'][0]:.1f}"
+    print(f"\nload average {load}; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Nearest-neighbour building blocks: exact search, the approximate cells, bounds and the certified order."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from novelfind import knn
+
+
+def clustered(n, d, seed, clusters=12, spread=0.3):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, d)) * 3
+    return (centres[rng.integers(0, clusters, n)] + rng.normal(size=(n, d)) * spread).astype(np.float32)
+
+
+def brute(x, rows, k):
+    """Exact k smallest distances to other rows (float64 differences, scipy)."""
+    out = []
+    for c0 in range(0, len(rows), 1000):
+        r = rows[c0 : c0 + 1000]
+        d = cdist(x[r].astype(np.float64), x.astype(np.float64))
+        d[np.arange(len(r)), r] = np.inf
+        out.append(np.sort(d, axis=1)[:, :k])
+    return np.concatenate(out)
+
+
+@pytest.mark.parametrize("chunk", [None, 64, 1000])
+def test_knn_exact_matches_brute_force(chunk):
+    x = clustered(700, 9, seed=1)
+    x[10] = x[11]  # identical rows are each other's neighbours
+    rows = np.array([0, 10, 11, 699, 350, 64, 65])
+    dist, idx = knn.knn_exact(x, rows, 5, chunk=chunk)
+    np.testing.assert_allclose(dist, brute(x, rows, 5), rtol=1e-4, atol=1e-4)
+    assert not (idx == rows[:, None]).any()  # never its own neighbour
+    again = np.linalg.norm(x[idx] - x[rows][:, None], axis=2)  # the indices are the rows at those distances
+    np.testing.assert_allclose(again, dist, rtol=1e-4, atol=1e-4)
+    assert idx[1, 0] == 11 and idx[2, 0] == 10 and dist[1, 0] == pytest.approx(0, abs=1e-3)
+
+
+def test_knn_exact_small_and_degenerate():
+    x = np.ones((4, 3), dtype=np.float32)  # all identical
+    dist, idx = knn.knn_exact(x, np.arange(4), 10)  # k capped at N - 1
+    assert dist.shape == (4, 3) and np.allclose(dist, 0, atol=1e-3)
+    assert all(sorted(idx[i].tolist()) == [j for j in range(4) if j != i] for i in range(4))
+    dist, idx = knn.knn_exact(x[:1], np.arange(1), 3)
+    assert dist.shape == (1, 0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_knn_cells_are_upper_bounds_to_real_rows(seed):
+    """Cells of 48 rows on 5,000 rows: two levels of k-means (more cells than CELL_BRANCH)."""
+    x = clustered(5000, 8, seed)
+    dist, idx = knn.knn_cells(x, 10, rows=48, probe=4)
+    exact = brute(x, np.arange(len(x)), 10)
+    assert np.all(dist >= exact * (1 - 1e-5) - 1e-5)  # each rank at least the exact one: an upper bound
+    assert not (idx == np.arange(len(x))[:, None]).any()
+    assert all(len(set(r)) == 10 for r in idx.tolist())  # distinct rows
+    again = np.linalg.norm(x[idx] - x[:, None], axis=2)
+    np.testing.assert_allclose(again, dist, rtol=1e-4, atol=1e-4)
+    assert np.all(np.diff(dist, axis=1) >= 0)
+    assert np.median(dist.mean(1) / exact.mean(1)) < 1.05  # a useful search: most bounds are close
+
+
+def test_knn_cells_measured_in_another_space():
+    x = clustered(3000, 20, seed=3)
+    search = x[:, :6]  # candidates found in a projection
+    dist, idx = knn.knn_cells(search, 5, measure=x, rows=32)
+    again = np.linalg.norm(x[idx] - x[:, None], axis=2)
+    np.testing.assert_allclose(again, dist, rtol=1e-4, atol=1e-4)
+    assert np.all(np.diff(dist, axis=1) >= 0)
+    assert np.all(dist >= brute(x, np.arange(3000), 5) * (1 - 1e-5) - 1e-5)
+
+
+def test_kmeans_cells_partition_every_row_once():
+    x = clustered(6000, 5, seed=4)
+    cells, centres = knn.kmeans_cells(x, 16)
+    allrows = np.concatenate(cells)
+    assert sorted(allrows.tolist()) == list(range(6000))
+    assert len(cells) > knn.CELL_BRANCH  # the hierarchy was used
+    assert max(len(c) for c in cells) <= 4 * 16 * 2
+    np.testing.assert_allclose(centres[0], x[cells[0]].mean(0), rtol=1e-5, atol=1e-5)
+
+
+def test_kmeans_cells_identical_rows_terminate():
+    x = np.zeros((5000, 4), dtype=np.float32)  # k-means cannot cut these: they are cut by position
+    cells, _ = knn.kmeans_cells(x, 64)
+    assert sorted(np.concatenate(cells).tolist()) == list(range(5000))
+    assert max(len(c) for c in cells) <= 128
+    dist, _ = knn.knn_cells(x, 10, rows=64)
+    assert np.allclose(dist, 0, atol=1e-4)
+
+
+def test_knn_scores_bounds_then_exact():
+    x = clustered(4000, 6, seed=5)
+    exact = brute(x, np.arange(4000), 10).mean(1)
+    s = knn.KnnScores.build(x, 10, exact_max_n=1000)  # past the limit: bounds
+    assert s.stats["method"] == "cells+exact" and not s.exact.any()
+    assert np.all(s.values >= exact * (1 - 1e-5))
+    rows = np.array([3, 7, 3999, 7])
+    s.make_exact(rows)
+    np.testing.assert_allclose(s.values[rows], exact[rows], rtol=1e-4)
+    assert s.exact.sum() == 3 and s.stats["passes"] == 1
+    assert len(s.stats["bound_over_exact"]) == 3 and min(s.stats["bound_over_exact"]) >= 1 - 1e-5
+    small = knn.KnnScores.build(x[:500], 10)  # within EXACT_MAX_N: every row exact
+    assert small.exact.all()
+    np.testing.assert_allclose(small.values, brute(x[:500], np.arange(500), 10).mean(1), rtol=1e-4)
+
+
+def _fake_scores(n, seed):
+    """True scores and deliberately poor upper bounds: most a little high, some far too high, some inf."""
+    rng = np.random.default_rng(seed)
+    true = rng.gamma(2.0, size=n).astype(np.float32)
+    bound = true * (1 + rng.exponential(0.05, size=n)).astype(np.float32)
+    wild = rng.random(n) < 0.02
+    bound[wild] = true[wild] * 5
+    bound[rng.random(n) < 0.005] = np.inf
+    return true, bound
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("take", [1, 40, 300])
+def test_certified_order_equals_exact_order(seed, take):
+    n = 5000
+    true, bound = _fake_scores(n, seed)
+    values, exact = bound.copy(), np.zeros(n, dtype=bool)
+    made = []
+
+    def make_exact(rows):
+        made.append(len(rows))
+        values[rows] = true[rows]
+        exact[rows] = True
+
+    rows = np.random.default_rng(seed + 10).random(n) < 0.7 if seed % 2 else None
+    walk = lambda o: min(take, len(o))  # noqa: E731
+    order, scores = knn.certified_order(lambda: values, exact, make_exact, walk, rows=rows)
+    want = np.lexsort((np.arange(n), -true))
+    if rows is not None:
+        want = want[rows[want]]
+    assert order[:take].tolist() == want[:take].tolist()
+    np.testing.assert_array_equal(scores[order[:take]], true[order[:take]])
+    assert exact.sum() < n / 2  # only the top was made exact
+
+
+def test_certified_order_with_a_reader_that_skips():
+    """The walk decides how far it reads (as the near-duplicate pass does): every row read is exact."""
+    n = 3000
+    true, bound = _fake_scores(n, 7)
+    values, exact = bound.copy(), np.zeros(n, dtype=bool)
+
+    def make_exact(rows):
+        values[rows] = true[rows]
+        exact[rows] = True
+
+    def walk(order):  # keep 20 rows, passing over every row whose index is divisible by 3
+        kept = 0
+        for i, r in enumerate(order):
+            kept += r % 3 != 0
+            if kept == 20:
+                return i + 1
+        return len(order)
+
+    order, _ = knn.certified_order(lambda: values, exact, make_exact, walk)
+    want = np.lexsort((np.arange(n), -true))
+    used = walk(want)
+    assert order[:used].tolist() == want[:used].tolist()
