@@ -216,10 +216,12 @@ def rank_streamed(
 
     ``source()`` yields the vectors as (C, M) chunks in row order, afresh on each call (it is read twice);
     ``rows(indices)`` returns the (len(indices), M) vectors of those rows, in that order (a few thousand
-    at a time). The ranking equals :func:`novelfind.ranking.rank` with ``method="ads"`` wherever that
-    ranks in the space of the top ``DEFAULT_DIMS`` principal axes (the whitened ADS, and the density term
-    from ``ANN_MIN_N`` images on): the vectors are projected there chunk by chunk (:func:`stream_pca`) and
-    ``rank`` runs on the (N, 64) projection. What needs the raw vectors reads only the rows it needs:
+    at a time). The vectors are projected chunk by chunk (:func:`stream_pca`) to the top ``DEFAULT_DIMS``
+    principal axes, where the default ranking's ADS runs anyway, and :func:`novelfind.ranking.rank` with
+    ``method="ads"`` runs on the (N, 64) projection: so the density term is measured there too, where the
+    in-memory ranking measures it on the raw vectors (the two agree when the axes hold the vectors whole;
+    on logits the 64 axes keep most of the spread, not all of it). ``all_scores`` beyond the rows ``rank``
+    examined are upper bounds, as there. What needs the raw vectors reads only the rows it needs:
     near-duplicates (``dedup``) are judged on the raw vectors of the best-scored rows, and each pick's
     nearest other row is found exactly, in the raw space, among the rows whose distance bound
     (:func:`distance_bound`) could beat the nearest one found so far. ``config``, ``device`` and
