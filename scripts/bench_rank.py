@@ -29,8 +29,8 @@ the share of exact bounds on 2048 evenly spaced rows, and planted share in the t
     python scripts/bench_rank.py --sizes 10k,30k --methods ads,knn
     python scripts/bench_rank.py --sizes 100k --alternatives 100k --out /tmp/r.json
 
-Prints a markdown table and writes JSON (default bench-results/bench_rank.json). The 1M matrix is 4 GB;
-the default ranking at 1M peaks near 2 GB above it.
+Prints a markdown table and writes JSON (default docs/bench/rank.json). The 1M matrix is 4 GB;
+the default ranking at 1M peaks near 3.8 GB above it.
 """
 
 from __future__ import annotations
@@ -49,11 +49,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novelfind import knn  # noqa: E402
-from novelfind import rank as ranking  # noqa: E402
+from novelfind import knn, pca, ranking  # noqa: E402
 
 K = 100  # planted outliers = picks
-POWER_MAX_N = getattr(ranking, "POWER_MAX_N", 20_000)
 
 
 # ---------------------------------------------------------------------------- data
@@ -165,8 +163,6 @@ def instrument() -> StageClock:
     clock.wrap(ranking, "_ads_scores", "ads")
     clock.wrap(ranking, "dedup_order", "order + dedup")
     clock.wrap(ranking, "nearest_neighbours", "neighbours")
-    if hasattr(ranking, "power_scores"):
-        clock.wrap(ranking, "power_scores", "power iteration")
     build = knn.KnnScores.build.__func__
 
     def keep(cls, *args, **kwargs):
@@ -239,10 +235,10 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
     kk = ranking.KNN_K
     truth = set(outliers.tolist())
     t = time.perf_counter()
-    proj, _, resid = ranking.principal_space(x, ranking.WHITEN_DIMS)
+    proj, _, resid = pca.principal_space(x, ranking.WHITEN_DIMS, max_rows=ranking.PCA_ROWS)
     z = ranking.search_space(proj, resid)
     t_space = time.perf_counter() - t
-    rows = ranking.spread(n, sample)
+    rows = pca.spread(n, sample)
     ex_d, ex_i = knn.knn_exact(x, rows, kk)  # the reference for recall and bounds
     ex = ex_d.mean(1)
 
@@ -289,7 +285,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
         nlist = max(1, n // 256)
         index = faiss.IndexIVFFlat(faiss.IndexFlatL2(z.shape[1]), z.shape[1], nlist)
         index.cp.min_points_per_centroid = 1
-        index.train(z[ranking.spread(n, 64 * nlist)])
+        index.train(z[pca.spread(n, 64 * nlist)])
         index.add(z)
         index.nprobe = probe
         d2, idx = index.search(z, kk + 1)
@@ -362,7 +358,7 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=ROOT / "bench-results" / "rank-data")
     ap.add_argument("--exact-up-to", default="30k", help="also rank with every density exact up to this N")
     ap.add_argument("--alternatives", default="", help="measure the density-term alternatives at this N")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_rank.json")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "rank.json")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
@@ -388,9 +384,6 @@ def main() -> None:
             if m in ("ads", "knn") and knn.EXACT_MAX_N < n <= exact_up_to
         ]
         for case in cases:
-            if case["method"] == "power" and n > POWER_MAX_N:
-                rows.append({**case, "error": f"O(N^2), refused above {POWER_MAX_N:,}"})
-                continue
             proc = subprocess.run(
                 [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
             )
