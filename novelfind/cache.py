@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,6 +48,12 @@ APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novel
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
+# How vectors are stored. A blob's length says which (dim * 2 or dim * 4 bytes), so one cache may hold
+# both and no schema change was needed: a float32 cache keeps working, its vectors are read as they
+# are, and new ones are written in the cache's dtype.
+DTYPES = {"float16": "<f2", "float32": "<f4"}
+DEFAULT_DTYPE = "float32"
+FLOAT16_MAX = 65504.0  # larger values are stored in float32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -61,7 +67,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     digest    TEXT NOT NULL,
     model_key TEXT NOT NULL,        -- weights hash + feature kind + preprocessing version
     dim       INTEGER NOT NULL,
-    data      BLOB NOT NULL,        -- little-endian float32, dim * 4 bytes
+    data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
     PRIMARY KEY (digest, model_key)
 );
 CREATE TABLE IF NOT EXISTS models (
@@ -119,14 +125,75 @@ def _encode_path(path: str | os.PathLike[str]) -> bytes:
     return os.fsencode(os.fspath(path))
 
 
-def _to_blob(vector: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+def _stat_keys(files: Sequence[Any]) -> list[tuple[bytes, int, int]]:
+    """(path bytes, size, mtime_ns) per file record; straight from a ``walk.FileList``'s columns."""
+    records = getattr(files, "records", None)
+    if records is not None:
+        return list(records())
+    return [(_encode_path(f.path), int(f.size), int(f.mtime_ns)) for f in files]
+
+
+def _storable(vector: np.ndarray, dtype: str) -> np.ndarray:
+    """The vector in the storage type: float16 when asked for and every value fits, else float32."""
+    if dtype == "float16" and float(np.abs(vector).max(initial=0.0)) <= FLOAT16_MAX:
+        return np.ascontiguousarray(vector, dtype="<f2")
+    return np.ascontiguousarray(vector, dtype="<f4")
+
+
+def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
+    return _storable(vector, dtype).tobytes()
 
 
 def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
-    if len(blob) != 4 * dim:
-        return None
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 4 * dim:
+        return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 2 * dim:
+        return np.frombuffer(blob, dtype="<f2").astype(np.float32)
+    return None
+
+
+class DigestSet(Set[str]):
+    """A set of file digests, compact: the 128-bit hex digests the decoder makes as 16 bytes each in one
+    sorted array (a frozenset of their strings costs about 110 bytes each: 1 GB for 10 million, copied
+    into every decode process); anything else in a plain set."""
+
+    def __init__(self, digests: Iterable[str] = ()) -> None:
+        packed, other = bytearray(), set()
+        for d in digests:
+            if len(d) == 32:
+                try:
+                    packed += bytes.fromhex(d)
+                    continue
+                except ValueError:
+                    pass
+            other.add(d)
+        self._sorted = np.sort(np.frombuffer(bytes(packed), dtype="S16"))  # (N,)
+        self._other = frozenset(other)
+
+    def __contains__(self, digest: object) -> bool:
+        if not isinstance(digest, str):
+            return False
+        if len(digest) == 32:
+            try:
+                key = np.array(bytes.fromhex(digest), dtype="S16")
+            except ValueError:
+                return digest in self._other
+            # an S16 element loses trailing zero bytes when read out, so compare positions, not values
+            where = np.searchsorted(self._sorted, key, "left")
+            return bool(np.searchsorted(self._sorted, key, "right") > where)
+        return digest in self._other
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._other)
+
+    def __iter__(self) -> Iterator[str]:
+        data = self._sorted.tobytes()
+        for i in range(0, len(data), 16):
+            yield data[i : i + 16].hex()
+        yield from self._other
+
+    def __repr__(self) -> str:
+        return f"<DigestSet of {len(self)}>"
 
 
 class FeatureCache:
@@ -140,6 +207,10 @@ class FeatureCache:
     ``on_warning(message)`` receives survivable problems (a damaged cache moved aside); without it
     they go to ``warnings.warn`` as ``CacheWarning``. ``recovered_from`` is where a damaged file
     was moved, or None.
+
+    ``dtype``: how new vectors are stored, ``"float16"`` (2 bytes a value) or ``"float32"``; vectors
+    already stored are read in whichever they were written. :meth:`stored` gives a vector as it will
+    read back, so a scan ranks the same values the first time as when it reads them again.
     """
 
     def __init__(
@@ -149,9 +220,13 @@ class FeatureCache:
         *,
         on_warning: Callable[[str], None] | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
+        dtype: str = DEFAULT_DTYPE,
     ):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.model_key = model_key
+        self.dtype = dtype
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -167,6 +242,7 @@ class FeatureCache:
         *,
         create: bool = True,
         on_warning: Callable[[str], None] | None = None,
+        dtype: str = DEFAULT_DTYPE,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -181,7 +257,7 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning)
+        return cls(path, model_key, on_warning=on_warning, dtype=dtype)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -395,7 +471,8 @@ class FeatureCache:
         """``get_by_stat`` for many files at once; the result lines up with ``files``."""
         key = self._require_key()
         found: dict[bytes, tuple[int, int, int, bytes]] = {}
-        encoded = [_encode_path(f.path) for f in files]
+        stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
+        encoded = [path for path, _, _ in stats]
         try:
             with self._lock:
                 for start in range(0, len(encoded), _CHUNK):
@@ -411,13 +488,55 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[np.ndarray | None] = []
-        for f, path in zip(files, encoded, strict=True):
+        for path, size, mtime_ns in stats:
             hit = found.get(path)
-            if hit is None or hit[0] != f.size or hit[1] != f.mtime_ns:
+            if hit is None or hit[0] != size or hit[1] != mtime_ns:
                 out.append(None)
             else:
                 out.append(_from_blob(hit[3], hit[2]))
         return out
+
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        """bool (N,): which of ``files`` ``get_many_by_stat`` would find a ``dim``-long vector for; the
+        vectors themselves are not read (a re-scan of a big library checks millions this way)."""
+        key = self._require_key()
+        stats = _stat_keys(files)
+        found: dict[bytes, tuple[int, int]] = {}
+        try:
+            with self._lock:
+                for start in range(0, len(stats), _CHUNK):
+                    chunk = list(dict.fromkeys(path for path, _, _ in stats[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+                        "ON v.digest = f.digest AND v.model_key = ? "
+                        f"WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})",
+                        (key, dim, 2 * dim, 4 * dim, *chunk),
+                    )
+                    for path, size, mtime_ns in rows:
+                        found[path] = (size, mtime_ns)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return np.fromiter((found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool,
+                           count=len(stats))
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        """The vectors of ``files`` in their order, ``chunk`` files at a time: float32 (C, dim) arrays.
+
+        For reading a library's vectors back without holding them all. ``files`` must all be in the
+        cache (as a scan that has just stored them knows); CacheError names the first one that is not
+        (the cache was cleared or pruned meanwhile).
+        """
+        for start in range(0, len(files), chunk):
+            part = files[start : start + chunk]
+            found = self.get_many_by_stat(part)
+            missing = next((j for j, v in enumerate(found) if v is None), None)
+            if missing is not None:
+                raise CacheError(
+                    f"the vector of {part[missing].path} is no longer in the feature cache {self.path} "
+                    "(cleared or pruned during the scan?)"
+                )
+            yield np.stack(found)  # (C, dim)
 
     def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
         """The digest of each file's bytes as recorded when it was read, if it still has that size and
@@ -442,13 +561,13 @@ class FeatureCache:
             out.append(hit[2] if hit is not None and hit[:2] == (f.size, f.mtime_ns) else None)
         return out
 
-    def known_digests(self) -> frozenset[str]:
+    def known_digests(self) -> DigestSet:
         """Digests of every file whose vector this model already has (so its bytes need no decoding)."""
         key = self._require_key()
         try:
             with self._lock:
                 rows = self._conn.execute("SELECT digest FROM vectors WHERE model_key = ?", (key,))
-                return frozenset(digest for (digest,) in rows)
+                return DigestSet(digest for (digest,) in rows)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -478,6 +597,18 @@ class FeatureCache:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        """``vectors`` (1-D, or one per row) as this cache will give them back: float32, rounded to the
+        storage type."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if self.dtype == "float32":
+            return v
+        rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
+        out = np.array(rows, dtype=np.float32)
+        fits = np.abs(rows).max(axis=1, initial=0.0) <= FLOAT16_MAX  # (B,) as _storable decides
+        out[fits] = rows[fits].astype(np.float16).astype(np.float32)
+        return out.reshape(v.shape)
+
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         """Store ``(file, digest, vector)`` rows in one transaction: all of them or none.
 
@@ -503,7 +634,7 @@ class FeatureCache:
             if not np.isfinite(vec).all():
                 continue
             file_rows.append((_encode_path(file.path), int(file.size), int(file.mtime_ns), str(digest)))
-            vector_rows[str(digest)] = _to_blob(vec)
+            vector_rows[str(digest)] = _to_blob(vec, self.dtype)
         if not file_rows:
             return
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -671,11 +802,17 @@ class NullCache:
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         return [None] * len(files)
 
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        return np.zeros(len(files), bool)
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        raise CacheError("no feature cache to read the vectors back from")
+
     def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
         return [None] * len(files)
 
-    def known_digests(self) -> frozenset[str]:
-        return frozenset()
+    def known_digests(self) -> DigestSet:
+        return DigestSet()
 
     def get_by_digest(self, digest: str) -> np.ndarray | None:
         return None
@@ -685,6 +822,9 @@ class NullCache:
 
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         return None
+
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        return np.asarray(vectors, dtype=np.float32)
 
     def info(self) -> dict[str, Any]:
         return {"path": None, "entries": 0, "files": 0, "size_bytes": 0, "models": {}, "schema_version": None}

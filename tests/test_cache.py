@@ -166,8 +166,23 @@ def test_get_many_lines_up_with_its_input(db):
         assert [g is None for g in by_digest] == [False, True, False, False]
 
 
+def test_known_digests_are_held_in_16_bytes_each_and_answer_like_a_set(db):
+    rng = np.random.default_rng(0)
+    digests = [rng.bytes(16).hex() for _ in range(3000)] + ["00" * 16, "00" * 15 + "01", "not-hex", "d1"]
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(fake(i), d, vec(i)) for i, d in enumerate(digests)])
+        known = c.known_digests()
+    assert len(known) == len(digests) and sorted(known) == sorted(digests)
+    assert all(d in known for d in digests)
+    absent = [rng.bytes(16).hex() for _ in range(3000)] + ["00" * 15 + "02", "ff" * 16, "d2", 7]
+    assert not any(d in known for d in absent)
+    import pickle
+
+    assert len(pickle.dumps(known)) < 17 * len(digests) + 1000  # what a decode process receives
+
+
 def test_10k_stat_lookups_in_one_call_return_every_vector(db):
-    """Many chunks of one lookup line up with the input (the speed is measured by scripts/bench_cache.py)."""
+    """Many chunks of one lookup line up with the input (the speed is measured by scripts/bench_reliability.py)."""
     n, dim = 10_000, 1000
     files = [fake(i) for i in range(n)]
     rng = np.random.default_rng(0)
@@ -225,6 +240,36 @@ def test_vectors_are_stored_as_float32(db):
     assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
+
+
+def test_float16_storage_halves_the_vectors_and_reads_back_what_stored_says(db):
+    vectors = [vec(i, 1000) * 8 for i in range(20)]  # logits-like magnitudes
+    with FeatureCache(db, "m1", dtype="float16") as c:
+        c.put_many([(fake(i), f"d{i}", v) for i, v in enumerate(vectors)])
+        got = np.stack(c.get_many_by_stat([fake(i) for i in range(20)]))  # (20, 1000)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, c.stored(np.stack(vectors)))
+        np.testing.assert_array_equal(c.stored(vectors[3]), got[3])
+        assert 0 < np.abs(got - np.stack(vectors)).max() <= 8 * 8 * 2**-11  # float16 rounding, no more
+    with sqlite3.connect(db) as conn:
+        assert set(conn.execute("SELECT length(data) FROM vectors").fetchall()) == {(2 * 1000,)}
+
+
+def test_a_float32_cache_keeps_working_when_float16_is_written_into_it(db):
+    with FeatureCache(db, "m1", dtype="float32") as c:  # as every earlier novelfind wrote it
+        c.put_many([(fake(1), "d1", vec(1))])
+    big = vec(2) * 1e5  # beyond float16's range: kept in float32
+    with FeatureCache(db, "m1", dtype="float16") as c:
+        np.testing.assert_array_equal(c.get_by_digest("d1"), vec(1))  # read exactly as written
+        c.put_many([(fake(2), "d2", big), (fake(3), "d3", vec(3))])
+        np.testing.assert_array_equal(c.get_by_digest("d2"), big)
+        np.testing.assert_array_equal(c.stored(big), big)
+        np.testing.assert_array_equal(c.get_by_digest("d3"), vec(3).astype(np.float16).astype(np.float32))
+    with FeatureCache(db, "m1", dtype="float32") as c:  # and the other way round
+        assert all(v is not None for v in c.get_many_by_stat([fake(1), fake(2), fake(3)]))
+    assert integrity(db) == "ok"
+    with pytest.raises(ValueError, match="dtype must be one of float16, float32, got 'int8'"):
+        FeatureCache(db, "m1", dtype="int8")
 
 
 def test_full_disk_stops_caching_but_keeps_what_was_written(db):
