@@ -56,8 +56,22 @@ from novelfind.xmp import available as xmp_available
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
 # A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, chunk by
-# chunk, instead of in memory (2 GiB: about 500,000 photos of 1000-d logits).
-MATRIX_BUDGET = 2 << 30
+# chunk, instead of in memory. None: a third of the machine's memory (the in-memory ranking needs about
+# twice the matrix at its peak), and never less than 2 GiB (about 536,000 photos of 1000-d logits).
+# In memory the density term is exact on the raw vectors; from the cache it is measured in the 64 axes.
+MATRIX_BUDGET: int | None = None
+MATRIX_BUDGET_MIN = 2 << 30
+
+
+def matrix_budget() -> int:
+    """Bytes of float32 features ranked in memory (``MATRIX_BUDGET``, or a third of physical memory)."""
+    if MATRIX_BUDGET is not None:
+        return MATRIX_BUDGET
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        physical = 0
+    return max(MATRIX_BUDGET_MIN, physical // 3)
 STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 # --------------------------------------------------------------------------- parameters
@@ -729,13 +743,13 @@ class _Scan:
         """Whether the vectors of ``n`` photos are too many to hold (``MATRIX_BUDGET``): then they stay in
         the cache, and the default ranking reads them back in chunks (:func:`novelfind.stream.rank_streamed`).
         The other methods need them all in memory: InputError, saying how much."""
-        need = n * dim * 4
-        if need <= MATRIX_BUDGET:
+        need, budget = n * dim * 4, matrix_budget()
+        if need <= budget:
             return False
         if self.params.method != "ads":
             raise InputError(
                 f"method {self.params.method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
-                f"GiB of float32, more than the {MATRIX_BUDGET / 2**30:g} GiB novelfind holds); the default "
+                f"GiB of float32, more than the {budget / 2**30:.1f} GiB novelfind holds); the default "
                 "method (ads) ranks a library of this size from the cache"
             )
         return True

@@ -260,3 +260,15 @@ def test_cache_dtype_float16_stores_half_and_ranks_the_same_photos(library, fake
     assert picks["float16"] == picks["float32"] == {str(p) for p in library["odd"]}
     bad = CliRunner().invoke(cli, ["scan", str(library["root"]), "--cache-dtype", "int8"])
     assert bad.exit_code == 2 and "int8" in bad.stderr
+
+
+@pytest.mark.parametrize("physical_gib, budget_gib", [(4, 2), (6, 2), (24, 8), (96, 32)])
+def test_the_matrix_budget_is_a_third_of_memory_and_never_below_2_gib(monkeypatch, physical_gib, budget_gib):
+    from novelfind import run
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": physical_gib * 2**30 // 4096}
+    monkeypatch.setattr(run, "MATRIX_BUDGET", None)
+    monkeypatch.setattr(run.os, "sysconf", lambda name: pages[name])
+    assert run.matrix_budget() == budget_gib * 2**30
+    monkeypatch.setattr(run, "MATRIX_BUDGET", 12345)  # set explicitly: used as it is
+    assert run.matrix_budget() == 12345
