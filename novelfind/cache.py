@@ -9,20 +9,29 @@ says what made it.
 Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
 flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
 moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning.
+
+Any number of runs may open, create and write one new cache at the same instant (two cron jobs
+starting together). Two things make that safe. The file's identity (application id, schema
+version, tables) is always read in one statement, so a reader sees the file before or after
+another run's creating transaction, never half of it; and the schema is created in one
+``BEGIN IMMEDIATE`` transaction that checks the identity again under the write lock. The switch
+to WAL and ``BEGIN IMMEDIATE`` can answer SQLITE_BUSY at once, without waiting on the busy
+timeout (SQLite does so when waiting could deadlock), so both are retried until the timeout.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import sqlite3
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -32,11 +41,19 @@ from novelfind.errors import CacheError
 if TYPE_CHECKING:
     from novelfind.walk import ImageFile
 
+T = TypeVar("T")
+
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
+# How vectors are stored. A blob's length says which (dim * 2 or dim * 4 bytes), so one cache may hold
+# both and no schema change was needed: a float32 cache keeps working, its vectors are read as they
+# are, and new ones are written in the cache's dtype.
+DTYPES = {"float16": "<f2", "float32": "<f4"}
+DEFAULT_DTYPE = "float32"
+FLOAT16_MAX = 65504.0  # larger values are stored in float32
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -50,7 +67,7 @@ CREATE TABLE IF NOT EXISTS vectors (
     digest    TEXT NOT NULL,
     model_key TEXT NOT NULL,        -- weights hash + feature kind + preprocessing version
     dim       INTEGER NOT NULL,
-    data      BLOB NOT NULL,        -- little-endian float32, dim * 4 bytes
+    data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
     PRIMARY KEY (digest, model_key)
 );
 CREATE TABLE IF NOT EXISTS models (
@@ -108,14 +125,75 @@ def _encode_path(path: str | os.PathLike[str]) -> bytes:
     return os.fsencode(os.fspath(path))
 
 
-def _to_blob(vector: np.ndarray) -> bytes:
-    return np.ascontiguousarray(vector, dtype="<f4").tobytes()
+def _stat_keys(files: Sequence[Any]) -> list[tuple[bytes, int, int]]:
+    """(path bytes, size, mtime_ns) per file record; straight from a ``walk.FileList``'s columns."""
+    records = getattr(files, "records", None)
+    if records is not None:
+        return list(records())
+    return [(_encode_path(f.path), int(f.size), int(f.mtime_ns)) for f in files]
+
+
+def _storable(vector: np.ndarray, dtype: str) -> np.ndarray:
+    """The vector in the storage type: float16 when asked for and every value fits, else float32."""
+    if dtype == "float16" and float(np.abs(vector).max(initial=0.0)) <= FLOAT16_MAX:
+        return np.ascontiguousarray(vector, dtype="<f2")
+    return np.ascontiguousarray(vector, dtype="<f4")
+
+
+def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
+    return _storable(vector, dtype).tobytes()
 
 
 def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
-    if len(blob) != 4 * dim:
-        return None
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 4 * dim:
+        return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
+    if len(blob) == 2 * dim:
+        return np.frombuffer(blob, dtype="<f2").astype(np.float32)
+    return None
+
+
+class DigestSet(Set[str]):
+    """A set of file digests, compact: the 128-bit hex digests the decoder makes as 16 bytes each in one
+    sorted array (a frozenset of their strings costs about 110 bytes each: 1 GB for 10 million, copied
+    into every decode process); anything else in a plain set."""
+
+    def __init__(self, digests: Iterable[str] = ()) -> None:
+        packed, other = bytearray(), set()
+        for d in digests:
+            if len(d) == 32:
+                try:
+                    packed += bytes.fromhex(d)
+                    continue
+                except ValueError:
+                    pass
+            other.add(d)
+        self._sorted = np.sort(np.frombuffer(bytes(packed), dtype="S16"))  # (N,)
+        self._other = frozenset(other)
+
+    def __contains__(self, digest: object) -> bool:
+        if not isinstance(digest, str):
+            return False
+        if len(digest) == 32:
+            try:
+                key = np.array(bytes.fromhex(digest), dtype="S16")
+            except ValueError:
+                return digest in self._other
+            # an S16 element loses trailing zero bytes when read out, so compare positions, not values
+            where = np.searchsorted(self._sorted, key, "left")
+            return bool(np.searchsorted(self._sorted, key, "right") > where)
+        return digest in self._other
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._other)
+
+    def __iter__(self) -> Iterator[str]:
+        data = self._sorted.tobytes()
+        for i in range(0, len(data), 16):
+            yield data[i : i + 16].hex()
+        yield from self._other
+
+    def __repr__(self) -> str:
+        return f"<DigestSet of {len(self)}>"
 
 
 class FeatureCache:
@@ -129,6 +207,10 @@ class FeatureCache:
     ``on_warning(message)`` receives survivable problems (a damaged cache moved aside); without it
     they go to ``warnings.warn`` as ``CacheWarning``. ``recovered_from`` is where a damaged file
     was moved, or None.
+
+    ``dtype``: how new vectors are stored, ``"float16"`` (2 bytes a value) or ``"float32"``; vectors
+    already stored are read in whichever they were written. :meth:`stored` gives a vector as it will
+    read back, so a scan ranks the same values the first time as when it reads them again.
     """
 
     def __init__(
@@ -138,9 +220,13 @@ class FeatureCache:
         *,
         on_warning: Callable[[str], None] | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
+        dtype: str = DEFAULT_DTYPE,
     ):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.model_key = model_key
+        self.dtype = dtype
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -156,6 +242,7 @@ class FeatureCache:
         *,
         create: bool = True,
         on_warning: Callable[[str], None] | None = None,
+        dtype: str = DEFAULT_DTYPE,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -170,7 +257,7 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning)
+        return cls(path, model_key, on_warning=on_warning, dtype=dtype)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -211,6 +298,8 @@ class FeatureCache:
 
     def _open_error(self, err: sqlite3.Error) -> CacheError:
         code = _errorcode(err)
+        if code == _SQLITE_FULL:
+            return CacheError(f"the disk holding the feature cache {self.path} is full")
         if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN) or not os.access(self.path.parent, os.W_OK):
             return CacheError(f"cannot write the feature cache {self.path}: {err}")
         return CacheError(f"cannot open the feature cache {self.path}: {err}")
@@ -223,11 +312,10 @@ class FeatureCache:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
             self._check_health(conn)
-            self._check_ours(conn)  # before anything writes to a file that may not be ours
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                # e.g. a file system without shared memory; rollback journal still keeps batches atomic
-                conn.execute("PRAGMA journal_mode = DELETE")
+            self._check_ours(*self._header(conn))  # before anything writes to a file that may not be ours
+            # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
+            # journal, which still keeps each batch atomic.
+            self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
             self._init_schema(conn)
         except BaseException:
@@ -245,10 +333,13 @@ class FeatureCache:
             err.sqlite_errorcode = _SQLITE_CORRUPT  # type: ignore[attr-defined]
             raise err
 
-    def _check_ours(self, conn: sqlite3.Connection) -> None:
-        """CacheError unless the file is a novelfind cache this version reads, or still empty."""
-        app_id, version = self._header(conn)
-        if app_id != APPLICATION_ID and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+    def _check_ours(self, app_id: int, version: int, tables: int) -> None:
+        """CacheError unless the file is a novelfind cache this version reads, or still empty.
+
+        The three values must come from one snapshot (``_header``): read one at a time, a file that
+        another run creates in between looks like a database with tables and no novelfind mark.
+        """
+        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
             raise CacheError(f"{self.path} is an SQLite database of another program, not a novelfind cache")
         if version > SCHEMA_VERSION:
             raise CacheError(
@@ -257,25 +348,29 @@ class FeatureCache:
             )
 
     def _init_schema(self, conn: sqlite3.Connection) -> None:
-        app_id, version = self._header(conn)
-        if app_id == APPLICATION_ID and version == SCHEMA_VERSION:
-            with self._write(conn):  # a write probe: SQLite opens a read-only file without complaint
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            return
+        """Create the tables if the file is new: one write transaction, which is also the write probe."""
         with self._write(conn):
-            self._check_ours(conn)  # again under the write lock: another run may have created it meanwhile
-            # version < SCHEMA_VERSION: a new file (no older schema exists yet; migrations go here)
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            app_id, version, tables = self._header(conn)
+            self._check_ours(app_id, version, tables)  # under the write lock: no other run is mid-creation
+            if app_id != APPLICATION_ID or version < SCHEMA_VERSION:
+                # a new file (no older schema exists yet; migrations go here)
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            # Written even when unchanged: SQLite opens a read-only file without complaint, and this
+            # write is what finds out.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @staticmethod
-    def _header(conn: sqlite3.Connection) -> tuple[int, int]:
-        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        return app_id, version
+    def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
+        """(application id, schema version, number of schema objects), read in one statement."""
+        row = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()), "
+            "(SELECT user_version FROM pragma_user_version()), "
+            "(SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
 
     def _move_aside(self, identity: tuple[int, int] | None) -> Path | None:
         """Rename the damaged file (and its WAL) out of the way; None if another run already did."""
@@ -316,17 +411,7 @@ class FeatureCache:
     def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         """One write transaction (BEGIN IMMEDIATE), retried while another run holds the lock."""
         conn = conn or self._conn
-        deadline = time.monotonic() + self._busy_timeout
-        delay = 0.01
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as err:
-                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
         try:
             yield conn
             conn.execute("COMMIT")
@@ -337,6 +422,25 @@ class FeatureCache:
                 except sqlite3.Error:
                     pass
             raise
+
+    def _retry_busy(self, action: Callable[[], T]) -> T:
+        """``action()``, tried again while it fails with SQLITE_BUSY / LOCKED, for up to the busy timeout.
+
+        SQLite's own busy handler does not cover every case: a statement that would deadlock waiting
+        (BEGIN IMMEDIATE, a journal mode switch, against a run that holds a read lock and wants the
+        write lock) is answered SQLITE_BUSY at once, so the whole statement is tried again here.
+        """
+        deadline = time.monotonic() + self._busy_timeout
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as err:
+                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
+                    raise
+            # jittered backoff, so runs that collided once do not collide again in step
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.25)
 
     def _require_key(self) -> str:
         if self.model_key is None:
@@ -367,7 +471,8 @@ class FeatureCache:
         """``get_by_stat`` for many files at once; the result lines up with ``files``."""
         key = self._require_key()
         found: dict[bytes, tuple[int, int, int, bytes]] = {}
-        encoded = [_encode_path(f.path) for f in files]
+        stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
+        encoded = [path for path, _, _ in stats]
         try:
             with self._lock:
                 for start in range(0, len(encoded), _CHUNK):
@@ -383,13 +488,55 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[np.ndarray | None] = []
-        for f, path in zip(files, encoded, strict=True):
+        for path, size, mtime_ns in stats:
             hit = found.get(path)
-            if hit is None or hit[0] != f.size or hit[1] != f.mtime_ns:
+            if hit is None or hit[0] != size or hit[1] != mtime_ns:
                 out.append(None)
             else:
                 out.append(_from_blob(hit[3], hit[2]))
         return out
+
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        """bool (N,): which of ``files`` ``get_many_by_stat`` would find a ``dim``-long vector for; the
+        vectors themselves are not read (a re-scan of a big library checks millions this way)."""
+        key = self._require_key()
+        stats = _stat_keys(files)
+        found: dict[bytes, tuple[int, int]] = {}
+        try:
+            with self._lock:
+                for start in range(0, len(stats), _CHUNK):
+                    chunk = list(dict.fromkeys(path for path, _, _ in stats[start : start + _CHUNK]))
+                    marks = ",".join("?" * len(chunk))
+                    rows = self._conn.execute(
+                        "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+                        "ON v.digest = f.digest AND v.model_key = ? "
+                        f"WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})",
+                        (key, dim, 2 * dim, 4 * dim, *chunk),
+                    )
+                    for path, size, mtime_ns in rows:
+                        found[path] = (size, mtime_ns)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return np.fromiter((found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool,
+                           count=len(stats))
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        """The vectors of ``files`` in their order, ``chunk`` files at a time: float32 (C, dim) arrays.
+
+        For reading a library's vectors back without holding them all. ``files`` must all be in the
+        cache (as a scan that has just stored them knows); CacheError names the first one that is not
+        (the cache was cleared or pruned meanwhile).
+        """
+        for start in range(0, len(files), chunk):
+            part = files[start : start + chunk]
+            found = self.get_many_by_stat(part)
+            missing = next((j for j, v in enumerate(found) if v is None), None)
+            if missing is not None:
+                raise CacheError(
+                    f"the vector of {part[missing].path} is no longer in the feature cache {self.path} "
+                    "(cleared or pruned during the scan?)"
+                )
+            yield np.stack(found)  # (C, dim)
 
     def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
         """The digest of each file's bytes as recorded when it was read, if it still has that size and
@@ -414,13 +561,13 @@ class FeatureCache:
             out.append(hit[2] if hit is not None and hit[:2] == (f.size, f.mtime_ns) else None)
         return out
 
-    def known_digests(self) -> frozenset[str]:
+    def known_digests(self) -> DigestSet:
         """Digests of every file whose vector this model already has (so its bytes need no decoding)."""
         key = self._require_key()
         try:
             with self._lock:
                 rows = self._conn.execute("SELECT digest FROM vectors WHERE model_key = ?", (key,))
-                return frozenset(digest for (digest,) in rows)
+                return DigestSet(digest for (digest,) in rows)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -450,6 +597,18 @@ class FeatureCache:
 
     # -- writes --------------------------------------------------------------------------------
 
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        """``vectors`` (1-D, or one per row) as this cache will give them back: float32, rounded to the
+        storage type."""
+        v = np.asarray(vectors, dtype=np.float32)
+        if self.dtype == "float32":
+            return v
+        rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
+        out = np.array(rows, dtype=np.float32)
+        fits = np.abs(rows).max(axis=1, initial=0.0) <= FLOAT16_MAX  # (B,) as _storable decides
+        out[fits] = rows[fits].astype(np.float16).astype(np.float32)
+        return out.reshape(v.shape)
+
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         """Store ``(file, digest, vector)`` rows in one transaction: all of them or none.
 
@@ -475,7 +634,7 @@ class FeatureCache:
             if not np.isfinite(vec).all():
                 continue
             file_rows.append((_encode_path(file.path), int(file.size), int(file.mtime_ns), str(digest)))
-            vector_rows[str(digest)] = _to_blob(vec)
+            vector_rows[str(digest)] = _to_blob(vec, self.dtype)
         if not file_rows:
             return
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -504,13 +663,11 @@ class FeatureCache:
             code = _errorcode(err)
             if code == _SQLITE_FULL:
                 raise CacheWriteError(
-                    f"the disk holding the feature cache {self.path} is full; not caching any more",
-                    disk_full=True,
+                    f"the disk holding the feature cache {self.path} is full", disk_full=True
                 ) from None
             if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
                 raise CacheWriteError(
-                    f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s; "
-                    "not caching any more"
+                    f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s"
                 ) from None
             raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
 
@@ -645,11 +802,17 @@ class NullCache:
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         return [None] * len(files)
 
+    def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
+        return np.zeros(len(files), bool)
+
+    def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
+        raise CacheError("no feature cache to read the vectors back from")
+
     def digests_by_stat(self, files: Sequence[ImageFile]) -> list[str | None]:
         return [None] * len(files)
 
-    def known_digests(self) -> frozenset[str]:
-        return frozenset()
+    def known_digests(self) -> DigestSet:
+        return DigestSet()
 
     def get_by_digest(self, digest: str) -> np.ndarray | None:
         return None
@@ -659,6 +822,9 @@ class NullCache:
 
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
         return None
+
+    def stored(self, vectors: np.ndarray) -> np.ndarray:
+        return np.asarray(vectors, dtype=np.float32)
 
     def info(self) -> dict[str, Any]:
         return {"path": None, "entries": 0, "files": 0, "size_bytes": 0, "models": {}, "schema_version": None}

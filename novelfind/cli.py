@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,7 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0    success, every file read
   1    error: nothing could be ranked (no images, weights missing, output not writable,
-       ignore list damaged)
+       ignore list damaged, or the Ray cluster unreachable with --engine ray)
   2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp]
   3    finished, but some files could not be read or some sidecars not written (each named
        on stderr)
@@ -191,10 +191,18 @@ def _option(*decls: str, name: str, **kwargs: Any):
          help="Where the model and the solver run; auto = CUDA when available.")
 @_option("--backend", name="backend", type=_choice("backend"), show_default=True,
          help="Inference engine; auto = the fastest available for the device.")
+@_option("--engine", name="engine", type=_choice("engine"), show_default=True,
+         help="Where decoding and the model run: local (this machine) or ray (the workers of a Ray "
+              "cluster; pip install 'novelfind[ray]'). The cache and the ranking stay here.")
+@_option("--ray-address", name="ray_address", metavar="auto|HOST:PORT",
+         help="The Ray cluster for --engine ray: auto joins the cluster this machine is part of, HOST:PORT "
+              "the head node at that address (default: start Ray on this machine for the scan).")
 @_option("--weights", name="weights", type=click.Path(dir_okay=False, path_type=Path),
          help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).")
 @_option("--cache", name="cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
          help="Feature cache file (default: the user cache folder).")
+@_option("--cache-dtype", name="cache_dtype", type=_choice("cache_dtype"), show_default=True,
+         help="How new vectors are stored in the cache: float16 halves its size (see the README).")
 @click.option("--no-cache", is_flag=True, default=False, envvar=_env("no_cache"),
               help="Neither read nor write the feature cache (wins over a cache set in the environment "
                    "or a config file).")
@@ -243,6 +251,7 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
       novelfind scan ~/Pictures --k 20 --copy-to ~/novel --link symlink
       novelfind scan ~/Pictures --since 2026-01-01 --report new.html
       novelfind scan ~/Pictures --k 20 --xmp --xmp-keyword 'novelfind|novel' --ignore-picks
+      novelfind scan /mnt/archive --engine ray --ray-address head-node:6379 -o novel.tsv
     """
     ctx = click.get_current_context()
     if no_cache:
@@ -253,7 +262,8 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     elif options["cache"] is None:
         options["cache"] = True
     console = Console(quiet)
-    with console.progress_bars() as on_progress, _sigterm_interrupts():
+    engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
+    with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
             result = run.scan(paths, **options, on_progress=on_progress, on_warning=console.warn,
                               on_failure=console.unreadable)
@@ -289,6 +299,48 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                 console.problem(f"XMP sidecar {path}: {reason}")
     partial = result.failures or (sidecars is not None and sidecars.problems)
     return int(ExitCode.PARTIAL if partial else ExitCode.OK)
+
+
+@contextmanager
+def _engine_output(quiet: bool) -> Iterator[None]:
+    """While an engine with machinery of its own runs (Ray: a core worker in this process, printing to
+    the process's descriptors, and processes that inherit them): what it writes to stdout goes to stderr,
+    since stdout carries results only, and with -q what it writes to either is dropped. novelfind's own
+    messages keep going to the real stderr."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    try:
+        out_fd, err_fd = sys.stdout.fileno(), sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # not real files (output captured by a caller)
+        with redirect_stdout(sys.stderr):
+            yield
+        return
+    saved_out, saved_err = os.dup(out_fd), os.dup(err_fd)
+    previous = sys.stdout, sys.stderr
+    sink = open(os.devnull, "w") if quiet else None
+    try:
+        if sink is None:
+            os.dup2(err_fd, out_fd)
+            sys.stdout = sys.stderr
+        else:
+            # novelfind writes to a new stream on the real stderr; the descriptors go nowhere. That stream
+            # stays open: Ray's log handlers may hold it until the process ends.
+            sys.stderr = open(os.dup(saved_err), "w", encoding=previous[1].encoding,
+                              errors="backslashreplace", buffering=1)
+            sys.stdout = sink
+            os.dup2(sink.fileno(), out_fd)
+            os.dup2(sink.fileno(), err_fd)
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        sys.stdout, sys.stderr = previous
+        os.dup2(saved_out, out_fd)
+        os.dup2(saved_err, err_fd)
+        os.close(saved_out)
+        os.close(saved_err)
+        if sink is not None:
+            sink.close()
 
 
 @contextmanager

@@ -1,6 +1,13 @@
 """One file to pixels: Pillow decode, orientation, reduced-scale JPEG decode, model input.
 
 Everything here is plain Pillow + numpy (no torch), so decode workers start fast and small.
+
+Whatever the bytes, a decode gives pixels or raises ``DecodeError`` with a one-line reason; it
+prints nothing (Pillow's warnings are silenced here). Seeded mutations of every supported format
+(``tests/fuzzing.py``) and valid but hostile files (``tests/hostile.py``) hold it to that. A path
+that is no longer a regular file when it is read (swapped for a FIFO or a device after the walk)
+is refused before a byte is read from it; a PNG refused only for an oversized text or ICC chunk
+is decoded again without its metadata chunks, since the pixels do not depend on them.
 """
 
 from __future__ import annotations
@@ -8,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import stat
+import struct
 import threading
 import warnings
 from collections.abc import Container
@@ -27,6 +36,13 @@ RESIZE_SIZE = 256  # shorter side before the crop (IMAGENET1K_V1)
 # 2**28 = 268 MP: large panoramas pass, decompression bombs do not.
 MAX_IMAGE_PIXELS = 2**28
 Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
+# Below that limit, a header may still claim far more pixels than its file can hold: a 5 KB PNG or a
+# 2 KB animated WebP whose canvas is 150 MP costs gigabytes and a minute to decode. Above 32 MP, an
+# image is refused when it has more than 4096 pixels per byte of file. Real photos have well under
+# 100 (a 45 MP camera JPEG is 10-25 MB); a flat-colour 8-bit PNG, the most compressible picture, has
+# about 1,000 (zlib's limit); only bilevel scans and synthetic canvases come near 4096.
+BOMB_CHECK_PIXELS = 2**25
+MAX_PIXELS_PER_BYTE = 4096
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 _PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
@@ -102,9 +118,10 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     return img.convert("RGB")
 
 
-def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
+def _open_decoded(fp: io.BytesIO, name: str, min_side: int) -> Image.Image:
     """Open, reduce (JPEG draft / HEIF thumbnail), orient and convert. Raises DecodeError."""
     with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "corrupt EXIF data" and the like: the library prints nothing
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
             img = Image.open(fp)
@@ -120,6 +137,11 @@ def _open_decoded(fp, name: str, min_side: int) -> Image.Image:
             w, h = img.size
             if w <= 0 or h <= 0:
                 raise DecodeError("empty image")
+            size = fp.getbuffer().nbytes
+            if w * h > BOMB_CHECK_PIXELS and w * h > MAX_PIXELS_PER_BYTE * size:
+                raise DecodeError(
+                    f"refused: {w} x {h} pixels from a file of {size} bytes (decompression bomb?)"
+                )
             if w * h > MAX_IMAGE_PIXELS:  # our own bound: does not depend on Pillow's global setting
                 raise DecodeError(f"refused: too many pixels ({w} x {h}, limit {MAX_IMAGE_PIXELS})")
             if img.format in ("JPEG", "MPO", "HEIF", "AVIF"):
@@ -153,11 +175,33 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
     path = Path(path)
     if path.suffix.lower() in _HEIF_SUFFIXES:
         _register_heif()
+    return _decode_bytes(read_bytes(path), path.name, min_side)
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole regular file at ``path``; DecodeError with the reason when it cannot be read."""
     try:
-        data = path.read_bytes()
+        with _open_regular(path) as f:
+            return f.read()
     except OSError as e:
         raise DecodeError(e.strerror or _short(e)) from None
-    return _decode_bytes(data, path.name, min_side)
+
+
+def _open_regular(path: str | os.PathLike) -> io.BufferedReader:
+    """``path`` opened for reading if it is a regular file; DecodeError or OSError otherwise.
+
+    The path was a regular file when the walk listed it; by now it may be a FIFO (reading would block
+    until a writer comes), a device (``/dev/zero`` never ends) or a folder. Opening without blocking
+    and checking the open file, not the path, leaves no gap for another swap.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DecodeError("not a regular file")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
@@ -173,7 +217,40 @@ def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
         raise DecodeError("empty file")
     if Path(name).suffix.lower() in _HEIF_SUFFIXES or data[4:8] == b"ftyp":
         _register_heif()
-    return _open_decoded(io.BytesIO(data), name, min_side)
+    try:
+        return _open_decoded(io.BytesIO(data), name, min_side)
+    except DecodeError as first:
+        slim = _png_without_metadata(data) if data.startswith(_PNG_SIGNATURE) else None
+        if slim is None:
+            raise
+        try:
+            return _open_decoded(io.BytesIO(slim), name, min_side)
+        except DecodeError:
+            raise first from None
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# Chunks that never change the pixels and that Pillow refuses when they inflate past its limits.
+_PNG_METADATA = frozenset({b"tEXt", b"zTXt", b"iTXt", b"iCCP"})
+
+
+def _png_without_metadata(data: bytes) -> bytes | None:
+    """``data`` without its text and ICC chunks; None if it has none or its chunks do not parse."""
+    out, pos, dropped = [data[:8]], 8, False
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        end = pos + 12 + length
+        if end > len(data):
+            return None
+        if kind in _PNG_METADATA:
+            dropped = True
+        else:
+            out.append(data[pos:end])
+        pos = end
+        if kind == b"IEND":
+            break
+    return b"".join(out) if dropped else None
 
 
 def resized_geometry(w: int, h: int) -> tuple[int, int, int, int]:
@@ -237,14 +314,6 @@ def file_digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
-    """The whole file; DecodeError with the system's reason when it cannot be read."""
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise DecodeError(e.strerror or _short(e)) from None
-
-
 def model_input_from_bytes(data: bytes, name: str) -> np.ndarray:
     """Encoded file bytes -> uint8 (224, 224, 3), the model's input. ``name`` picks the format hint.
 
@@ -276,6 +345,7 @@ def read_for_model(
 
 
 _ORIENTATION = 0x0112
+_IMAGE_WIDTH, _IMAGE_LENGTH = 0x0100, 0x0101  # TIFF: as stored
 _EXIF_IFD = 0x8769
 _DATETIME_ORIGINAL = 0x9003
 _OFFSET_TIME_ORIGINAL = 0x9011
@@ -290,17 +360,33 @@ def image_info(path: str | os.PathLike) -> dict:
             _register_heif()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Image.open(path) as img:
-                w, h = img.size
-                exif = img.getexif()
-                if exif.get(_ORIENTATION) in (5, 6, 7, 8):
-                    w, h = h, w
-                info["width"], info["height"] = int(w), int(h)
-                sub = exif.get_ifd(_EXIF_IFD)
-                info["taken"] = _exif_iso(sub.get(_DATETIME_ORIGINAL), sub.get(_OFFSET_TIME_ORIGINAL))
+            with _open_regular(path) as f:
+                try:
+                    img = Image.open(f)
+                except Exception:  # noqa: BLE001 - a PNG may open without its oversized metadata
+                    f.seek(0)
+                    data = f.read()
+                    slim = _png_without_metadata(data) if data.startswith(_PNG_SIGNATURE) else None
+                    if slim is None:
+                        raise
+                    img = Image.open(io.BytesIO(slim))
+                with img:
+                    _fill_info(info, img)
     except Exception:  # noqa: BLE001 - informational only
         pass
     return info
+
+
+def _fill_info(info: dict, img: Image.Image) -> None:
+    w, h = img.size
+    exif = img.getexif()
+    if img.format == "TIFF":  # newer Pillow gives a TIFF's size as displayed already
+        w, h = img.tag_v2.get(_IMAGE_WIDTH, w), img.tag_v2.get(_IMAGE_LENGTH, h)
+    if exif.get(_ORIENTATION) in (5, 6, 7, 8):
+        w, h = h, w
+    info["width"], info["height"] = int(w), int(h)
+    sub = exif.get_ifd(_EXIF_IFD)
+    info["taken"] = _exif_iso(sub.get(_DATETIME_ORIGINAL), sub.get(_OFFSET_TIME_ORIGINAL))
 
 
 def _exif_iso(value, offset=None) -> str | None:

@@ -44,7 +44,7 @@ import socket
 import sys
 import tempfile
 import threading
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
 
@@ -341,7 +342,7 @@ class RayEngine:
             self._ray, self._owns_ray = ray, False
             return
         address = self.address
-        kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+        kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
             if not joining:
                 from novelfind.features import available_cpus
@@ -443,7 +444,8 @@ class RayEngine:
         spec = self._prepare()
         raw = [os.fsencode(os.fspath(p)) for p in paths]
         missing = np.ones(len(raw), bool)
-        known_ref = self._ray.put(frozenset(known))
+        compact = known if isinstance(known, (frozenset, DigestSet)) else frozenset(known)
+        known_ref = self._ray.put(compact)  # one copy in the object store, read by every worker
         last_error: BaseException | None = None
         for _ in range(MAX_ROUNDS):
             todo = np.flatnonzero(missing)
@@ -503,6 +505,82 @@ class RayEngine:
                 num_gpus=gpus or None,
             )
             yield from _pumped(ds.iter_batches(batch_size=None, batch_format="numpy"), self.stall_timeout)
+
+
+# --------------------------------------------------------------------------- the extraction stage
+
+
+def extract(
+    files: Iterable[Any],
+    extractor: Any,
+    cache: Any,
+    *,
+    batch_size: int = 32,
+    workers: int | None = None,
+    decoder: str = "auto",
+    on_progress: Any = None,
+    on_failure: Any = None,
+    on_warning: Any = None,
+    address: str | None = None,
+    device: str = "auto",
+    keep_vectors: bool = True,
+) -> Any:
+    """The ``ray`` engine of ``pipeline.ENGINES``: ``pipeline.extract`` with decoding and the model on a
+    Ray cluster.
+
+    The driver does what the local engine does (``pipeline.Stage``): the stat lookup in the cache, the
+    digests the cache knows, the finite-values check, ``on_failure`` / ``on_progress``, and one cache
+    transaction per batch as the batches come back; only the files the cache lacks go to the cluster.
+    ``extractor`` is the driver's (never called): it names the model (``feature``, ``weights``,
+    ``model_key``), which the workers then run. ``address``: as for :class:`RayEngine` (None: a Ray
+    instance on this machine). ``device``: ``auto`` (GPU workers when the cluster has GPUs), ``cpu`` or
+    ``cuda`` (``cuda:N`` counts as ``cuda``: the cluster places its workers). ``workers`` and ``decoder``
+    are the local engine's and do not apply; ``keep_vectors`` as for the local engine. Raises
+    ``ClusterError``; KeyboardInterrupt stops the run, and every batch committed before it stays in the
+    cache.
+    """
+    from novelfind.pipeline import Stage
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    feature = getattr(extractor, "feature", None)
+    if feature is None:
+        raise ValueError("the Ray engine runs the package's MobileNet-V2: give it an extractor from "
+                         "features.build_extractor")
+    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
+    misses = stage.stat_hits()
+    if not misses:
+        return stage.result()
+    device = "cuda" if device.startswith("cuda") else device
+    with RayEngine(address, feature=feature, device=device, weights=getattr(extractor, "weights", None),
+                   batch_size=batch_size, model_cache_dir=getattr(extractor, "cache_dir", None)) as engine:
+        if engine.model_key != extractor.model_key:
+            raise ValueError(
+                f"the cluster's model {engine.model_key} is not the driver's {extractor.model_key}"
+            )
+        paths = [stage.path(i) for i in misses]
+        gone = _take_results(stage, engine.run(paths, known=cache.known_digests()), misses)
+        if gone:  # cached when the scan began, gone from the cache since (it was cleared): extract them
+            _take_results(stage, engine.run([paths[j] for j in gone]), [misses[j] for j in gone])
+    return stage.result()
+
+
+def _take_results(stage: Any, batches: Iterator[ResultBatch], rows: Sequence[int]) -> list[int]:
+    """Feed the cluster's batches to the stage, one commit per batch; the positions whose vector the
+    cache no longer has (to be extracted again)."""
+    gone: list[int] = []
+    for batch in batches:
+        for pos, digest, vector, reason in batch.items():
+            i = rows[pos]
+            if digest is None:
+                stage.fail(i, reason or "cannot decode")
+            elif vector is not None:
+                stage.take_vector(i, digest, vector)
+            elif not stage.take_known(i, digest):
+                gone.append(pos)
+        stage.commit()
+        stage.progress()
+    return gone
 
 
 def _subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:

@@ -172,6 +172,9 @@ def model_key_for(feature: str, weights_sha256: str = WEIGHTS_SHA256) -> str:
 
 
 class Extractor(Protocol):
+    """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). The package's extractors also carry ``feature``
+    and ``weights`` (the resolved file), which an engine running the model elsewhere ships to its workers."""
+
     model_key: str
     dim: int
 
@@ -434,6 +437,7 @@ class _FallbackExtractor:
         self._lock = threading.Lock()
         self.model_key = onnx.model_key
         self.dim = onnx.dim
+        self.feature, self.weights = onnx.feature, onnx.weights
 
     @property
     def backend(self) -> str:

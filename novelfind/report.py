@@ -403,17 +403,25 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
                 _place_one(source, tmp, mode)
                 records[name] = _record(tmp, mode, source)
                 os.replace(tmp, target)
-            except OSError as err:
+            except BaseException as err:
                 _unlink_quietly(tmp)
-                raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
+                if isinstance(err, OSError):
+                    raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
+                raise
             ours.pop(name, None)
             created.append(target)
         for name in ours:  # earlier picks of ours that are no longer picked
             _unlink_quietly(dest / name)
-        ours = {}
-    finally:
-        # Even when interrupted, remember what was created so a re-run may replace it.
-        _write_manifest(manifest_path, {**ours, **records})
+        _write_manifest(manifest_path, records)
+    except BaseException:
+        # A full disk, an error or Ctrl-C part-way: the picks are all there or none of this run's are.
+        for target in created:
+            _unlink_quietly(target)
+        try:
+            _write_manifest(manifest_path, {n: r for n, r in ours.items() if os.path.lexists(dest / n)})
+        except OutputError:
+            pass  # the earlier manifest stays; it names no file of this run
+        raise
     return created
 
 

@@ -15,9 +15,11 @@ import logging
 import math
 import numbers
 import os
+import tempfile
 import time
 import warnings
-from collections.abc import Callable, Collection, Iterable, Iterator
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__, features, raw, walk
-from novelfind.cache import FeatureCache, NullCache
+from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache, NullCache
 from novelfind.decode import file_digest
 from novelfind.errors import CacheError, InputError, MissingExtraError, NovelfindError, OutputError
 from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
@@ -46,13 +48,31 @@ from novelfind.report import (
     place_picks,
     write_atomic,
 )
-from novelfind.walk import ImageFile
+from novelfind.walk import FileList, ImageFile
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks, check_keyword
 from novelfind.xmp import available as xmp_available
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
+# A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, chunk by
+# chunk, instead of in memory. None: a third of the machine's memory (the in-memory ranking needs about
+# twice the matrix at its peak), and never less than 2 GiB (about 536,000 photos of 1000-d logits).
+# In memory the density term is exact on the raw vectors; from the cache it is measured in the 64 axes.
+MATRIX_BUDGET: int | None = None
+MATRIX_BUDGET_MIN = 2 << 30
+
+
+def matrix_budget() -> int:
+    """Bytes of float32 features ranked in memory (``MATRIX_BUDGET``, or a third of physical memory)."""
+    if MATRIX_BUDGET is not None:
+        return MATRIX_BUDGET
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        physical = 0
+    return max(MATRIX_BUDGET_MIN, physical // 3)
+STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 # --------------------------------------------------------------------------- parameters
 
@@ -100,6 +120,7 @@ CHOICES: dict[str, Collection[str]] = {
     "device": features.DEVICES,
     "backend": features.BACKENDS,
     "engine": ENGINES,
+    "cache_dtype": tuple(DTYPES),
     "decoder": DECODERS,
     "format": FORMATS,
     "link": PLACE_MODES,
@@ -142,8 +163,10 @@ class ScanParameters:
     backend: str = "auto"
     weights: Path | None = None
     engine: str = "local"
+    ray_address: str | None = None
     decoder: str = "auto"
     cache: bool | Path | FeatureCache = True
+    cache_dtype: str = DEFAULT_DTYPE
     # outputs
     output: Path | None = None
     format: str = "tsv"
@@ -192,6 +215,8 @@ class ScanParameters:
             numbered_gpu = name == "device" and isinstance(value, str) and value.startswith("cuda:")
             if value not in allowed and not numbered_gpu:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
         if self.since is not None and not isinstance(self.since, datetime):
             raise InputError(f"since must be a datetime, got {self.since!r}")
         sheet = self.contact_sheet
@@ -251,9 +276,11 @@ class ScanResult:
     """What :func:`scan` returns.
 
     ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
-    was read (one per photo: a RAW + JPEG pair is read through its JPEG), and ``features`` (N, dim)
+    was read (one per photo: a RAW + JPEG pair is read through its JPEG; a
+    :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
     float32 their vectors, row i for ``files[i]`` (rank them again another way with
-    :func:`novelfind.rank`, without touching the photos). ``sidecars`` says what ``xmp`` did.
+    :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
+    (``MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     """
 
     picks: list[Pick]
@@ -262,7 +289,7 @@ class ScanResult:
     seconds: float
     parameters: ScanParameters
     files: list[ImageFile] = field(repr=False)
-    features: np.ndarray = field(repr=False)
+    features: np.ndarray | None = field(repr=False)
     sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
 
     def record(self) -> dict[str, Any]:
@@ -330,8 +357,10 @@ def scan(
     backend: str = "auto",
     weights: str | os.PathLike[str] | None = None,
     engine: str = "local",
+    ray_address: str | None = None,
     decoder: str = "auto",
     cache: bool | str | os.PathLike[str] | FeatureCache = True,
+    cache_dtype: str = DEFAULT_DTYPE,
     output: str | os.PathLike[str] | None = None,
     format: str = "tsv",
     copy_to: str | os.PathLike[str] | None = None,
@@ -377,14 +406,26 @@ def scan(
             the solver run there.
         backend: ``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.
         weights: the MobileNet-V2 weights file; None searches the usual places.
-        engine: where extraction runs: ``"local"`` (this machine); see ``novelfind.pipeline.ENGINES``.
+        engine: where decoding and the model run: ``"local"`` (this machine) or ``"ray"`` (the workers of
+            a Ray cluster, ``pip install 'novelfind[ray]'``; the photos must be at the same path on
+            every node); see ``novelfind.pipeline.ENGINES``. Walking, the cache and the ranking stay
+            on this machine either way. With ``"ray"``, ``device`` picks the workers' device (``auto``:
+            GPU workers when the cluster has GPUs) and the solver runs here, on CUDA when this machine
+            has it (unless ``device`` is ``"cpu"``).
+        ray_address: the Ray cluster for ``engine="ray"``: None starts Ray on this machine for the
+            scan, ``"auto"`` joins the cluster this machine belongs to (``ray start`` was run here),
+            ``"HOST:PORT"`` the cluster whose head listens there (``ray://HOST:PORT`` through Ray
+            Client). Not used by the local engine.
         decoder: what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and
             nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see
             ``novelfind.pipeline.DECODERS``.
         cache: True for the user's feature cache (``~/.cache/novelfind/features.sqlite`` or
             ``$NOVELFIND_CACHE``), False for none, a path to a cache file, or a :class:`novelfind.Cache`
-            (its file is used). A cache that cannot be opened is reported through ``on_warning`` and
-            the scan runs without one.
+            (its file and its dtype are used). A cache that cannot be opened is reported through
+            ``on_warning`` and the scan runs without one.
+        cache_dtype: how new vectors are stored: ``"float32"`` (default, 4 KB per photo of logits) or
+            ``"float16"`` (half that; rankings on the benchmark sets kept their picks, see the README's
+            Cache section). A cache may hold both; each vector is read back as it was stored.
         output, format: write the results to this file, atomically, in this format (``"tsv"``,
             ``"json"``, ``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).
         copy_to, link: put the picks in this folder as ``001_name.jpg``, ... by ``"copy"``,
@@ -458,8 +499,10 @@ def scan(
         backend=backend,
         weights=weights,
         engine=engine,
+        ray_address=ray_address,
         decoder=decoder,
         cache=cache,
+        cache_dtype=cache_dtype,
         output=output,
         format=format,
         copy_to=copy_to,
@@ -497,6 +540,7 @@ class _Scan:
         self.on_failure = on_failure
         self.started = time.monotonic()
         self.failures: list[Failure] = []
+        self.projection: np.ndarray | None = None  # (N, 64) when the vectors were ranked from the cache
 
     def run(self) -> ScanResult:
         p = self.params
@@ -516,19 +560,22 @@ class _Scan:
                 )
             photos = self.find_photos()
             extractor = features.build_extractor(
-                feature=p.feature, device=p.device, backend=p.backend, weights=p.weights
+                feature=p.feature,
+                # an engine running the model elsewhere needs the driver's model for its name only
+                device=p.device if p.engine == "local" else "cpu",
+                backend=p.backend,
+                weights=p.weights,
             )
-            store = stack.enter_context(self.open_cache(extractor.model_key))
-            extraction = self.extract([photo.file for photo in photos], extractor, store)
-            photo_of = {photo.file.path: photo for photo in photos}
-            read = [photo_of[f.path] for f in extraction.files]  # row i of the features is photo read[i]
-            candidates = _candidates(extraction.files, p.since)
+            streamed = self.streamed(len(photos), extractor.dim)
+            store = stack.enter_context(self.open_cache(extractor.model_key, streamed))
+            extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
+            read = photos.subset(extraction.files)  # row i of the features is photo read[i]
             ignored = self.find_ignored(ignore_list, read, store)
+            candidates = np.flatnonzero(_candidates(extraction.files, p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
-            candidates = [i for i in candidates if not ignored[i]]
-            picks, dropped = self.rank(extraction, read, candidates, restricted)
+            picks, dropped = self.rank(extraction, read, candidates, restricted, store)
             counts = Counts(
-                found=sum(len(photo.files) for photo in photos),
+                found=photos.file_count(),
                 from_cache=extraction.from_cache,
                 extracted=extraction.extracted,
                 failed=len(self.failures),
@@ -594,7 +641,7 @@ class _Scan:
             if not os.access(existing, os.W_OK):
                 raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
 
-    def find_photos(self) -> list[Photo[ImageFile]]:
+    def find_photos(self) -> PhotoList:
         """The photos under the paths, in walk order, without the files novelfind wrote itself.
 
         Files of one shot (RAW + JPEG) are one photo (:func:`novelfind.pairs.group_photos`). Without
@@ -603,44 +650,59 @@ class _Scan:
         """
         p = self.params
         own = _OwnOutputs(p.outputs())
-        files: list[ImageFile] = []
+        files, names = FileList(), array("q")
         for f in walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail):
             if not own.contains(f.path):
                 files.append(f)
+                names.append(hash((f.path.parent, os.path.splitext(f.path.name)[0].casefold())))
                 if len(files) % WALK_PROGRESS_EVERY == 0:
                     self.progress("walk", len(files))
         self.progress("walk", len(files))
-        photos = group_photos(files)
+        photos = PhotoList.grouped(files, np.frombuffer(names, np.int64))
         left_out = ""
         if not raw.available():
-            readable = [photo for photo in photos if not raw.is_raw_name(photo.file.path)]
-            if len(readable) < len(photos):
+            readable = np.fromiter(
+                (not raw.is_raw_name(os.fsdecode(path)) for path, _, _ in photos.files.records()),
+                bool,
+                count=len(photos),
+            )
+            if not readable.all():
                 left_out = (
-                    f"{len(photos) - len(readable)} RAW files without a JPEG twin left out: RAW support "
+                    f"{int((~readable).sum())} RAW files without a JPEG twin left out: RAW support "
                     "is not installed (pip install 'novelfind[raw]')"
                 )
-                if readable:
+                if readable.any():
                     self.warn(left_out)
-                photos = readable
+                photos = photos.take(np.flatnonzero(readable))
         if not photos:
             where = ", ".join(str(path) for path in p.paths)
             raise NovelfindError(f"no images found in {where}" + (f" ({left_out})" if left_out else ""))
         return photos
 
     @contextmanager
-    def open_cache(self, model_key: str) -> Iterator[FeatureStore]:
-        """The feature cache for this model (NullCache when none is wanted or it cannot be opened)."""
+    def open_cache(self, model_key: str, streamed: bool = False) -> Iterator[FeatureStore]:
+        """The feature cache for this model (NullCache when none is wanted or it cannot be opened; a
+        temporary cache file, deleted afterwards, when the vectors are ``streamed`` and there is none)."""
         choice = self.params.cache
         if choice is False:
-            yield NullCache()
+            if not streamed:
+                yield NullCache()
+                return
+            with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
+                path = Path(folder) / "features.sqlite"
+                with FeatureCache(path, model_key, dtype=self.params.cache_dtype) as store:
+                    yield store
             return
-        if choice is True:
-            path = None
-        else:
-            path = choice.path if isinstance(choice, FeatureCache) else choice
+        path, dtype = None, self.params.cache_dtype
+        if isinstance(choice, FeatureCache):
+            path, dtype = choice.path, choice.dtype
+        elif choice is not True:
+            path = choice
         try:
-            store = FeatureCache.open(path, model_key, on_warning=self.warn)
+            store = FeatureCache.open(path, model_key, on_warning=self.warn, dtype=dtype)
         except CacheError as err:
+            if streamed:
+                raise CacheError(f"{err}; a library this large is ranked from the cache") from None
             self.warn(f"{err}; running without the cache")
             yield NullCache()
             return
@@ -648,10 +710,12 @@ class _Scan:
             yield store
 
     def extract(
-        self, files: list[ImageFile], extractor: features.Extractor, store: FeatureStore
+        self, files: FileList, extractor: features.Extractor, store: FeatureStore, *, keep_vectors: bool
     ) -> Extraction:
         p = self.params
         engine = load(ENGINES[p.engine])
+        # an engine that runs elsewhere is told where, and on what device its workers run the model
+        elsewhere = {} if p.engine == "local" else {"address": p.ray_address, "device": p.device}
         extraction = engine(
             files,
             extractor,
@@ -662,13 +726,36 @@ class _Scan:
             on_progress=self.extract_progress,
             on_failure=self.fail,
             on_warning=self.warn,
+            keep_vectors=keep_vectors,
+            **elsewhere,
         )
+        if not keep_vectors and getattr(store, "writes_disabled", False):
+            raise CacheError(
+                f"the feature cache {store.path} stopped taking vectors; a library of {len(files):,} "
+                "photos is ranked from the cache, so this scan cannot finish (the vectors stored so far "
+                "are kept)"
+            )
         if not extraction.files:
             raise NovelfindError(f"none of the {len(files)} images could be read")
         return extraction
 
+    def streamed(self, n: int, dim: int) -> bool:
+        """Whether the vectors of ``n`` photos are too many to hold (``MATRIX_BUDGET``): then they stay in
+        the cache, and the default ranking reads them back in chunks (:func:`novelfind.stream.rank_streamed`).
+        The other methods need them all in memory: InputError, saying how much."""
+        need, budget = n * dim * 4, matrix_budget()
+        if need <= budget:
+            return False
+        if self.params.method != "ads":
+            raise InputError(
+                f"method {self.params.method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
+                f"GiB of float32, more than the {budget / 2**30:.1f} GiB novelfind holds); the default "
+                "method (ads) ranks a library of this size from the cache"
+            )
+        return True
+
     def find_ignored(
-        self, ignore_list: IgnoreList | None, read: list[Photo[ImageFile]], store: FeatureStore
+        self, ignore_list: IgnoreList | None, read: PhotoList, store: FeatureStore
     ) -> np.ndarray:
         """bool (N,): the photos read that are on the ignore list (all False with ``include_ignored``).
 
@@ -678,7 +765,7 @@ class _Scan:
         if ignore_list is None or self.params.include_ignored:
             return np.zeros(len(read), dtype=bool)
         lookup = getattr(store, "digests_by_stat", None)
-        found = ignore_list.find([photo.files for photo in read], known_digests=lookup)
+        found = ignore_list.find(read.groups, known_digests=lookup)
         if found.seen:
             try:
                 ignore_list.relocate(found.seen)
@@ -689,16 +776,19 @@ class _Scan:
     def rank(
         self,
         extraction: Extraction,
-        read: list[Photo[ImageFile]],
-        candidates: list[int],
+        read: PhotoList,
+        candidates: np.ndarray,
         restricted: bool,
+        store: FeatureStore,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
-        ignored photos, the candidates are fewer than the photos; all of them count as neighbours)."""
-        if not candidates:
+        ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
+        Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
+        if not len(candidates):
             return [], 0
         from novelfind.ranking import rank
         from novelfind.solver import ADSConfig
+        from novelfind.stream import rank_streamed
 
         p = self.params
         self.progress("rank", 0, 1)
@@ -710,20 +800,28 @@ class _Scan:
             seed=p.seed,
             restarts=p.restarts,
         )
+        files = extraction.files
+        options = {
+            "config": config,
+            "dedup": p.dedup,
+            "device": self.solver_device(),
+            "candidates": candidates if restricted else None,
+        }
         try:
-            ranking = rank(
-                extraction.features,
-                p.k,
-                method=p.method,
-                config=config,
-                dedup=p.dedup,
-                device=features.resolve_device(p.device),
-                candidates=np.asarray(candidates) if restricted else None,
-            )
+            if extraction.features is not None:
+                ranking = rank(extraction.features, p.k, method=p.method, **options)
+            else:
+
+                def chunks() -> Iterator[np.ndarray]:
+                    return store.rows_by_stat(files, STREAM_CHUNK)
+
+                def rows(indices: np.ndarray) -> np.ndarray:
+                    return np.concatenate(list(store.rows_by_stat(files.take(indices), STREAM_CHUNK)))
+
+                ranking, self.projection = rank_streamed(chunks, rows, len(files), p.k, **options)
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        files = extraction.files
         picks = []
         for index, score, neighbour, distance in zip(
             ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
@@ -743,6 +841,14 @@ class _Scan:
                 )
             )
         return picks, int(ranking.duplicates_dropped)
+
+    def solver_device(self) -> str:
+        """Where the solver runs: ``device``; with an engine running the model elsewhere, ``device`` is the
+        workers', and the solver takes this machine's CUDA device when there is one."""
+        p = self.params
+        if p.engine == "local" or p.device == "cpu":
+            return features.resolve_device(p.device)
+        return features.resolve_device("auto")
 
     def write_outputs(
         self, picks: list[Pick], counts: Counts, extraction: Extraction
@@ -810,11 +916,11 @@ class _Scan:
         write_html_report(
             self.params.report,
             picks,
-            points2d=pca_2d(extraction.features),
+            points2d=pca_2d(extraction.features) if self.projection is None else self.projection[:, :2],
             pick_indices=[row_of[pick.path] for pick in picks],
             run=record,
             failures=self.failures,
-            paths=[f.path for f in extraction.files],
+            paths=extraction.files.paths,
         )
 
     # -- reporting
@@ -844,6 +950,85 @@ class _Scan:
         return time.monotonic() - self.started
 
 
+class PhotoList(Sequence[Photo[ImageFile]]):
+    """The photos of a scan in compact form: the file each is read from in a :class:`FileList`, and the
+    other files of the few photos that have them (RAW + JPEG) by position. A list of ``Photo`` objects
+    costs about 1 KB per photo; this, the path's length + 24 bytes."""
+
+    def __init__(self, files: FileList, twins: dict[int, tuple[ImageFile, ...]]) -> None:
+        self.files = files
+        self.twins = twins  # position -> the photo's other files
+
+    @classmethod
+    def grouped(cls, files: FileList, names: np.ndarray) -> PhotoList:
+        """The photos of ``files`` in walk order, twins grouped by :func:`novelfind.pairs.group_photos`.
+        ``names`` (N,) int64 is a hash of each file's (folder, case-folded stem): only files that share
+        one can be twins, so only those are made into objects and grouped."""
+        _, where, counts = np.unique(names, return_inverse=True, return_counts=True)
+        shared = np.flatnonzero(counts[where.reshape(-1)] > 1)  # (S,) positions, walk order
+        if not len(shared):
+            return cls(files, {})
+        position = {f.path: int(i) for i, f in zip(shared, files.take(shared), strict=True)}
+        twins, absorbed = {}, np.zeros(len(files), bool)
+        for photo in group_photos(files.take(shared)):
+            if photo.also:
+                twins[position[photo.file.path]] = photo.also
+                absorbed[[position[f.path] for f in photo.also]] = True
+        if not absorbed.any():
+            return cls(files, twins)
+        new = np.cumsum(~absorbed) - 1  # (N,) position among the photos
+        kept = files.take(np.flatnonzero(~absorbed))
+        return cls(kept, {int(new[i]): also for i, also in twins.items()})
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = i + len(self) if i < 0 else i
+        return Photo(self.files[i], self.twins.get(i, ()))
+
+    def file_count(self) -> int:
+        """Files behind the photos (their other files included)."""
+        return len(self.files) + sum(len(also) for also in self.twins.values())
+
+    def take(self, positions: np.ndarray) -> PhotoList:
+        """The photos at ``positions`` (increasing), as a new list."""
+        new = {int(old): j for j, old in enumerate(positions) if int(old) in self.twins}
+        return PhotoList(self.files.take(positions), {j: self.twins[old] for old, j in new.items()})
+
+    def subset(self, files: FileList) -> PhotoList:
+        """The photos read from ``files``, a subsequence of ``self.files`` in the same order."""
+        if len(files) == len(self.files):
+            return self
+        positions, j = array("q"), 0
+        for path, _, _ in files.records():
+            while self.files.raw_path(j) != path:
+                j += 1
+            positions.append(j)
+            j += 1
+        return self.take(np.frombuffer(positions, np.int64))
+
+    @property
+    def groups(self) -> Sequence[tuple[ImageFile, ...]]:
+        """Every photo's files, the one read first (made on access)."""
+        return _Groups(self)
+
+
+class _Groups(Sequence[tuple[ImageFile, ...]]):
+    def __init__(self, photos: PhotoList) -> None:
+        self._photos = photos
+
+    def __len__(self) -> int:
+        return len(self._photos)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._photos[i].files
+
+
 class _OwnOutputs:
     """Files novelfind wrote are never ranked as photos: this run's outputs, and any folder of picks
     placed by ``copy_to`` (marked by its manifest)."""
@@ -861,12 +1046,12 @@ class _OwnOutputs:
         return self._picks_folder[folder]
 
 
-def _candidates(files: list[ImageFile], since: datetime | None) -> list[int]:
-    """Rows that may be picked: all, or those modified at or after ``since``."""
+def _candidates(files: FileList, since: datetime | None) -> np.ndarray:
+    """bool (N,): the rows that may be picked: all, or those modified at or after ``since``."""
     if since is None:
-        return list(range(len(files)))
+        return np.ones(len(files), bool)
     cutoff_ns = int(since.timestamp() * 1e9)
-    return [i for i, f in enumerate(files) if f.mtime_ns >= cutoff_ns]
+    return files.mtimes_ns >= cutoff_ns
 
 
 @contextmanager

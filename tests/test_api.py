@@ -129,7 +129,7 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"workers": -1}, "workers must be at least 0, got -1"),
         ({"method": "power"}, "method must be one of ads, ads-paper, knn, got 'power'"),
         ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, got 'xml'"),
-        ({"engine": "ray"}, "engine must be one of local, got 'ray'"),
+        ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
         ({"since": "2024-01-01"}, "since must be a datetime, got '2024-01-01'"),
@@ -191,20 +191,21 @@ def test_docstring_examples_run():
 # --------------------------------------------------------------------------- seams for other engines
 
 
-ENGINE_CALLS: list[list[str]] = []
+ENGINE_CALLS: list[tuple] = []
 
 
-def recording_engine(files, extractor, cache, **kwargs):
+def recording_engine(files, extractor, cache, *, address, device, **kwargs):
     """An extraction engine from outside the package: records its call, then extracts locally."""
-    ENGINE_CALLS.append(sorted(kwargs))
+    ENGINE_CALLS.append((sorted(kwargs), address, device))
     return pipeline.extract(files, extractor, cache, **kwargs)
 
 
 def test_another_engine_plugs_in_by_name(library, fake_extractor, monkeypatch):
     monkeypatch.setitem(pipeline.ENGINES, "recording", f"{__name__}:recording_engine")
     ENGINE_CALLS.clear()
-    result = novelfind.scan(library["root"], 3, engine="recording", cache=False)
-    assert ENGINE_CALLS == [["batch_size", "decoder", "on_failure", "on_progress", "on_warning", "workers"]]
+    result = novelfind.scan(library["root"], 3, engine="recording", ray_address="head:6379", cache=False)
+    keywords = ["batch_size", "decoder", "keep_vectors", "on_failure", "on_progress", "on_warning", "workers"]
+    assert ENGINE_CALLS == [(keywords, "head:6379", "auto")]  # where, and the workers' device
     assert {p.path for p in result.picks} == set(library["odd"])
 
 

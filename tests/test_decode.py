@@ -152,7 +152,10 @@ def test_crop_only_resize_matches_full_resize_then_crop():
 
 
 def test_very_thin_image_is_cheap(tmp_path):
-    """A 1x20000 PNG: resizing the whole image to a 256 short side would need ~5 GB; the crop needs 150 KB."""
+    """A 1x20000 PNG: resizing the whole image to a 256 short side would need ~5 GB; the crop needs 150 KB.
+
+    Memory is the claim here; scripts/bench_reliability.py times it.
+    """
     import json
     import subprocess
     import sys
@@ -165,22 +168,21 @@ def test_very_thin_image_is_cheap(tmp_path):
     # a fresh process, so its peak RSS is this decode's and not an earlier test's
     code = textwrap.dedent(
         f"""
-        import json, resource, time
+        import json
         from novelfind.decode import read_for_model
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        t = time.perf_counter()
+        def peak_kb():  # this process's own high-water mark (ru_maxrss includes the parent's)
+            with open("/proc/self/status") as status:
+                return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+        before = peak_kb()
         _, px = read_for_model({str(path)!r})
-        dt = time.perf_counter() - t
-        grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-        print(json.dumps([list(px.shape), str(px.dtype), dt, grown_kb]))
+        grown_kb = peak_kb() - before
+        print(json.dumps([list(px.shape), str(px.dtype), grown_kb]))
         """
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          check=True)
-    shape, dtype, dt, grown_kb = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"1x20000: {dt * 1000:.1f} ms, peak RSS +{grown_kb} KB")
+    shape, dtype, grown_kb = json.loads(out.stdout.strip().splitlines()[-1])
     assert shape == [224, 224, 3] and dtype == "uint8"
-    assert dt < 2.0, dt
     assert grown_kb < 50_000, f"peak RSS grew by {grown_kb / 1024:.0f} MB"
     # in-process too: the same call returns the centre of the strip
     _, px = read_for_model(path)

@@ -1,24 +1,31 @@
 """The Ray engine on a real multi-node cluster on this machine: a head (no CPU) and two 1-CPU worker nodes.
 
 The cluster is started once for the module (about 20-40 s on two cores); each test connects a driver to
-it and disconnects. The node-removal test runs last: it leaves one worker node.
+it and disconnects. The engine is tested on its own (``RayEngine``) and through the public ``scan()`` and
+the command line, against the local engine on the same files. The node-removal tests run last: the one
+through ``scan()`` puts a fresh node back, the last one leaves one worker node.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import make_photo, missing_prerequisite
 
+import novelfind
 from novelfind.errors import ClusterError, ExitCode
+from novelfind.report import encode_output
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +148,127 @@ def test_vectors_and_failures_match_the_local_engine(cluster, photos, local_resu
     ]
 
 
+# --------------------------------------------------------------------------- through scan() and the CLI
+
+
+@pytest.fixture(scope="module")
+def library(photos) -> Path:
+    """The folder of the ``photos`` fixture: 81 photos and three files that cannot be read."""
+    return Path(photos[0]).parents[1]
+
+
+@pytest.fixture(scope="module")
+def local_scan(library, tmp_path_factory):
+    """The local engine's scan of the library: what the Ray engine must reproduce."""
+    cache = tmp_path_factory.mktemp("local-cache") / "features.sqlite"
+    return novelfind.scan(library, 10, cache=cache, device="cpu")
+
+
+def _same_scan(got, want) -> None:
+    assert [p.path for p in got.picks] == [p.path for p in want.picks]
+    assert [p.neighbour for p in got.picks] == [p.neighbour for p in want.picks]
+    assert [(f.path, f.reason) for f in got.failures] == [(f.path, f.reason) for f in want.failures]
+    assert [f.path for f in got.files] == [f.path for f in want.files]
+    assert float(np.abs(got.features - want.features).max()) < 1e-3
+
+
+def test_scan_with_the_ray_engine_ranks_as_the_local_engine(cluster, library, local_scan, tmp_path):
+    cache = tmp_path / "features.sqlite"
+    events = []
+    result = novelfind.scan(library, 10, engine="ray", ray_address=cluster.address, cache=cache,
+                            batch_size=8, on_progress=events.append)
+    _same_scan(result, local_scan)
+    assert (result.counts.extracted, result.counts.from_cache, result.counts.failed) == (81, 0, 3)
+    done = [e.done for e in events if e.stage == "extract"]
+    assert done == sorted(done) and done[-1] == 84 and len(done) > 2  # per batch, not at the end
+    with novelfind.Cache.open(cache) as store:
+        assert store.info()["files"] == 81  # every vector committed, failures never
+
+    # A moved file is recognised by its bytes on the cluster (hashed, not decoded) and reuses its vector.
+    moved = library / "d0" / "IMG_0002.jpg"
+    renamed = moved.with_name("IMG_0002 renamed.jpg")
+    moved.rename(renamed)
+    try:
+        again = novelfind.scan(library, 10, engine="ray", ray_address=cluster.address, cache=cache)
+    finally:
+        renamed.rename(moved)
+    assert (again.counts.extracted, again.counts.from_cache) == (0, 81)
+    assert [p.path.name for p in again.picks] == [
+        "IMG_0002 renamed.jpg" if p.path == moved else p.path.name for p in local_scan.picks
+    ]
+
+
+def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "novelfind", *args], capture_output=True, env=env,
+                          encoding="utf-8", errors="surrogateescape", timeout=timeout)
+
+
+def test_the_command_line_prints_only_results_on_stdout(cluster, library, local_scan, tmp_path):
+    done = _cli("scan", str(library), "--k", "10", "--engine", "ray", "--ray-address", cluster.address,
+                "--cache", str(tmp_path / "c.sqlite"), "--format", "paths", "-q")
+    assert done.returncode == ExitCode.PARTIAL, done.stderr
+    want = encode_output(local_scan.to_text("paths")).decode("utf-8", "surrogateescape")
+    assert done.stdout == want and len(want.splitlines()) == 10
+    # -q: the unreadable files and nothing else (no line from Ray)
+    unreadable = [f"warning: cannot read {f.path}: {f.reason}" for f in local_scan.failures]
+    assert done.stderr.splitlines() == unreadable
+
+
+def test_an_unreachable_cluster_ends_the_command_with_one_line_and_exit_code_1(library, tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = _cli("scan", str(library), "--engine", "ray", "--ray-address", f"127.0.0.1:{port}", "--no-cache")
+    assert done.returncode == ExitCode.ERROR
+    assert done.stdout == ""
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
+    assert sum(line.startswith("error:") for line in done.stderr.splitlines()) == 1
+
+
+def _committed(cache: Path) -> int:
+    """Files with a vector in the cache, read by another process while the scan writes it."""
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT count(*) FROM files").fetchone()[0]
+    except sqlite3.Error:  # not created yet
+        return 0
+
+
+def test_a_driver_killed_mid_scan_keeps_its_batches_and_the_next_run_resumes(cluster, tmp_path):
+    root = tmp_path / "archive"
+    for i in range(240):
+        make_photo(root / f"r{i % 4}" / f"P{i:04d}.jpg", (20 + i % 200, 90, 160 - i % 120), seed=i)
+    cache = tmp_path / "features.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "novelfind", "scan", str(root), "--engine", "ray", "--ray-address",
+         cluster.address, "--cache", str(cache), "--batch-size", "2", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )
+    try:
+        deadline = time.monotonic() + 400
+        while _committed(cache) == 0 and driver.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        driver.send_signal(signal.SIGKILL)  # no chance to clean up
+    finally:
+        driver.kill()
+        out, err = driver.communicate()
+    assert driver.returncode == -signal.SIGKILL, err.decode()
+    kept = _committed(cache)
+    assert 0 < kept < 240  # it died mid-scan, after some batches were committed
+    with sqlite3.connect(cache) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+    resumed = novelfind.scan(root, 5, engine="ray", ray_address=cluster.address, cache=cache)
+    assert resumed.counts.from_cache == kept  # every committed batch is used, none is lost or damaged
+    assert resumed.counts.extracted == 240 - kept
+    fresh = novelfind.scan(root, 5, cache=False, device="cpu")
+    assert [p.path for p in resumed.picks] == [p.path for p in fresh.picks]
+    assert float(np.abs(resumed.features - fresh.features).max()) < 1e-3
+
+
 def test_an_unreachable_address_is_a_one_line_error():
     from novelfind.engine_ray import RayEngine
 
@@ -229,6 +357,26 @@ def test_bad_arguments_are_value_errors(kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         RayEngine("auto", **kwargs)
+
+
+def test_a_node_lost_during_a_scan_changes_nothing_in_its_result(cluster, library, local_scan, tmp_path):
+    """Through scan(): a worker node is removed once the first batch is in; the ranking is the local one."""
+    lost = []
+
+    def on_progress(event):
+        if event.stage == "extract" and event.done and not lost:
+            lost.append((event.done, event.total))
+            cluster.remove_node(cluster.workers.pop(0))  # kills its raylet, its actor and its block
+
+    try:
+        result = novelfind.scan(library, 10, engine="ray", ray_address=cluster.address, batch_size=4,
+                                cache=tmp_path / "c.sqlite", on_progress=on_progress)
+    finally:
+        cluster.workers.append(cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE))
+        cluster.wait_for_nodes()
+    assert lost and lost[0][0] < lost[0][1]  # work remained when the node went
+    _same_scan(result, local_scan)
+    assert (result.counts.extracted, result.counts.failed) == (81, 3)
 
 
 # Last: it takes a worker node away from the module's cluster.

@@ -78,12 +78,23 @@ def test_lock_writes_the_pid_and_clears_it_on_release(tmp_path):
         pass
 
 
+def release_later(holder: Holder, seconds: float = 60) -> threading.Timer:
+    """Let the holder go after ``seconds``: a lock call that wrongly waits then gets the lock and the
+    test fails, instead of hanging."""
+    timer = threading.Timer(seconds, lambda: holder.proc.poll() is None and holder.release())
+    timer.start()
+    return timer
+
+
 def test_held_elsewhere_fails_at_once_naming_the_holder(tmp_path, holder):
-    started = time.monotonic()
-    with pytest.raises(LockedError) as info:
-        with RunLock(tmp_path / "cache.sqlite.lock", wait=False, label="/data/cache.sqlite"):
-            pytest.fail("got a lock another process holds")
-    assert time.monotonic() - started < 1
+    guard = release_later(holder)
+    try:
+        with pytest.raises(LockedError) as info:
+            with RunLock(tmp_path / "cache.sqlite.lock", wait=False, label="/data/cache.sqlite"):
+                pytest.fail("got a lock another process holds")
+    finally:
+        guard.cancel()
+    assert holder.proc.poll() is None  # refused while the holder still held it
     assert str(info.value) == (
         f"another novelfind run is using /data/cache.sqlite (pid {holder.pid}); use --wait to queue"
     )
@@ -96,10 +107,15 @@ def test_message_names_the_lock_file_without_a_label(tmp_path, holder):
 
 
 def test_waiting_with_a_timeout_gives_up(tmp_path, holder):
+    guard = release_later(holder)
     started = time.monotonic()
-    with pytest.raises(LockedError, match=rf"still using .* \(pid {holder.pid}\) after 0.3 s"):
-        RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=0.3).acquire()
-    assert 0.3 <= time.monotonic() - started < 3
+    try:
+        with pytest.raises(LockedError, match=rf"still using .* \(pid {holder.pid}\) after 0.3 s"):
+            RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=0.3).acquire()
+    finally:
+        guard.cancel()
+    assert time.monotonic() - started >= 0.3  # it did wait
+    assert holder.proc.poll() is None
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0])
@@ -136,7 +152,7 @@ def test_nesting_in_one_process_does_not_deadlock(tmp_path, holder):
             capture_output=True,
             text=True,
             env=dict(os.environ, PYTHONPATH=str(REPO)),
-            timeout=5,
+            timeout=120,  # a hang guard: the probe exits as soon as it has started
             check=False,
         )
         assert "LockedError" in probe.stderr

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -192,3 +193,21 @@ def test_grouping_invariants(entries):
             assert len(owners) == 1
         else:
             assert len(owners) == len(members)
+
+
+def test_a_scans_compact_photo_list_groups_as_group_photos_does(tmp_path):
+    from novelfind.run import PhotoList
+    from novelfind.walk import FileList, ImageFile
+
+    names = ["a.CR2", "a.JPG", "a.d/x.jpg", "b.jpg", "sub/b.NEF", "sub/b.jpg", "c.heic", "c.jpg", "c.png",
+             "d.jpg", "d.jpeg", "e.jpg", "sub/a.jpg"]  # a folder between twins; two JPEGs of one name
+    files = [ImageFile(tmp_path / name, i + 1, 1000 + i) for i, name in enumerate(names)]
+    keys = np.array([hash((f.path.parent, os.path.splitext(f.path.name)[0].casefold())) for f in files])
+    for hashes in (keys, np.zeros(len(files), np.int64)):  # real name hashes, and all of them colliding
+        photos = PhotoList.grouped(FileList(files), hashes)
+        want = group_photos(files)
+        assert list(photos) == want and len(photos) == len(want) < len(files)
+        assert photos.file_count() == count_files(want) == len(files)
+        assert [g for g in photos.groups] == [p.files for p in want]
+        read = FileList([p.file for i, p in enumerate(want) if i % 3])  # the others failed to read
+        assert list(photos.subset(read)) == [p for i, p in enumerate(want) if i % 3]

@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from novelfind import decode, pipeline
+from novelfind.errors import CacheError
 from novelfind.pipeline import extract
 
 
@@ -129,6 +130,47 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)
     np.testing.assert_array_equal(again.features, first.features)
     assert not multiprocessing.active_children()  # no pool started for an all-hit scan
+
+
+def test_a_float16_cache_gives_the_first_scan_the_vectors_later_scans_read(tmp_path):
+    from novelfind.cache import FeatureCache
+
+    files = make_library(tmp_path / "photos", 6)
+    with FeatureCache(tmp_path / "c.sqlite", MeanColour.model_key, dtype="float16") as cache:
+        first = extract(files, MeanColour(), cache, workers=0)
+        again = extract(files, MeanColour(), cache, workers=0)
+    assert (first.extracted, again.from_cache) == (6, 6)
+    np.testing.assert_array_equal(first.features, again.features)  # rounded once, the same both times
+    raw = extract(files, MeanColour(), DictCache(), workers=0).features
+    assert 0 < np.abs(first.features - raw).max() <= 2**-11 * np.abs(raw).max()  # float16 rounding
+
+
+def test_vectors_left_in_the_cache_read_back_as_the_kept_ones(tmp_path, monkeypatch):
+    """keep_vectors=False: no N x dim matrix; hits are checked without reading a vector."""
+    from novelfind.cache import FeatureCache
+
+    files = make_library(tmp_path / "photos", 9, bad=(4,))
+    with FeatureCache(tmp_path / "c.sqlite", MeanColour.model_key) as cache:
+        extract(files[:5], MeanColour(), cache, workers=0)  # some of the library seen before
+        kept = extract(files, MeanColour(), cache, workers=0)
+        monkeypatch.setattr(cache, "get_many_by_stat", None)  # a hit must not read its vector
+        left = extract(files, MeanColour(), cache, workers=0, keep_vectors=False)
+        monkeypatch.undo()
+        assert left.features is None and left.files == kept.files and left.failures == kept.failures
+        assert (left.from_cache, left.extracted) == (8, 0)
+        back = np.concatenate(list(cache.rows_by_stat(left.files, chunk=3)))  # (8, dim)
+        np.testing.assert_array_equal(back, kept.features)
+        # a first scan that keeps nothing stores everything it made
+        with FeatureCache(tmp_path / "new.sqlite", MeanColour.model_key) as new:
+            fresh = extract(files, MeanColour(), new, workers=0, keep_vectors=False)
+        assert (fresh.features, fresh.extracted) == (None, 8)
+    with FeatureCache(tmp_path / "new.sqlite", MeanColour.model_key) as new:
+        np.testing.assert_array_equal(np.concatenate(list(new.rows_by_stat(fresh.files))), kept.features)
+        assert new.has_many_by_stat(files, MeanColour.dim).tolist() == [i != 4 for i in range(9)]
+        assert not new.has_many_by_stat(files, MeanColour.dim + 1).any()  # another length: not a hit
+        files[0].path.write_bytes(b"changed")
+        with pytest.raises(CacheError, match="is no longer in the feature cache"):
+            list(new.rows_by_stat([stat(files[0].path)]))
 
 
 def test_stat_lookups_are_chunked(tmp_path, monkeypatch):

@@ -433,7 +433,7 @@ def test_hardlink_across_file_systems_is_an_error(library, tmp_path, monkeypatch
     assert os.listdir(dest) == []
 
 
-def test_interrupted_run_remembers_what_it_created(library, tmp_path, monkeypatch):
+def test_interrupted_run_takes_back_what_it_placed(library, tmp_path, monkeypatch):
     dest = tmp_path / "d"
     real = report._place_one
     calls = []
@@ -447,10 +447,17 @@ def test_interrupted_run_remembers_what_it_created(library, tmp_path, monkeypatc
     monkeypatch.setattr(report, "_place_one", flaky)
     with pytest.raises(KeyboardInterrupt):
         place_picks(picks_for(library), dest)
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_IMG_4411.jpg"]
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME]  # the picks are all there or none are
     monkeypatch.setattr(report, "_place_one", real)
-    created = place_picks(picks_for(library), dest)  # the first file is ours: replaced, no error
+    created = place_picks(picks_for(library), dest)
     assert len(created) == 3
+    calls.clear()
+    monkeypatch.setattr(report, "_place_one", flaky)
+    with pytest.raises(KeyboardInterrupt):  # a re-run stopped part-way takes back its own new copies
+        place_picks(picks_for(library), dest)
+    assert sorted(os.listdir(dest)) == [MANIFEST_NAME] + sorted(p.name for p in created[1:])
+    monkeypatch.setattr(report, "_place_one", real)
+    assert len(place_picks(picks_for(library), dest)) == 3  # what stayed is still known as ours
 
 
 def test_temp_files_of_dead_runs_are_cleaned(library, tmp_path):

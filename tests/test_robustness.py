@@ -87,6 +87,13 @@ def start_fake_cli(args: list, env: dict, **kwargs) -> subprocess.Popen:
     )
 
 
+def as_foreground_job() -> None:
+    """In the child, before exec: SIGINT as a terminal's foreground job has it. A shell without job
+    control starts background commands with SIGINT ignored (POSIX), Python keeps an inherited SIG_IGN,
+    and a suite started that way would otherwise see scans shrug off the Ctrl-C under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -226,12 +233,10 @@ def test_decompression_bomb_is_refused_before_decoding(corpus, monkeypatch):
     loads = []
     real_load = ImageFile.ImageFile.load
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: loads.append(self) or real_load(self))
-    started = time.monotonic()
     for reader in (load_image, read_for_model):
         with pytest.raises(DecodeError, match="(?i)pixels|bomb|refused"):
             reader(corpus.bomb)
     assert loads == []
-    assert time.monotonic() - started < 5
 
 
 def test_walk_error_and_decode_error_each_reported_once_with_follow_symlinks(tmp_path):
@@ -290,26 +295,28 @@ def _interrupted_scan(tmp_path: Path, send) -> dict:
     the scan itself ended, then kills any leftovers so that the pipes close.
     """
     library = tmp_path / "photos"
-    files = small_library(library, 48)
+    # 30 batches of 4 at 0.3 s each: after the two the test waits for, 8 s of work are left, so even on
+    # a machine so busy that the test's polling lags by seconds the signal lands mid-scan.
+    files = small_library(library, 120)
     cache = tmp_path / "cache.sqlite"
     counter = tmp_path / "extracted-1.txt"
     env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.3", NOVELFIND_TEST_COUNTER=str(counter))
     args = ["scan", library, "--k", "10", "--format", "json", "--batch-size", "4", "--cache", cache]
-    proc = start_fake_cli(args, env)
+    proc = start_fake_cli(args, env, preexec_fn=as_foreground_job)
     deadline = time.monotonic() + 60
     while cached_rows(cache) < 8:  # two batches committed
         if proc.poll() is not None or time.monotonic() > deadline:
             _, _, err = finish(proc)
             pytest.fail(f"the scan ended or stalled before two batches were committed:\n{err}")
         time.sleep(0.05)
-    sent = time.monotonic()
+    calls_at_signal = len(counter.read_text().split()) if counter.exists() else 0
     send(proc)
     try:
         code = proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         code = None
-    ended = time.monotonic() - sent
-    orphans_gone = group_gone(proc.pid, timeout=10)
+    calls_at_end = len(counter.read_text().split())
+    orphans_gone = group_gone(proc.pid, timeout=30)
     if not orphans_gone:
         os.killpg(proc.pid, signal.SIGKILL)
     out, err = proc.communicate(timeout=30)
@@ -323,7 +330,7 @@ def _interrupted_scan(tmp_path: Path, send) -> dict:
         "code": code,
         "stdout": out,
         "stderr": err,
-        "seconds": ended,
+        "calls_after_signal": calls_at_end - calls_at_signal,
         "committed": committed,
         "orphans_gone": orphans_gone,
         "env": env,
@@ -364,6 +371,26 @@ def test_sigkill_mid_scan_then_resume(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_killed_scan_read_to_the_end_before_it_is_reaped_closes_its_pipes(tmp_path):
+    """``subprocess.run`` and pipeline readers read a scan's output to the end, then wait: until then the
+    killed scan is a zombie, and workers that took a zombie for a live scan kept its pipes open for ever."""
+    library = tmp_path / "photos"
+    small_library(library, 120)
+    cache = tmp_path / "cache.sqlite"
+    env = subprocess_env(tmp_path, NOVELFIND_TEST_DELAY="0.3")
+    proc = start_fake_cli(["scan", library, "--k", "5", "--batch-size", "4", "--cache", cache], env)
+    deadline = time.monotonic() + 60
+    while cached_rows(cache) < 8:  # decode workers are running
+        if proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"the scan ended or stalled before two batches were committed:\n{finish(proc)[2]}")
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    # no wait() before the pipes end: a hang guard of two minutes, where a second or so is expected
+    code, _, _ = finish(proc, timeout=120)
+    assert code == -signal.SIGKILL
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
 def test_interrupt_exits_promptly_with_130_and_keeps_batches(tmp_path, how):
     def send(proc):
@@ -374,7 +401,9 @@ def test_interrupt_exits_promptly_with_130_and_keeps_batches(tmp_path, how):
 
     state = _interrupted_scan(tmp_path, send)
     assert state["code"] == 130, state["stderr"]
-    assert state["seconds"] < 5, f"took {state['seconds']:.1f} s to stop"
+    # It stops at the batch in flight: at most that one more call of the model (each takes 0.3 s and
+    # most of the 30 batches were still to go). The time it takes is in scripts/bench_reliability.py.
+    assert state["calls_after_signal"] <= 1, state["calls_after_signal"]
     assert "interrupted" in state["stderr"]
     assert "Traceback" not in state["stderr"], state["stderr"]
     assert state["stdout"] == ""

@@ -246,10 +246,37 @@ def test_restarts_average():
     assert not np.array_equal(res.weights, ads(x, 5, ADSConfig(restarts=1)).weights)
 
 
-def test_block_size_does_not_change_the_answer_on_clear_data():
+def test_block_size_does_not_change_the_answer_on_clear_data(monkeypatch):
+    """Literal sampling, small shared draws and one 10,000-row block all find the planted outliers.
+
+    The fast path caps a block at ceil(N / MIN_DRAWS) rows, so at N = 300 any block above 5 runs as 5
+    rows; a 10,000-row block needs N > 10,000 and, for the test only, a floor of one draw per epoch.
+    The rows per block that really ran are recorded and checked.
+    """
+    import novelfind.solver as solver_mod
+
+    widths: list[int] = []
+    real_block_sums = solver_mod._block_sums
+
+    def recording(x, mu, sq, s, rows, partners, bufs):
+        widths.append(rows.shape[1])  # rows: (G, B)
+        return real_block_sums(x, mu, sq, s, rows, partners, bufs)
+
+    monkeypatch.setattr(solver_mod, "_block_sums", recording)
     x, out = planted(300, 8, 6)
-    for block in (1, 7, 10_000):
+    for block, ran in ((1, 1), (7, 5), (10_000, 5)):
+        widths.clear()
         assert sorted(ads(x, 6, ADSConfig(block=block)).ranking.tolist()) == out.tolist()
+        assert max(widths) == ran, (block, sorted(set(widths)))
+
+    x, out = planted(10_500, 8, 6)
+    monkeypatch.setattr(solver_mod, "MIN_DRAWS", 1)
+    for block in (7, 10_000):
+        widths.clear()
+        cfg = ADSConfig(block=block, epochs=5)  # 1,500 blocks of 7 per epoch: few epochs keep it quick
+        assert sorted(ads(x, 6, cfg).ranking.tolist()) == out.tolist()
+        assert max(widths) == block, sorted(set(widths))
+    assert sorted(set(widths)) == [500, 10_000]  # one full block and the tail, every epoch
 
 
 # ----------------------------------------------------------------- properties

@@ -245,6 +245,73 @@ def test_hard_links_yielded_once(tmp_path):
     assert rels(walk(tmp_path), tmp_path) == ["a.jpg"]
 
 
+def test_a_file_named_as_a_root_and_found_in_a_folder_root_is_yielded_once(tmp_path):
+    a = touch(tmp_path / "lib" / "a.jpg")
+    b = touch(tmp_path / "lib" / "b.jpg")
+    assert [f.path for f in walk([tmp_path / "lib", a])] == [a, b]
+    assert [f.path for f in walk([a, tmp_path / "lib"])] == [a, b]
+
+
+def test_only_files_with_a_second_name_are_remembered(tmp_path, monkeypatch):
+    """A library of millions of single-link files keeps no per-file set entry (about 150 bytes each)."""
+    for i in range(50):
+        touch(tmp_path / f"d{i % 5}" / f"{i:03d}.jpg")
+    os.link(tmp_path / "d0" / "000.jpg", tmp_path / "d4" / "zz-link.jpg")
+    sizes = []
+    real_set = set
+
+    class Recording(real_set):
+        def add(self, item):
+            super().add(item)
+            sizes.append(len(self))
+
+    monkeypatch.setattr(scan, "set", Recording, raising=False)
+    found = list(walk(tmp_path))
+    assert len(found) == 50  # the hard link once
+    assert max(sizes) <= 5 + 1 + 1  # the folders, the root, the one file with two names
+
+
+# --------------------------------------------------------------------------- compact records
+
+
+def test_file_lists_keep_every_record_exactly(tmp_path):
+    odd = os.fsdecode(b"caf\xc3\xa9 \xff.jpg")  # UTF-8 and an undecodable byte
+    files = [ImageFile(tmp_path / f"f{i}" / (odd if i % 3 == 0 else f"{i}.jpg"), 1000 + i, 10**18 + i)
+             for i in range(100)]
+    compact = scan.FileList(files)
+    assert len(compact) == 100 and list(compact) == files and compact == files
+    assert compact[-1] == files[-1] and compact[5:9] == files[5:9] and compact[::7] == files[::7]
+    assert compact.take([9, 0, 9]) == [files[9], files[0], files[9]]
+    assert list(compact.paths) == [f.path for f in files]
+    assert [r[0] for r in compact.records()] == [os.fsencode(f.path) for f in files]
+    assert compact.sizes.tolist() == [f.size for f in files]
+    assert compact.mtimes_ns.tolist() == [f.mtime_ns for f in files]
+    with pytest.raises(IndexError):
+        compact[100]
+
+
+def test_file_lists_take_a_fraction_of_the_memory_of_a_list_of_records(tmp_path):
+    import tracemalloc
+
+    paths = [f"/archive/2019/{i // 1000:04d}/IMG_{i:08d}.JPG" for i in range(20_000)]  # 35-byte paths
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        as_list = [ImageFile(Path(p), 2_000_000 + i, 10**18 + i) for i, p in enumerate(paths)]
+        for f in as_list:
+            os.fspath(f.path)  # a Path keeps its string once asked for it (as a scan does)
+        list_bytes = tracemalloc.get_traced_memory()[0] - before
+        before = tracemalloc.get_traced_memory()[0]
+        compact = scan.FileList(as_list)
+        compact_bytes = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(compact) == len(paths)
+    per_file = compact_bytes / len(paths)
+    assert per_file < (35 + 24) * 1.25  # the path and three 8-byte columns, and the buffers' growth room
+    assert compact_bytes * 5 < list_bytes
+
+
 def test_file_deleted_between_listing_and_stat_is_skipped(tmp_path, monkeypatch):
     touch(tmp_path / "a.jpg")
     touch(tmp_path / "b.jpg")
