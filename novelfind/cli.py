@@ -261,6 +261,9 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         options["cache"] = False
     elif options["cache"] is None:
         options["cache"] = True
+    keyword_given = ctx.get_parameter_source("xmp_keyword") == click.core.ParameterSource.COMMANDLINE
+    if keyword_given and not options["xmp"]:
+        raise InputError("--xmp-keyword takes effect only with --xmp (sidecars are written only when asked)")
     console = Console(quiet)
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():

@@ -41,7 +41,7 @@ def main() -> None:
             cluster.add_node(num_cpus=args.cpus, object_store_memory=store)
         cluster.wait_for_nodes()
         print(cluster.address, flush=True)
-        print(f"{args.workers} worker nodes of {args.cpus} CPU; Ctrl-C stops them", file=sys.stderr, flush=True)
+        print(f"{args.workers} worker nodes of {args.cpus} CPU; Ctrl-C stops them", file=sys.stderr)
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.pause()
     except KeyboardInterrupt:

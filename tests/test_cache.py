@@ -182,7 +182,7 @@ def test_known_digests_are_held_in_16_bytes_each_and_answer_like_a_set(db):
 
 
 def test_10k_stat_lookups_in_one_call_return_every_vector(db):
-    """Many chunks of one lookup line up with the input (the speed is measured by scripts/bench_reliability.py)."""
+    """Many chunks of one lookup line up with the input (speed: scripts/bench_reliability.py)."""
     n, dim = 10_000, 1000
     files = [fake(i) for i in range(n)]
     rng = np.random.default_rng(0)

@@ -449,6 +449,14 @@ def test_bad_xmp_keyword_is_a_usage_error(library, fake_extractor, keyword):
         novelfind.ScanParameters(paths="x", xmp_keyword=keyword)
 
 
+def test_xmp_keyword_without_xmp_is_a_usage_error_and_writes_nothing(library, fake_extractor):
+    result = run("scan", library["root"], "--xmp-keyword", "odd")
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.startswith("error: --xmp-keyword takes effect only with --xmp")
+    assert fake_extractor.images == 0
+    assert not list(library["root"].rglob("*.xmp"))
+
+
 def test_the_weekly_cron_run(library, fake_extractor, tmp_path):
     """The README's cron line: new photos of the week, tagged for digiKam, then ignored."""
     needs_xmp()
