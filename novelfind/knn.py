@@ -31,6 +31,8 @@ CELL_ROWS = 256  # approximate search: rows per k-means cell
 CELL_PROBE = 4  # cells each cell's rows are compared with (its own and those with the nearest centres)
 CELL_BRANCH = 64  # most k-means centres per level of the cell hierarchy
 CELL_TRAIN = 64  # k-means training rows per centre
+PRUNE_BLOCK = 2048  # exact search with pruning: rows per block (about 8 cells), skipped or read whole
+PRUNE_MARGIN = 1e-3  # relative: a block is skipped only when farther than the bound by this much
 BOUND_SLACK = 1e-5  # relative: upper bounds are inflated by this, so float rounding never breaks the bound
 
 
@@ -38,7 +40,13 @@ BOUND_SLACK = 1e-5  # relative: upper bounds are inflated by this, so float roun
 
 
 def knn_exact(
-    x: np.ndarray, rows: np.ndarray, k: int, *, chunk: int | None = None, centre: np.ndarray | None = None
+    x: np.ndarray,
+    rows: np.ndarray,
+    k: int,
+    *,
+    chunk: int | None = None,
+    centre: np.ndarray | None = None,
+    prune: Pruning | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other rows of x (N, d) for each row in ``rows``: (distances (Q, k), indices (Q, k)).
 
@@ -49,6 +57,9 @@ def knn_exact(
     keeps the (Q, chunk) block near 16M entries and the centred chunk near 16 MB: memory O(Q d + 32M)
     per thread. A row is never its own neighbour; identical rows are each other's neighbours at
     distance 0. k is capped at N - 1.
+
+    ``prune``: skip, for each query, the blocks of rows that cannot hold one of its k nearest, judged
+    in a cheaper space whose distances are lower bounds of those in x (``Pruning``). Same answer.
     """
     n, d = x.shape
     rows = np.asarray(rows, dtype=np.int64)
@@ -66,6 +77,8 @@ def knn_exact(
     xq = xt.index_select(0, qi) - mu  # (Q, d)
     qsq = (xq * xq).sum(1, keepdim=True)  # (Q, 1)
     arange_q = torch.arange(q)
+    if prune is not None:
+        return _knn_exact_pruned(xt, mu, qi, xq, qsq, kk, prune)
     starts = list(range(0, n, chunk))
     parts = max(1, min(torch.get_num_threads(), len(starts)))
     tops: list = [None] * parts
@@ -89,6 +102,91 @@ def knn_exact(
         tops[p] = (best_d, best_i)
 
     _run_single_threaded(work, range(parts))
+    best_d = torch.cat([t[0] for t in tops], 1)  # (Q, parts k)
+    best_i = torch.cat([t[1] for t in tops], 1)
+    if parts > 1:  # merge
+        v, j = torch.sort(best_d, dim=1, stable=True)
+        best_i = torch.gather(best_i, 1, j[:, :kk])
+    return _direct_distances(xt, qi, best_i)
+
+
+@dataclass
+class Pruning:
+    """What lets ``knn_exact`` skip rows: for every row of x, its coordinates in a space where distances
+    are at most those in x (``lower``, (N, D), e.g. principal coordinates plus the residual norm), a
+    permutation of the rows that keeps near rows together (``order``, e.g. k-means cells one after the
+    other), and for every row an upper bound of its k-th nearest distance in x (``kth``, (N,); +inf
+    where unknown). Rows are taken ``block`` at a time in ``order``; a query skips a block when every
+    row of it is farther, in ``lower``, than its k-th bound (with a margin for float rounding) -- those
+    rows cannot be among its k nearest. ``skipped`` counts the (query, block) pairs skipped."""
+
+    lower: np.ndarray = field(repr=False)  # (N, D) float32
+    order: np.ndarray = field(repr=False)  # (N,) int64 permutation of the rows
+    kth: np.ndarray = field(repr=False)  # (N,) float32
+    block: int = PRUNE_BLOCK
+    skipped: int = 0
+    pairs: int = 0
+
+
+def _knn_exact_pruned(
+    xt: torch.Tensor, mu: torch.Tensor, qi: torch.Tensor, xq: torch.Tensor, qsq: torch.Tensor, kk: int, prune
+) -> tuple[np.ndarray, np.ndarray]:
+    n, _ = xt.shape
+    q = len(qi)
+    zt = torch.from_numpy(np.ascontiguousarray(prune.lower, dtype=np.float32))  # (N, D)
+    zmu = zt[prune.order[:: max(1, n // 65536)]].mean(0)  # (D,) any centre will do: it cuts rounding
+    zq = zt.index_select(0, qi) - zmu  # (Q, D)
+    zqn = torch.linalg.vector_norm(zq, dim=1)  # (Q,)
+    zqsq = zqn.square().unsqueeze(1)  # (Q, 1)
+    # a row can be among the k nearest only if its lower-bound distance is at most the k-th bound;
+    # the margin covers the float rounding of both spaces (relative 1e-3 of the norms: far above it)
+    thr = torch.from_numpy(np.asarray(prune.kth, dtype=np.float32)[qi.numpy()]) * (1 + PRUNE_MARGIN)  # (Q,)
+    order = torch.from_numpy(np.asarray(prune.order, dtype=np.int64))
+    starts = list(range(0, n, prune.block))
+    # first a ball around each block (centre, radius in the lower-bound space): a query farther than
+    # its bound from the whole ball skips the block at once; the others are checked row by row
+    centres = torch.empty(len(starts), zt.shape[1])  # (L, D)
+    radii = torch.empty(len(starts))  # (L,)
+    for b, c0 in enumerate(starts):
+        zb = zt.index_select(0, order[c0 : c0 + prune.block]).sub_(zmu)  # (B, D)
+        centres[b] = zb.mean(0)
+        radii[b] = torch.linalg.vector_norm(zb - centres[b], dim=1).max()
+    ball = torch.cdist(zq, centres) - radii - PRUNE_MARGIN * (zqn.unsqueeze(1) + centres.norm(dim=1) + radii)
+    near_ball = ball <= thr.unsqueeze(1)  # (Q, L)
+    parts = max(1, min(torch.get_num_threads(), len(starts)))
+    tops: list = [None] * parts
+    skipped = [0] * parts
+
+    def work(p: int) -> None:
+        best_d = torch.full((q, kk), math.inf)  # (Q, k) squared distances
+        best_i = torch.zeros((q, kk), dtype=torch.int64)  # (Q, k)
+        for b in range(p, len(starts), parts):
+            c0 = starts[b]
+            ids = order[c0 : c0 + prune.block]  # (B,) row indices
+            use = torch.nonzero(near_ball[:, b]).squeeze(1)  # (U,) queries near the block's ball
+            if len(use):
+                zb = zt.index_select(0, ids).sub_(zmu)  # (B, D)
+                zbn = torch.linalg.vector_norm(zb, dim=1)  # (B,)
+                lb2 = torch.addmm(zqsq[use] + zbn.square(), zq[use], zb.T, alpha=-2)  # (U, B) squared bounds
+                lb = lb2.clamp_min_(0).sqrt_().sub_(PRUNE_MARGIN * (zqn[use].unsqueeze(1) + zbn))
+                use = use[(lb <= thr[use].unsqueeze(1)).any(1)]  # the queries this block can matter to
+            skipped[p] += q - len(use)
+            if len(use) == 0:
+                continue
+            xb = xt.index_select(0, ids).sub_(mu)  # (B, d)
+            bsq = torch.linalg.vector_norm(xb, dim=1).square_()  # (B,)
+            d2 = torch.addmm(qsq[use] + bsq, xq[use], xb.T, alpha=-2)  # (U, B)
+            d2[ids.unsqueeze(0) == qi[use].unsqueeze(1)] = math.inf  # a row is not its own neighbour
+            m = min(kk, len(ids))
+            v, j = torch.topk(d2, m, dim=1, largest=False, sorted=False)  # (U, m) this block's best
+            v, jj = torch.topk(torch.cat([best_d[use], v], 1), kk, dim=1, largest=False, sorted=False)
+            best_i[use] = torch.gather(torch.cat([best_i[use], ids[j]], 1), 1, jj)
+            best_d[use] = v
+        tops[p] = (best_d, best_i)
+
+    _run_single_threaded(work, range(parts))
+    prune.skipped += sum(skipped)
+    prune.pairs += q * len(starts)
     best_d = torch.cat([t[0] for t in tops], 1)  # (Q, parts k)
     best_i = torch.cat([t[1] for t in tops], 1)
     if parts > 1:  # merge
@@ -176,6 +274,7 @@ def knn_cells(
     rows: int = CELL_ROWS,
     probe: int = CELL_PROBE,
     seed: int = 0,
+    cells_out: list | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Approximate k nearest other rows of every row of x (N, d): (distances (N, k), indices (N, k)).
 
@@ -186,12 +285,15 @@ def knn_cells(
 
     ``measure`` (N, M): find the candidates in x but return their distances measured in ``measure``,
     sorted (an upper bound there too, good when rows near in x are near in ``measure``). A cell's
-    candidates are gathered once, so the rows read stay near the cache.
+    candidates are gathered once, so the rows read stay near the cache. ``cells_out``: a list that
+    receives the cells (row indices per cell).
     """
     n, d = x.shape
     xc = np.ascontiguousarray(x, dtype=np.float32)
     kk = min(k, n - 1)
     cells, centres = kmeans_cells(xc, rows, seed)
+    if cells_out is not None:
+        cells_out.extend(cells)
     p = min(probe, len(cells))
     ct = torch.from_numpy(centres)
     near = torch.topk(torch.cdist(ct, ct), p, dim=1, largest=False).indices.numpy()  # (L, P)
@@ -202,6 +304,8 @@ def knn_cells(
     xt = torch.from_numpy(xc)
     dist = np.full((n, kk), np.inf, dtype=np.float32)
     index = np.full((n, kk), -1, dtype=np.int64)
+    if measure is not None:
+        mt = torch.from_numpy(np.ascontiguousarray(measure, dtype=np.float32))
 
     def work(c: int) -> None:
         q = cells[c]
@@ -216,10 +320,14 @@ def knn_cells(
         if measure is None:  # distances from the differences, as knn_exact gives them
             dist[q, :m], index[q, :m] = _direct_distances(xt, torch.from_numpy(q), torch.from_numpy(cand))
             return
-        uniq, inv = np.unique(cand, return_inverse=True)
-        g = measure[uniq]  # (U, M) this cell's candidates, read once
-        diff = g[inv.reshape(cand.shape)] - measure[q][:, None, :]  # (Q, m, M)
-        dm = np.sqrt(np.einsum("qmj,qmj->qm", diff, diff)).astype(np.float32)  # (Q, m)
+        # one neighbour rank at a time: the (Q, M) differences stay in cache
+        xm = mt.index_select(0, torch.from_numpy(q))  # (Q, M)
+        diff = torch.empty_like(xm)  # (Q, M)
+        cand_t = torch.from_numpy(np.ascontiguousarray(cand.T))  # (m, Q)
+        dm = np.empty((len(q), m), np.float32)  # (Q, m)
+        for r in range(m):
+            torch.index_select(mt, 0, cand_t[r], out=diff).sub_(xm)
+            dm[:, r] = torch.linalg.vector_norm(diff, dim=1).numpy()
         o = np.argsort(dm, axis=1)
         dist[q, :m] = np.take_along_axis(dm, o, 1)
         index[q, :m] = np.take_along_axis(cand, o, 1)
@@ -273,7 +381,9 @@ class KnnScores:
     takes the mean distance *in x* to those candidates: an upper bound, inflated by ``BOUND_SLACK`` so
     float rounding cannot put it below the exact value. ``make_exact(rows)`` replaces those rows' bounds
     by exact scores, one blocked pass of ``knn_exact`` over all N, and records each such row's nearest
-    other row (``nearest``, ``nearest_distance``). ``stats`` counts the exact rows and
+    other row (``nearest``, ``nearest_distance``). With ``search_is_lower`` (distances in ``search`` are
+    at most those in x) that pass skips, for each row, the blocks of rows that ``search`` puts beyond its
+    k-th candidate (``Pruning``). ``stats`` counts the exact rows and
     passes and keeps bound / exact for each row made exact (how tight the approximate search was).
     """
 
@@ -284,10 +394,17 @@ class KnnScores:
     nearest: np.ndarray = field(repr=False)  # (N,) int64 nearest other row where ``exact``, else -1
     nearest_distance: np.ndarray = field(repr=False)  # (N,) float32 distance to it, NaN where unknown
     stats: dict = field(default_factory=dict)
+    prune: Pruning | None = field(default=None, repr=False)  # what lets make_exact skip rows
 
     @classmethod
     def build(
-        cls, x: np.ndarray, k: int, *, search: np.ndarray | None = None, exact_max_n: int | None = None
+        cls,
+        x: np.ndarray,
+        k: int,
+        *,
+        search: np.ndarray | None = None,
+        search_is_lower: bool = False,
+        exact_max_n: int | None = None,
     ) -> KnnScores:
         x = np.ascontiguousarray(x, dtype=np.float32)
         n = x.shape[0]
@@ -310,12 +427,16 @@ class KnnScores:
             out.stats["method"] = "exact"
             return out
         kk = min(k, n - 1)
+        cells: list[np.ndarray] = []
         if search is None:
-            dist, _ = knn_cells(x, kk)  # (N, k)
+            dist, _ = knn_cells(x, kk, cells_out=cells)  # (N, k)
         else:  # candidates found in ``search``, measured in x
-            dist, _ = knn_cells(search, kk, measure=x)
+            dist, _ = knn_cells(search, kk, measure=x, cells_out=cells)
         out.values = (dist.mean(1) * (1 + BOUND_SLACK)).astype(np.float32)  # +inf where too few found
         out.stats["method"] = "cells+exact"
+        if search is not None and search_is_lower:  # distances there are at most those in x
+            kth = (dist[:, -1] * (1 + BOUND_SLACK)).astype(np.float32)  # (N,) k-th candidate: a bound
+            out.prune = Pruning(lower=search, order=np.concatenate(cells), kth=kth)
         return out
 
     def make_exact(self, rows: np.ndarray) -> None:
@@ -324,7 +445,9 @@ class KnnScores:
         rows = np.unique(rows[~self.exact[rows]])
         if len(rows) == 0:
             return
-        dist, idx = knn_exact(self.x, rows, self.k)
+        dist, idx = knn_exact(self.x, rows, self.k, prune=self.prune)
+        if self.prune is not None:
+            self.stats["pairs_skipped"] = self.prune.skipped / max(self.prune.pairs, 1)
         exact = dist.mean(1).astype(np.float32)
         self.nearest[rows], self.nearest_distance[rows] = idx[:, 0], dist[:, 0]
         if self.stats["passes"] or self.stats.get("method") != "exact":

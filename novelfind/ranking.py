@@ -32,6 +32,7 @@ feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -85,9 +86,15 @@ def _check(features: np.ndarray, k: int) -> np.ndarray:
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     x = x.astype(np.float32, copy=False)
-    if not np.isfinite(x).all():
+    if not np.isfinite(_abs_max(x)):
         raise ValueError(f"features contain {int((~np.isfinite(x)).sum())} NaN or infinite values")
     return x
+
+
+def _abs_max(x: np.ndarray) -> float:
+    """max |x| (NaN if x holds a NaN, inf if an infinity), with no temporary the size of x."""
+    lo, hi = float(x.min()), float(x.max())
+    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
 
 
 def whiten(
@@ -192,7 +199,7 @@ def density(x: np.ndarray, k: int = KNN_K, search: Callable[[], np.ndarray] | No
         z = search_space(proj, resid)
     else:
         z = search()
-    return knn.KnnScores.build(x, k, search=z)
+    return knn.KnnScores.build(x, k, search=z, search_is_lower=True)
 
 
 def default_scores(
@@ -415,7 +422,7 @@ def rank(
         return Ranking(indices=empty_i, scores=empty_f, neighbour=empty_i.copy(), distance=empty_f.copy())
     # every method but the paper's is scale-free: far outside float32's comfortable range, work on
     # x / max|x| so squares neither overflow nor vanish (a copy of x, so only there)
-    scale = float(np.abs(x).max())
+    scale = _abs_max(x)
     rescale = scale > 0 and not 2.0**-20 <= scale <= 2.0**20
     xs = x / np.float32(scale) if rescale else x  # (N, M)
     xm = x if method == "ads-paper" else xs

@@ -108,6 +108,74 @@ def test_knn_scores_bounds_then_exact():
     np.testing.assert_allclose(small.values, brute(x[:500], np.arange(500), 10).mean(1), rtol=1e-4)
 
 
+def _lower_space(x, dims):
+    """Principal coordinates plus residual norm: distances there are at most those in x."""
+    from novelfind.pca import principal_space
+
+    proj, _, resid = principal_space(x, dims)
+    return np.hstack([proj, resid[:, None]])
+
+
+@pytest.mark.parametrize("block", [64, 500, 10_000])  # many blocks, a few, one block holding every row
+@pytest.mark.parametrize("seed", [0, 1])
+def test_knn_exact_pruned_matches_unpruned(block, seed):
+    """Skipping blocks by a lower-bound space changes nothing: same neighbours, same distances, for
+    ordinary rows (tight bounds, most blocks skipped) and outliers (loose bounds, fewer skipped)."""
+    x = clustered(6000, 40, seed, clusters=20, spread=0.4)
+    rng = np.random.default_rng(seed)
+    out = rng.choice(len(x), 30, replace=False)
+    x[out] += rng.normal(size=(30, 40)).astype(np.float32) * 1.5  # far from their cluster
+    x[20] = x[21]  # identical rows: each other's neighbour at distance 0
+    low = _lower_space(x, 8)
+    s = knn.KnnScores.build(x, 10, search=low, search_is_lower=True, exact_max_n=1000)
+    prune = s.prune
+    assert prune is not None
+    prune.block = block
+    rows = np.unique(np.concatenate([out, [20, 21, 0, 5999], rng.choice(len(x), 200, replace=False)]))
+    dist, idx = knn.knn_exact(x, rows, 10, prune=prune)
+    ref_d, ref_i = knn.knn_exact(x, rows, 10)
+    np.testing.assert_array_equal(dist, ref_d)
+    twins = np.isin(ref_i, [20, 21])  # rows 20 and 21 are tied everywhere: either may come first
+    np.testing.assert_array_equal(idx[~twins], ref_i[~twins])
+    np.testing.assert_array_equal(
+        np.sort(np.where(twins, ref_i, -1), 1), np.sort(np.where(twins, idx, -1), 1)
+    )
+    np.testing.assert_allclose(dist, brute(x, rows, 10), rtol=1e-4, atol=1e-4)
+    if block < len(x):  # several blocks: most (query, block) pairs cannot matter and are skipped
+        assert prune.skipped > 0.5 * prune.pairs
+    else:  # one block holds every query's own row: nothing to skip
+        assert prune.skipped == 0 and prune.pairs == len(rows)
+
+
+def test_knn_exact_pruned_skips_nothing_without_a_bound():
+    """A row with no k-th bound (+inf: too few candidates) reads every block."""
+    x = clustered(3000, 12, seed=4)
+    low = _lower_space(x, 4)
+    order = np.argsort(low[:, 0], kind="stable")
+    prune = knn.Pruning(lower=low, order=order, kth=np.full(len(x), np.inf, np.float32), block=100)
+    rows = np.array([0, 1, 2999])
+    dist, idx = knn.knn_exact(x, rows, 7, prune=prune)
+    assert prune.skipped == 0 and prune.pairs == 3 * 30
+    np.testing.assert_array_equal(idx, knn.knn_exact(x, rows, 7)[1])
+
+
+def test_knn_scores_pruned_equals_exact_scores():
+    x = clustered(5000, 30, seed=6, clusters=15)
+    low = _lower_space(x, 6)
+    exact = brute(x, np.arange(5000), 10).mean(1)
+    s = knn.KnnScores.build(x, 10, search=low, search_is_lower=True, exact_max_n=1000)
+    plain = knn.KnnScores.build(x, 10, search=low, exact_max_n=1000)  # not declared a lower bound
+    assert s.prune is not None and plain.prune is None
+    assert np.all(s.values >= exact * (1 - 1e-5))
+    rows = np.argsort(-s.values)[:300]
+    s.make_exact(rows)
+    plain.make_exact(rows)
+    np.testing.assert_array_equal(s.values[rows], plain.values[rows])
+    np.testing.assert_array_equal(s.nearest[rows], plain.nearest[rows])
+    np.testing.assert_allclose(s.values[rows], exact[rows], rtol=1e-4)
+    assert 0 < s.stats["pairs_skipped"] < 1
+
+
 def _fake_scores(n, seed):
     """True scores and deliberately poor upper bounds: most a little high, some far too high, some inf."""
     rng = np.random.default_rng(seed)
