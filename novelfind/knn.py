@@ -302,6 +302,8 @@ def knn_cells(
             near[i] = np.concatenate([[i], near[i][near[i] != i][: p - 1]])
     mu = torch.from_numpy(xc.mean(0, dtype=np.float64).astype(np.float32))
     xt = torch.from_numpy(xc)
+    sq = torch.cat([torch.linalg.vector_norm(xt[i : i + 16384] - mu, dim=1) for i in range(0, n, 16384)])
+    sq.square_()  # (N,) squared norms of the centred rows
     dist = np.full((n, kk), np.inf, dtype=np.float32)
     index = np.full((n, kk), -1, dtype=np.int64)
     if measure is not None:
@@ -310,12 +312,13 @@ def knn_cells(
     def work(c: int) -> None:
         q = cells[c]
         base = np.concatenate([cells[j] for j in near[c]])  # own rows first
-        xq = xt[torch.from_numpy(q)] - mu  # (Q, d)
-        xb = xt[torch.from_numpy(base)] - mu  # (B, d)
-        d2 = torch.addmm((xq * xq).sum(1, keepdim=True) + (xb * xb).sum(1), xq, xb.T, alpha=-2)  # (Q, B)
+        qt, bt = torch.from_numpy(q), torch.from_numpy(base)
+        xq = xt.index_select(0, qt).sub_(mu)  # (Q, d)
+        xb = xt.index_select(0, bt).sub_(mu)  # (B, d)
+        d2 = torch.addmm(sq[qt].unsqueeze(1) + sq[bt], xq, xb.T, alpha=-2)  # (Q, B)
         d2.diagonal()[:] = math.inf  # row j of the cell is column j of the base: not its own neighbour
         m = min(kk, len(base) - 1)
-        j = torch.topk(d2, m, dim=1, largest=False).indices  # (Q, m)
+        j = torch.topk(d2, m, dim=1, largest=False, sorted=False).indices  # (Q, m), sorted below
         cand = base[j.numpy()]  # (Q, m)
         if measure is None:  # distances from the differences, as knn_exact gives them
             dist[q, :m], index[q, :m] = _direct_distances(xt, torch.from_numpy(q), torch.from_numpy(cand))
