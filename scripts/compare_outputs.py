@@ -55,7 +55,10 @@ def build(where: Path) -> dict[str, Path]:
         if folder.is_dir() and any(folder.iterdir()):
             continue
         src = src or load_sources()
-        s = example_set(seed=0, src=src) if name == "example" else domain_set(seed=0, n_normal=4984, k=16, src=src)
+        if name == "example":
+            s = example_set(seed=0, src=src)
+        else:
+            s = domain_set(seed=0, n_normal=4984, k=16, src=src)
         write_set(s, folder)
     return folders
 
@@ -133,9 +136,21 @@ def snapshot(out: Path, sets: Path) -> int:
             outputs = home / "out"
             outputs.mkdir()
             full = scan(
-                [str(folder), "--k", str(k), "--format", "json", "-o", str(outputs / "picks.json"),
-                 "--copy-to", str(outputs / "picks"), "--report", str(outputs / "report.html"),
-                 "--contact-sheet", str(outputs / "sheet.png")],
+                [
+                    str(folder),
+                    "--k",
+                    str(k),
+                    "--format",
+                    "json",
+                    "-o",
+                    str(outputs / "picks.json"),
+                    "--copy-to",
+                    str(outputs / "picks"),
+                    "--report",
+                    str(outputs / "report.html"),
+                    "--contact-sheet",
+                    str(outputs / "sheet.png"),
+                ],
                 home,
             )
             summary = re.sub(r", [0-9.]+ s$", ", S s", full.stderr.decode().strip().splitlines()[-1])
@@ -155,7 +170,8 @@ def snapshot(out: Path, sets: Path) -> int:
                 results[f"tsv-{method}"] = done.stdout.decode()
                 results["exit-codes"] += f" {method} {done.returncode}"
             for key, text in results.items():
-                (out / f"{name}.{key}.txt").write_text(relative(text, folder).replace(str(home), "HOME") + "\n")
+                text = relative(text, folder).replace(str(home), "HOME")
+                (out / f"{name}.{key}.txt").write_text(text + "\n")
         print(f"{name}: {len(results)} outputs written to {out}", file=sys.stderr)
     return 0
 
