@@ -28,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import photosets  # noqa: E402
+
 from quality import pins, sources  # noqa: E402
 
 MODULES = {"scikit-image": "skimage", "scikit-learn": "sklearn"}  # installed package -> its module
@@ -71,7 +72,8 @@ def pin_pypi(name: str, dest: Path) -> dict:
 
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", name]
     path = _download([*cmd, "-d", "."], dest, f"{name} from PyPI")
-    return {"version": str(parse_wheel_filename(path.name)[1]), "file": path.name, "sha256": pins.sha256_file(path)}
+    version = str(parse_wheel_filename(path.name)[1])
+    return {"version": version, "file": path.name, "sha256": pins.sha256_file(path)}
 
 
 def pin_debian(name: str, dest: Path) -> dict:
@@ -96,7 +98,7 @@ def render(table: dict) -> str:
     """The lock as TOML (strings only, so json's quoting is TOML's)."""
     q = json.dumps
     out = [
-        "# Pinned sources of the labelled quality sets (scripts/quality) and photosets (scripts/photosets.py).",
+        "# Pinned sources of the labelled sets of scripts/quality and scripts/photosets.py.",
         "# Rewritten by `python scripts/quality/pin.py`: a re-pin changes the draws, re-run the benchmark.",
     ]
     for kind in ("pypi", "debian", "bundled"):
@@ -122,7 +124,7 @@ def changes(old: dict, new: dict) -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="Re-pin the sources of the quality sets (rewrites sources.lock).")
+    ap = argparse.ArgumentParser(description="Re-pin the sources of the labelled sets (rewrite sources.lock)")
     ap.add_argument("--lock", type=Path, default=pins.LOCK, help="lock file to write (default: %(default)s)")
     a = ap.parse_args()
     want = used()

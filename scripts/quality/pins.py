@@ -35,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 LOCK = Path(__file__).with_name("sources.lock")
+SHOWN = "scripts/quality/sources.lock"  # how messages name it
 REPIN = "python scripts/quality/pin.py"
 SNAPSHOT = "https://snapshot.debian.org/binary/{name}/"
 _AFTER_REPIN = f"re-pin with `{REPIN}` and re-run the benchmark (the draws change)"
@@ -81,7 +82,7 @@ def pin(kind: str, name: str) -> Pin:
     try:
         entry = table()[kind][name]
     except KeyError:
-        raise PinError(f"{kind} package {name} has no pin in {LOCK.name}: add it with `{REPIN}`") from None
+        raise PinError(f"{kind} package {name} has no pin in {SHOWN}: add it with `{REPIN}`") from None
     return Pin(kind, name, entry["version"], entry["file"], entry["sha256"])
 
 
@@ -106,7 +107,7 @@ def verify(path: Path, p: Pin) -> Path:
     if got != p.sha256:
         raise ChecksumError(
             f"{path} (sha256 {got[:16]}...) is not {p.kind} package {p.name} {p.version} as pinned in "
-            f"{LOCK.name} (sha256 {p.sha256[:16]}...): delete it and run again; if a fresh download "
+            f"{SHOWN} (sha256 {p.sha256[:16]}...): delete it and run again; if a fresh download "
             f"differs too, the archive changed the file: {_AFTER_REPIN}"
         )
     _VERIFIED.add(key)
@@ -149,7 +150,7 @@ def fetch(kind: str, name: str, dest: Path) -> Path:
                     f"{SNAPSHOT.format(name=p.name)} into {dest}, or {_AFTER_REPIN}"
                 )
             why = _last_line(proc.stderr)
-            raise PinError(f"could not download {p.spec} pinned in {LOCK.name} ({why}); {what}")
+            raise PinError(f"could not download {p.spec} pinned in {SHOWN} ({why}); {what}")
         verify(got, p)
         os.replace(got, path)
     finally:
@@ -164,7 +165,7 @@ def bundled(dist: str, relpath: str) -> Path:
         entry = table()["bundled"][dist]
         want = entry["files"][relpath]
     except KeyError:
-        raise PinError(f"{dist}'s {relpath} has no pin in {LOCK.name}: add it with `{REPIN}`") from None
+        raise PinError(f"{dist}'s {relpath} has no pin in {SHOWN}: add it with `{REPIN}`") from None
     base = _module_dir(entry["module"])
     installed = importlib.metadata.version(dist)
     path = base / relpath
