@@ -94,13 +94,13 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-_VERIFIED: set[tuple[str, int, int]] = set()
+_VERIFIED: set[tuple[str, int, int, str]] = set()  # (path, size, mtime, sha256) found to match
 
 
 def verify(path: Path, p: Pin) -> Path:
     """``path`` when its sha256 is the pinned one, else ChecksumError (a file is hashed once per process)."""
     st = path.stat()
-    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, p.sha256)
     if key in _VERIFIED:
         return path
     got = sha256_file(path)
@@ -174,7 +174,7 @@ def bundled(dist: str, relpath: str) -> Path:
     if not path.is_file():
         raise PinError(f"{dist} {installed} has no {relpath} (pinned from {pinned}): {fix}")
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns, want)
     if key not in _VERIFIED:
         if sha256_file(path) != want:
             raise ChecksumError(

@@ -46,7 +46,7 @@ from . import pins
 POOL_SIDE = 768
 POOL_VERSION = "pools-v1"
 
-# The sources, each pinned in sources.lock. Wheel -> PyPI distribution
+# The sources (each pinned in sources.lock). Wheel -> PyPI distribution
 WHEELS = {"foolbox": "foolbox", "mvtb": "mvtb-data"}
 # Debian package -> members to extract (tar globs)
 DEBS = {
