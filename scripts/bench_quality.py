@@ -44,7 +44,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
-from quality import extract, sets  # noqa: E402
+from quality import extract, pins, sets  # noqa: E402
 from quality import methods as M  # noqa: E402
 
 # The table: the shipped default, its ablations and the baselines.
@@ -251,6 +251,7 @@ def main() -> None:
         "sets": names,
         "seeds": n_seeds,
         "methods": methods,
+        "pins": pins.digest(),  # the pinned sources the sets were built from (scripts/quality/sources.lock)
         "rows": rows,
         "summary": summary,
         "table": table,
