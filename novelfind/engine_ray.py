@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__
+from novelfind import __version__, atomic
 from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
@@ -121,14 +121,7 @@ def _materialise(path: Path, data: bytes, sha256: str) -> Path:
     if _sha256(data) != sha256:
         raise RuntimeError(f"model bytes for {path.name} arrived damaged (sha256 mismatch)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic.write_bytes(path, data)
     return path
 
 

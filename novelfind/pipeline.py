@@ -45,6 +45,7 @@ import numpy as np
 
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor, available_cpus
+from novelfind.lock import pid_alive
 from novelfind.raw import read_any_for_model
 from novelfind.walk import FileList
 
@@ -199,13 +200,11 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _gone(pid: int) -> bool:
-    """The process has exited: no such pid, another user's (reused), or a zombie not yet reaped. A
-    killed scan stays a zombie while its parent reads the scan's output to the end before it waits
-    (``subprocess.run``); the forkserver these workers keep alive holds that output open, so a worker
-    that waited for the pid to vanish would block that parent for ever."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
+    """The process has exited: no such pid, or a zombie not yet reaped. A killed scan stays a zombie
+    while its parent reads the scan's output to the end before it waits (``subprocess.run``); the
+    forkserver these workers keep alive holds that output open, so a worker that waited for the pid to
+    vanish would block that parent for ever."""
+    if not pid_alive(pid):
         return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

@@ -66,7 +66,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import threading
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind import dirs
+from novelfind import atomic, dirs
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
 from novelfind.raw import is_raw_name
@@ -377,41 +376,19 @@ def _write(sidecar: Path, data: bytes, photo: Path) -> None:
         raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
     if old is not None and not os.access(target, os.W_OK):
         raise SidecarError(sidecar, "cannot write: the sidecar is read-only")
-    if old is not None:
-        mode, owner = stat.S_IMODE(old.st_mode), (old.st_uid, old.st_gid)
-    else:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    owner = (old.st_uid, old.st_gid) if old is not None else None
+    if old is None:
         try:
             st = os.stat(photo)
             owner = (st.st_uid, st.st_gid)
         except OSError:
-            owner = None
+            pass
+    if owner is not None and not (os.geteuid() == 0 or owner[0] == os.geteuid()):
+        owner = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+        atomic.write_bytes(target, data, owner=owner)
     except OSError as e:
         raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if owner is not None and (os.geteuid() == 0 or owner[0] == os.geteuid()):
-            try:
-                os.chown(tmp, *owner)
-            except OSError:
-                pass  # not allowed to give it away or to that group: it stays ours
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
-        raise
 
 
 def _delete(sidecar: Path) -> None:
