@@ -360,3 +360,13 @@ def test_bad_arguments():
         extract([], MeanColour(), DictCache(), batch_size=0)
     with pytest.raises(ValueError, match="workers must be >= 0, got -1"):
         extract([], MeanColour(), DictCache(), workers=-1)
+
+
+def test_a_parent_owned_by_another_user_is_not_gone(monkeypatch):
+    """A refused signal means the process exists; only a missing pid or a zombie is gone."""
+
+    def refused(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(pipeline.os, "kill", refused)
+    assert not pipeline._gone(os.getpid())  # running, not a zombie
