@@ -531,28 +531,6 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
     return SidecarChange(photo, path, "removed")
 
 
-def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
-    """The sidecar's XMP properties: arrays as lists of their items, everything else as text.
-
-    Keys are libexiv2's (``Xmp.dc.subject``, ``Xmp.novelfind.Rank``, ...). Raises SidecarError.
-    """
-    path = Path(sidecar)
-    data = _read(path)
-    if data is None:
-        raise SidecarError(path, "no such file")
-    with _exiv2() as (exiv2, collect):
-        packet = _Packet(exiv2, collect, path, data)
-        out: dict[str, str | list[str]] = {}
-        for datum in packet.data:
-            key = datum.key()
-            value = datum.getValue()
-            if isinstance(value, exiv2.XmpArrayValue):
-                out[key] = [value.toString(i) for i in range(value.count())]
-            else:
-                out[key] = datum.toString()
-        return out
-
-
 # ---------------------------------------------------------------------------------------------- runs
 
 

