@@ -1,7 +1,7 @@
 """Ranked output: the pick record, text formats, atomic writes and placing the picks in a folder.
 
 The formats are described in ``docs/output-schema.md``. The HTML report and the contact sheet build
-on this module, in :mod:`novelfind.html`.
+on this module, in :mod:`novelfind.htmlreport`.
 """
 
 from __future__ import annotations

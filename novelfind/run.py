@@ -32,7 +32,7 @@ from novelfind import __version__, features, raw, walk
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache, NullCache
 from novelfind.decode import file_digest
 from novelfind.errors import CacheError, InputError, MissingExtraError, NovelfindError, OutputError
-from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
+from novelfind.htmlreport import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.pairs import Photo, group_photos
