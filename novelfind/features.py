@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from novelfind import atomic, dirs
+from novelfind import atomic, dirs, extras
 from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
 from novelfind.errors import InputError, WeightsError
 
@@ -466,9 +466,7 @@ def _check_shape(is_uint8: bool, dtype: Any, shape: tuple) -> None:
 
 
 def _onnxruntime_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("onnxruntime") is not None
+    return extras.installed("onnxruntime")
 
 
 def build_extractor(

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from novelfind import extras
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -349,12 +350,7 @@ def _stderr_to(sink: list[str]):
 
 def library_installed() -> bool:
     """Whether nvImageCodec's Python package is importable (it is an optional extra)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
-    except (ImportError, ValueError):
-        return False
+    return extras.installed("nvidia.nvimgcodec")
 
 
 class NvImageCodec:

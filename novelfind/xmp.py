@@ -74,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind import atomic, dirs
+from novelfind import atomic, dirs, extras
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
 from novelfind.raw import is_raw_name
@@ -211,7 +211,7 @@ class _Collect(logging.Handler):
 def _exiv2() -> Iterator[tuple[Any, _Collect]]:
     """libexiv2 under the lock, its warnings and errors collected instead of printed."""
     try:
-        import exiv2
+        exiv2 = extras.load("exiv2")
     except Exception as e:  # noqa: BLE001 - ImportError, or a broken bundled library
         raise NovelfindError(f"XMP support is not installed (pip install 'novelfind[xmp]'): {e}") from None
     global _registered
@@ -237,11 +237,7 @@ def _exiv2() -> Iterator[tuple[Any, _Collect]]:
 
 def available() -> bool:
     """python-exiv2 imports."""
-    try:
-        import exiv2  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    return extras.available("exiv2")
 
 
 _PACKET_HEADER = '<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>\n'
