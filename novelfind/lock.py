@@ -31,7 +31,7 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass  # there, and not ours to signal
     return True
 
 
