@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, atomic, extras
+from novelfind import __version__, atomic
 from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
@@ -324,8 +324,8 @@ class RayEngine:
             added = [name for name in RAY_CONNECT_ENV if name not in os.environ]
             os.environ.update({name: RAY_CONNECT_ENV[name] for name in added})
         try:
-            ray = extras.load("ray")
-            extras.load("ray.data")  # the extra installs both; fail here, not in the middle of a run
+            import ray
+            import ray.data  # noqa: F401 - the extra installs both; fail here, not in the middle of a run
         except ImportError as err:
             raise ClusterError(f"the Ray engine needs Ray ({err.name} is missing): {INSTALL_HINT}") from None
         finally:

@@ -1,11 +1,12 @@
-"""The optional extras (pillow-heif, rawpy, python-exiv2, onnxruntime, nvImageCodec, Ray): is one there?
+"""The optional extras (pillow-heif, rawpy, python-exiv2, onnxruntime, nvImageCodec): is one there?
 
 Each is imported the first time it is needed, never when novelfind is imported, and asked only once per
 process. :func:`load` imports a module and remembers the module or the error; a broken install (a wheel
 whose shared library is missing raises OSError, not ImportError) counts as absent, and its error is
 raised again on every later call, so the message a user sees names the real cause. :func:`installed`
 asks only whether a module can be found, for extras too heavy to import just to ask (onnxruntime,
-nvImageCodec): their import, and its failures, come where they are used.
+nvImageCodec): their import, and its failures, come where they are used. (Ray is not asked about: the
+Ray engine imports it when it connects, and a missing Ray is that call's error.)
 """
 
 from __future__ import annotations
