@@ -450,6 +450,16 @@ class FeatureCache:
     def _read_error(self, err: sqlite3.Error) -> CacheError:
         return CacheError(f"cannot read the feature cache {self.path}: {err}")
 
+    def _select_in(
+        self, sql: str, params: tuple[Any, ...], values: Iterable[Any]
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows of ``sql`` (whose last condition is ``IN ({marks})``) for ``values``, looked up
+        ``_CHUNK`` distinct values at a time after ``params``. Call with ``self._lock`` held."""
+        unique = list(dict.fromkeys(values))
+        for start in range(0, len(unique), _CHUNK):
+            chunk = unique[start : start + _CHUNK]
+            yield from self._conn.execute(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk))
+
     # -- lookups -------------------------------------------------------------------------------
 
     def get_by_stat(self, path: str | os.PathLike[str], size: int, mtime_ns: int) -> np.ndarray | None:
@@ -472,19 +482,14 @@ class FeatureCache:
         key = self._require_key()
         found: dict[bytes, tuple[int, int, int, bytes]] = {}
         stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
-        encoded = [path for path, _, _ in stats]
+        sql = (
+            "SELECT f.path, f.size, f.mtime_ns, v.dim, v.data FROM files f JOIN vectors v "
+            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+        )
         try:
             with self._lock:
-                for start in range(0, len(encoded), _CHUNK):
-                    chunk = list(dict.fromkeys(encoded[start : start + _CHUNK]))
-                    marks = ",".join("?" * len(chunk))
-                    rows = self._conn.execute(
-                        "SELECT f.path, f.size, f.mtime_ns, v.dim, v.data FROM files f JOIN vectors v "
-                        f"ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})",
-                        (key, *chunk),
-                    )
-                    for path, size, mtime_ns, dim, data in rows:
-                        found[path] = (size, mtime_ns, dim, data)
+                for path, size, mtime_ns, dim, data in self._select_in(sql, (key,), (p for p, _, _ in stats)):
+                    found[path] = (size, mtime_ns, dim, data)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[np.ndarray | None] = []
@@ -502,23 +507,21 @@ class FeatureCache:
         key = self._require_key()
         stats = _stat_keys(files)
         found: dict[bytes, tuple[int, int]] = {}
+        sql = (
+            "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+            "ON v.digest = f.digest AND v.model_key = ? "
+            "WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
+        )
         try:
             with self._lock:
-                for start in range(0, len(stats), _CHUNK):
-                    chunk = list(dict.fromkeys(path for path, _, _ in stats[start : start + _CHUNK]))
-                    marks = ",".join("?" * len(chunk))
-                    rows = self._conn.execute(
-                        "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
-                        "ON v.digest = f.digest AND v.model_key = ? "
-                        f"WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})",
-                        (key, dim, 2 * dim, 4 * dim, *chunk),
-                    )
-                    for path, size, mtime_ns in rows:
-                        found[path] = (size, mtime_ns)
+                params = (key, dim, 2 * dim, 4 * dim)
+                for path, size, mtime_ns in self._select_in(sql, params, (p for p, _, _ in stats)):
+                    found[path] = (size, mtime_ns)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        return np.fromiter((found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool,
-                           count=len(stats))
+        return np.fromiter(
+            (found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool, count=len(stats)
+        )
 
     def rows_by_stat(self, files: Sequence[ImageFile], chunk: int = 8192) -> Iterator[np.ndarray]:
         """The vectors of ``files`` in their order, ``chunk`` files at a time: float32 (C, dim) arrays.
@@ -543,16 +546,11 @@ class FeatureCache:
         mtime (else None), without reading the file: the ignore list matches a library by these."""
         found: dict[bytes, tuple[int, int, str]] = {}
         encoded = [_encode_path(f.path) for f in files]
+        sql = "SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})"
         try:
             with self._lock:
-                for start in range(0, len(encoded), _CHUNK):
-                    chunk = list(dict.fromkeys(encoded[start : start + _CHUNK]))
-                    marks = ",".join("?" * len(chunk))
-                    rows = self._conn.execute(
-                        f"SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})", chunk
-                    )
-                    for path, size, mtime_ns, digest in rows:
-                        found[path] = (size, mtime_ns, digest)
+                for path, size, mtime_ns, digest in self._select_in(sql, (), encoded):
+                    found[path] = (size, mtime_ns, digest)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[str | None] = []
@@ -579,18 +577,11 @@ class FeatureCache:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
         found: dict[str, np.ndarray | None] = {}
+        sql = "SELECT digest, dim, data FROM vectors WHERE model_key = ? AND digest IN ({marks})"
         try:
             with self._lock:
-                unique = list(dict.fromkeys(digests))
-                for start in range(0, len(unique), _CHUNK):
-                    chunk = unique[start : start + _CHUNK]
-                    marks = ",".join("?" * len(chunk))
-                    rows = self._conn.execute(
-                        f"SELECT digest, dim, data FROM vectors WHERE model_key = ? AND digest IN ({marks})",
-                        (key, *chunk),
-                    )
-                    for digest, dim, data in rows:
-                        found[digest] = _from_blob(data, dim)
+                for digest, dim, data in self._select_in(sql, (key,), digests):
+                    found[digest] = _from_blob(data, dim)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         return [found.get(d) for d in digests]

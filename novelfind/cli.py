@@ -24,7 +24,7 @@ from novelfind import __version__, dirs, run
 from novelfind.cache import FeatureCache
 from novelfind.config import configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
-from novelfind.html import CONTACT_SHEET_FORMATS
+from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.ignore import IgnoreList
 from novelfind.report import encode_output, escape_field
 

@@ -12,12 +12,12 @@ is decoded again without its metadata chunks, since the pixels do not depend on 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
 import stat
 import struct
-import threading
 import warnings
 from collections.abc import Container
 from pathlib import Path
@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
+from novelfind import extras
 from novelfind.errors import DecodeError
 
 # Bump when the pixels fed to the model change (decode, resize, crop); it is part of the cache key.
@@ -50,15 +51,6 @@ _HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif"})  # read through pillow-he
 _AVIF_SUFFIXES = frozenset({".avif"})  # read by Pillow itself when built with libavif (Pillow >= 11.2)
 
 
-def _heif_available() -> bool:
-    """pillow-heif imports (a broken install, e.g. without libheif, counts as absent)."""
-    try:
-        import pillow_heif  # noqa: F401
-    except Exception:  # noqa: BLE001 - ImportError, OSError from a missing shared library, ...
-        return False
-    return True
-
-
 def _avif_available() -> bool:
     from PIL import features
 
@@ -70,28 +62,20 @@ def _avif_available() -> bool:
 
 # The one list of what novelfind reads (lower case, with the dot): the walk offers exactly these files.
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(_PILLOW_EXTENSIONS).union(
-    _HEIF_SUFFIXES if _heif_available() else (), _AVIF_SUFFIXES if _avif_available() else ()
+    _HEIF_SUFFIXES if extras.available("pillow_heif") else (), _AVIF_SUFFIXES if _avif_available() else ()
 )
 
-_heif_lock = threading.Lock()
-_heif_state: bool | None = None  # None: not tried yet
 
-
+@functools.cache
 def _register_heif() -> bool:
-    """Register pillow-heif's opener on first use; False when it is not installed."""
-    global _heif_state
-    if _heif_state is None:
-        with _heif_lock:
-            if _heif_state is None:
-                try:
-                    import pillow_heif
-
-                    # Orientation is applied by us from EXIF (exif_transpose), as for JPEG.
-                    pillow_heif.register_heif_opener(thumbnails=True)
-                    _heif_state = True
-                except Exception:  # noqa: BLE001 - optional dependency, any import failure means "absent"
-                    _heif_state = False
-    return _heif_state
+    """Register pillow-heif's opener on first use; False when it is not installed. (Two threads that
+    both register it at once register the same opener twice, which is harmless.)"""
+    try:
+        # Orientation is applied by us from EXIF (exif_transpose), as for JPEG.
+        extras.load("pillow_heif").register_heif_opener(thumbnails=True)
+    except Exception:  # noqa: BLE001 - optional dependency, any failure means "absent"
+        return False
+    return True
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

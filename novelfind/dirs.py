@@ -18,7 +18,6 @@ APP = "novelfind"
 CACHE_ENV = "NOVELFIND_CACHE"
 CONFIG_ENV = "NOVELFIND_CONFIG"
 MODEL_CACHE_ENV = "NOVELFIND_MODEL_CACHE"
-DATA_ENV = "NOVELFIND_DATA"
 IGNORE_FILE_ENV = "NOVELFIND_IGNORE_FILE"
 SIDECAR_RECORD_ENV = "NOVELFIND_SIDECAR_RECORD"
 
@@ -78,12 +77,6 @@ def sidecar_record_path() -> Path:
 def lock_dir() -> Path:
     """Lock files of the outputs being written (never next to the outputs themselves)."""
     return cache_dir() / "locks"
-
-
-def data_dir() -> Path:
-    """Packages the example and benchmark scripts take photos from: ``$NOVELFIND_DATA``, else
-    ``~/.cache/novelfind-data`` (kept apart from the cache, so clearing one leaves the other)."""
-    return _from_env(DATA_ENV) or platformdirs.user_cache_path(f"{APP}-data")
 
 
 def torch_hub_checkpoints() -> Path:

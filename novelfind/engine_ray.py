@@ -3,7 +3,7 @@
 The driver (the process running the scan) walks the library and looks every file up in its cache exactly
 as with the local engine; only the files the cache lacks are handed to ``RayEngine.run``. Ray Data runs
 them through a pool of actors (``map_batches`` with a callable class that holds the model), each actor
-reads its files, decodes them with ``pipeline.decode_file`` (the local engine's own function, so an
+reads its files, decodes them with ``extraction.decode_file`` (the local engine's own function, so an
 unreadable file gets the same reason) and runs the model on the batch. Results stream back to the
 driver block by block (``iter_batches``), so the driver can commit every batch to its cache as it
 arrives: one writer, and no SQLite over a network file system.
@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__
+from novelfind import __version__, atomic
 from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
@@ -121,14 +121,7 @@ def _materialise(path: Path, data: bytes, sha256: str) -> Path:
     if _sha256(data) != sha256:
         raise RuntimeError(f"model bytes for {path.name} arrived damaged (sha256 mismatch)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    atomic.write_bytes(path, data)
     return path
 
 
@@ -181,7 +174,7 @@ class _ExtractWorker:
         self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
 
     def _read(self, raw: bytes):
-        from novelfind.pipeline import decode_file
+        from novelfind.extraction import decode_file
 
         return decode_file(os.fsdecode(raw), self.known)
 
@@ -528,7 +521,7 @@ def extract(
     """The ``ray`` engine of ``pipeline.ENGINES``: ``pipeline.extract`` with decoding and the model on a
     Ray cluster.
 
-    The driver does what the local engine does (``pipeline.Stage``): the stat lookup in the cache, the
+    The driver does what the local engine does (``extraction.Stage``): the stat lookup in the cache, the
     digests the cache knows, the finite-values check, ``on_failure`` / ``on_progress``, and one cache
     transaction per batch as the batches come back; only the files the cache lacks go to the cluster.
     ``extractor`` is the driver's (never called): it names the model (``feature``, ``weights``,
@@ -539,7 +532,7 @@ def extract(
     ``ClusterError``; KeyboardInterrupt stops the run, and every batch committed before it stays in the
     cache.
     """
-    from novelfind.pipeline import Stage
+    from novelfind.extraction import Stage
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from novelfind import dirs
+from novelfind import atomic, dirs, extras
 from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
 from novelfind.errors import InputError, WeightsError
 
@@ -261,28 +260,21 @@ def export_onnx(net, path: Path) -> None:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     example = torch.from_numpy(_reference_batch(2))
-    fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # The TorchScript exporter (dynamo=False) folds BatchNorm into the convolutions, keeps the weights
-            # inside one file; ONNX Runtime ran its graph ~3x faster than the dynamo exporter's here.
-            torch.onnx.export(
-                net,
-                (example,),
-                tmp,
-                input_names=["pixels"],
-                output_names=["features"],
-                dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
-                opset_version=ONNX_OPSET,
-                do_constant_folding=True,
-                dynamo=False,
-            )
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic.replacing(path) as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # The TorchScript exporter (dynamo=False) folds BatchNorm into the convolutions, keeps the weights
+        # inside one file; ONNX Runtime ran its graph ~3x faster than the dynamo exporter's here.
+        torch.onnx.export(
+            net,
+            (example,),
+            str(tmp),
+            input_names=["pixels"],
+            output_names=["features"],
+            dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
 
 
 @dataclass
@@ -474,9 +466,7 @@ def _check_shape(is_uint8: bool, dtype: Any, shape: tuple) -> None:
 
 
 def _onnxruntime_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("onnxruntime") is not None
+    return extras.installed("onnxruntime")
 
 
 def build_extractor(

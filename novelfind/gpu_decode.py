@@ -26,11 +26,10 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
-For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and
-``auto_decoder`` the default "auto" one: GPU decoding when the model runs on CUDA and nvImageCodec is
-installed, Pillow in worker processes otherwise. torch is imported only where a GPU path runs, so the
-"auto" choice costs a CPU scan nothing. Everything but ``NvImageCodec`` is plain torch and runs on the
-CPU too, which is how it is tested there.
+For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and the
+default "auto" one (``pipeline.auto_decoder``) when the model runs on CUDA and nvImageCodec is installed.
+torch is imported only where a GPU path runs, so the "auto" choice costs a CPU scan nothing. Everything
+but ``NvImageCodec`` is plain torch and runs on the CPU too, which is how it is tested there.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from novelfind import pipeline
+from novelfind import extras
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -63,8 +62,8 @@ from novelfind.decode import (
     resized_geometry,
 )
 from novelfind.errors import DecodeError
+from novelfind.extraction import Decoded
 from novelfind.features import available_cpus
-from novelfind.pipeline import Decoded
 from novelfind.raw import model_input_any
 
 if TYPE_CHECKING:
@@ -351,12 +350,7 @@ def _stderr_to(sink: list[str]):
 
 def library_installed() -> bool:
     """Whether nvImageCodec's Python package is importable (it is an optional extra)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec("nvidia.nvimgcodec") is not None
-    except (ImportError, ValueError):
-        return False
+    return extras.installed("nvidia.nvimgcodec")
 
 
 class NvImageCodec:
@@ -588,7 +582,7 @@ def self_check(gpu: GpuDecoder) -> None:
 
 
 def _pillow_task(data: bytes, name: str) -> Decoded:
-    """The CPU path on bytes already read (reasons as in ``pipeline.decode_file``); never raises."""
+    """The CPU path on bytes already read (reasons as in ``extraction.decode_file``); never raises."""
     try:
         return Decoded(file_digest(data), model_input_any(data, name))  # a RAW file through LibRaw
     except DecodeError as e:
@@ -600,7 +594,7 @@ def _pillow_task(data: bytes, name: str) -> Decoded:
 
 
 class GpuFileDecoder:
-    """The pipeline's "gpu" decoder (``pipeline.Decoder``): JPEGs decoded on the model's GPU, the rest by
+    """The pipeline's "gpu" decoder (``extraction.Decoder``): JPEGs decoded on the model's GPU, the rest by
     Pillow; ``decode(paths)`` yields ``(position, Decoded)`` in input order.
 
     Pixels decoded on the GPU stay there (a (224, 224, 3) uint8 tensor; ``stack`` makes the batch on the
@@ -706,29 +700,3 @@ def stack_pixels(rows: Sequence[Any]) -> Any:
 
     device = next(r.device for r in rows if isinstance(r, torch.Tensor))
     return torch.stack([r if isinstance(r, torch.Tensor) else torch.from_numpy(r).to(device) for r in rows])
-
-
-def auto_decoder(
-    workers: int = 0,
-    window: int = 1,
-    known: frozenset[str] = frozenset(),
-    extractor: Any = None,
-    on_warning: Callable[[str], None] | None = None,
-    **context: Any,
-) -> GpuFileDecoder | pipeline.ProcessDecoder:
-    """The pipeline's "auto" decoder: ``GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
-    is installed, else Pillow in worker processes (``ProcessDecoder``).
-
-    Without the library (an optional extra) this is silent; a library that fails its start-up check is
-    reported once through ``on_warning`` and the scan decodes on the CPU.
-    """
-    if str(getattr(extractor, "device", "cpu")).startswith("cuda") and library_installed():
-        try:
-            return GpuFileDecoder(workers, window, known, extractor, on_warning)
-        except GpuDecodeUnavailable as e:
-            message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
-            if on_warning is not None:
-                on_warning(message)
-            else:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return pipeline.ProcessDecoder(workers, window, known)

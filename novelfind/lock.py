@@ -23,6 +23,18 @@ from novelfind import dirs
 from novelfind.errors import LockedError, NovelfindError
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (a zombie not yet reaped counts). Another user's process
+    exists too: signalling it is refused (PermissionError), which a missing one never is."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # there, and not ours to signal
+    return True
+
+
 def _write_pid(fd: int) -> None:
     """filelock's ``on_acquired`` hook: the holder's pid, for the message a blocked run prints."""
     os.ftruncate(fd, 0)

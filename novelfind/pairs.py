@@ -22,7 +22,7 @@ ranks exactly as the same library without the twins.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
@@ -102,8 +102,3 @@ def group_photos(files: Iterable[F]) -> list[Photo[F]]:
         for i, f in enumerate(files)
         if i not in absorbed
     ]
-
-
-def count_files(photos: Sequence[Photo]) -> int:
-    """Files behind ``photos`` (a summary counts photos and files separately)."""
-    return sum(1 + len(p.also) for p in photos)

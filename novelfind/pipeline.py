@@ -20,7 +20,9 @@ over a Ray cluster (``novelfind.engine_ray.extract``). An engine that runs elsew
 and ``device`` (what its workers run the model on: ``auto``, ``cpu`` or ``cuda``); it drives a
 :class:`Stage` as :func:`extract` does, so lookups, commits, checks and callbacks are the same. Both
 registries hold "module:attribute" strings, imported only when chosen, so an engine's dependencies
-(Ray, say) stay optional.
+(Ray, say) stay optional. What the decoders and engines share with this module (:class:`Decoded`,
+:class:`FeatureStore`, :class:`Stage`, :func:`decode_file`) lives in ``extraction``, which imports none
+of them: no module imports one that imports it back.
 """
 
 from __future__ import annotations
@@ -37,97 +39,37 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any
 
 import numpy as np
 
-from novelfind.errors import CacheError, DecodeError
+from novelfind import extraction
+from novelfind.extraction import (
+    Decoded,
+    Decoder,
+    Extraction,
+    FeatureStore,
+    OnFailure,
+    OnProgress,
+    OnWarning,
+    Stage,
+    decode_file,
+)
 from novelfind.features import Extractor, available_cpus
-from novelfind.raw import read_any_for_model
-from novelfind.walk import FileList
+from novelfind.lock import pid_alive
 
-STAT_CHUNK = 2048  # files per cache stat lookup
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
 # A decode in a worker process that runs longer than this is stopped and its file reported. The largest
 # image accepted (268 MP) decodes in under 10 s on one slow core; a decoder caught in a loop never ends.
 DECODE_TIMEOUT_S = 120.0
-MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
 
 DECODERS: dict[str, str] = {
-    "auto": "novelfind.gpu_decode:auto_decoder",
+    "auto": "novelfind.pipeline:auto_decoder",
     "pillow": "novelfind.pipeline:ProcessDecoder",
     "gpu": "novelfind.gpu_decode:GpuFileDecoder",
 }
 ENGINES: dict[str, str] = {"local": "novelfind.pipeline:extract", "ray": "novelfind.engine_ray:extract"}
-
-OnFailure = Callable[[Path, str], None]
-OnWarning = Callable[[str], None]
-OnProgress = Callable[[int, int], None]  # (files done, files in all)
-
-
-@dataclass
-class Extraction:
-    """What the extraction stage returns."""
-
-    files: FileList  # ImageFile records: successfully featurised, in walk order
-    features: np.ndarray | None  # float32 (N, dim), row i <-> files[i]; None when not kept (in the cache)
-    failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
-    from_cache: int = 0  # vectors found by stat or by digest
-    extracted: int = 0  # vectors made by the model in this run
-
-
-class Decoded(NamedTuple):
-    """One file read for the model: ``digest`` None means it failed, ``reason`` says why; ``pixels``
-    None with a digest means its bytes were already known (no decode was needed)."""
-
-    digest: str | None
-    pixels: Any = None  # uint8 (224, 224, 3): a numpy array, or whatever the decoder's stack() takes
-    reason: str | None = None
-
-
-class Decoder(Protocol):
-    """Step 2 of the flow: files to :class:`Decoded` results, in input order.
-
-    Constructed as ``Decoder(workers=..., window=..., known=..., extractor=..., on_warning=...)``:
-    ``workers`` decode processes (or threads, or streams: the decoder's choice; 0 = in this process),
-    at most ``window`` files in flight, the digests in ``known`` need no pixels, ``extractor`` is the
-    model the pixels go to (its device, say), ``on_warning`` takes one-line messages.
-    """
-
-    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
-        """Yield (position in ``paths``, result) in input order; never raises for a bad file."""
-        ...
-
-    def stack(self, pixels: list[Any]) -> Any:
-        """One batch for the extractor from the pixels of several files: (B, 224, 224, 3) uint8 (a numpy
-        array, or a tensor already on the model's device). A file whose vector vanished from the cache
-        during the scan is decoded by :func:`decode_file`, so numpy pixels may come in too."""
-        ...
-
-    def terminate(self) -> None:
-        """Stop at once (Ctrl-C, an error elsewhere): drop queued work, stop the workers."""
-        ...
-
-    def close(self) -> None:
-        """Everything was decoded: release the workers."""
-        ...
-
-
-class FeatureStore(Protocol):
-    """What the extraction stage needs of a cache (``FeatureCache`` and ``NullCache`` have it).
-
-    A store that rounds what it keeps (``FeatureCache`` in float16) also has ``stored(vector)``, the
-    vector as it will read back: the stage keeps that, so a first scan ranks what later scans read.
-    """
-
-    def get_many_by_stat(self, files: Sequence[Any]) -> list[np.ndarray | None]: ...
-    def has_many_by_stat(self, files: Sequence[Any], dim: int) -> np.ndarray: ...
-    def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
-    def known_digests(self) -> frozenset[str]: ...
-    def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
 
 
 def load(spec: str) -> Any:
@@ -143,24 +85,7 @@ def default_workers() -> int:
 
 # --------------------------------------------------------------------------- decoding in processes
 
-_KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for
 _STARTED: Any = None  # in a decode worker: the shared start times of the tasks in flight (see ProcessDecoder)
-
-
-def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
-    """Read and decode one file for the model; never raises for a bad file.
-
-    ``known`` defaults to the set the worker process was started with.
-    """
-    try:
-        digest, pixels = read_any_for_model(path, _KNOWN if known is None else known)  # RAW or not
-        return Decoded(digest, pixels)
-    except DecodeError as e:
-        return Decoded(None, reason=str(e) or "cannot decode")
-    except MemoryError:
-        return Decoded(None, reason="out of memory while decoding")
-    except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
-        return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
 
 
 def _decode_in_worker(decode: Callable[[str], Decoded], path: str, slot: int) -> Decoded:
@@ -178,8 +103,8 @@ def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) ->
     reading the scan must see its end when the scan ends), and it exits by itself when the scan is gone
     (SIGKILL gives the scan no chance to stop it).
     """
-    global _KNOWN, _STARTED
-    _KNOWN = known
+    global _STARTED
+    extraction.use_known(known)
     _STARTED = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -199,13 +124,11 @@ def _exit_with_parent(parent_pid: int) -> None:
 
 
 def _gone(pid: int) -> bool:
-    """The process has exited: no such pid, another user's (reused), or a zombie not yet reaped. A
-    killed scan stays a zombie while its parent reads the scan's output to the end before it waits
-    (``subprocess.run``); the forkserver these workers keep alive holds that output open, so a worker
-    that waited for the pid to vanish would block that parent for ever."""
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
+    """The process has exited: no such pid, or a zombie not yet reaped. A killed scan stays a zombie
+    while its parent reads the scan's output to the end before it waits (``subprocess.run``); the
+    forkserver these workers keep alive holds that output open, so a worker that waited for the pid to
+    vanish would block that parent for ever."""
+    if not pid_alive(pid):
         return True
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -390,6 +313,36 @@ class ProcessDecoder:
 # --------------------------------------------------------------------------- the stage
 
 
+def auto_decoder(
+    workers: int = 0,
+    window: int = 1,
+    known: frozenset[str] = frozenset(),
+    extractor: Any = None,
+    on_warning: OnWarning | None = None,
+    **context: Any,
+) -> Decoder:
+    """The "auto" decoder: ``gpu_decode.GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
+    is installed, else Pillow in worker processes (:class:`ProcessDecoder`).
+
+    Without the library (an optional extra) this is silent; a library that fails its start-up check is
+    reported once through ``on_warning`` and the scan decodes on the CPU. A CPU model never imports
+    ``gpu_decode`` (nor torch through it).
+    """
+    if str(getattr(extractor, "device", "cpu")).startswith("cuda"):
+        from novelfind import gpu_decode
+
+        if gpu_decode.library_installed():
+            try:
+                return gpu_decode.GpuFileDecoder(workers, window, known, extractor, on_warning)
+            except gpu_decode.GpuDecodeUnavailable as e:
+                message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
+                if on_warning is not None:
+                    on_warning(message)
+                else:
+                    warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return ProcessDecoder(workers, window, known)
+
+
 def extract(
     files: Iterable[Any],
     extractor: Extractor,
@@ -433,176 +386,3 @@ def extract(
                                            extractor=extractor, on_warning=on_warning)
         stage.run(misses, decoding)
     return stage.result()
-
-
-class Stage:
-    """The state of one extraction; each method is one step of the flow.
-
-    :func:`extract` drives it with a decoder and the model on this machine. An engine that makes the
-    vectors elsewhere drives it with what comes back: :meth:`stat_hits` first (the misses by index), then
-    per result :meth:`take_vector` (made by the model), :meth:`take_known` (bytes already cached) or
-    :meth:`fail`, and :meth:`commit` once per batch (one cache transaction), :meth:`progress` as it likes.
-    """
-
-    def __init__(self, files: Iterable[Any], extractor: Extractor, cache: FeatureStore, batch_size: int,
-                 on_progress: OnProgress | None, on_failure: OnFailure | None,
-                 on_warning: OnWarning | None, keep_vectors: bool = True) -> None:
-        self.files = files if isinstance(files, FileList) else FileList(files)
-        self.extractor, self.cache, self.batch_size = extractor, cache, batch_size
-        self.stored: Callable[[np.ndarray], np.ndarray] | None = getattr(cache, "stored", None)
-        self.on_progress, self.on_failure, self.on_warning = on_progress, on_failure, on_warning
-        n = len(files)
-        self.dim = int(extractor.dim)
-        # (N, dim): row i <-> files[i]; the only big buffer, and only when the vectors are kept here
-        self.matrix = np.empty((n, self.dim), np.float32) if keep_vectors else None
-        self.done = np.zeros(n, bool)  # row i filled
-        self.reasons: dict[int, str] = {}  # file index -> why it failed
-        self.from_cache = 0
-        self.extracted = 0
-        self.batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels) for the model
-        self.rows: list[tuple[Any, str, np.ndarray]] = []  # (file, digest, vector) for the next commit
-        self.moved = 0  # of self.rows, reused vectors of moved files (their commit may wait)
-        self.cache_writable = True
-        self.reported = 0  # files resolved when progress was last reported
-        self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
-
-    # -- step 1: stat hits
-
-    def stat_hits(self) -> list[int]:
-        """Fill every row the cache has by (path, size, mtime); the rest (the misses) by index."""
-        for start in range(0, len(self.files), STAT_CHUNK):
-            chunk = self.files.take(range(start, min(start + STAT_CHUNK, len(self.files))))
-            if self.matrix is None:  # the vectors stay in the cache: only whether it has them
-                self.done[start : start + len(chunk)] = self.cache.has_many_by_stat(chunk, self.dim)
-                continue
-            for j, vec in enumerate(self.cache.get_many_by_stat(chunk)):
-                if self._fits(vec):
-                    self._fill(start + j, vec)
-        self.from_cache = int(self.done.sum())
-        self.progress()
-        return np.flatnonzero(~self.done).tolist()
-
-    # -- steps 2-4 on this machine: decode, reuse by digest, infer in batches
-
-    def run(self, misses: list[int], decoder: Decoder) -> None:
-        self.stack = decoder.stack
-        try:
-            for pos, decoded in decoder.decode([self.path(i) for i in misses]):
-                self._take(misses[pos], decoded)
-                self.progress()
-            self._flush()
-            self.progress()
-        except BaseException:
-            decoder.terminate()
-            raise
-        decoder.close()
-
-    def _take(self, i: int, decoded: Decoded) -> None:
-        if decoded.digest is None:
-            self.fail(i, decoded.reason or "cannot decode")
-            return
-        if self.take_known(i, decoded.digest):  # the same bytes were seen before (moved, renamed, touched)
-            if self.moved >= MOVED_FLUSH * self.batch_size and not self.batch:
-                self._flush()
-            return
-        if decoded.pixels is None:  # cached when the scan began, gone now (a cleared cache): decode it here
-            decoded = decode_file(self.path(i), frozenset())
-            if decoded.digest is None:
-                self.fail(i, decoded.reason or "cannot decode")
-                return
-        self.batch.append((i, decoded.digest, decoded.pixels))
-        if len(self.batch) >= self.batch_size:
-            self._flush()
-
-    def _flush(self) -> None:
-        """Run the model on the batch and write it, with the waiting moved files, in one transaction."""
-        if self.batch:
-            pixels = self.stack([b[2] for b in self.batch])  # (B, 224, 224, 3) uint8
-            out = np.asarray(self.extractor(pixels), dtype=np.float32)  # (B, dim)
-            if out.shape != (len(self.batch), self.dim):
-                raise RuntimeError(f"extractor returned {out.shape}, expected {(len(self.batch), self.dim)}")
-            for (i, digest, _), vec in zip(self.batch, out, strict=True):
-                self.take_vector(i, digest, vec)
-            self.batch = []
-        self.commit()
-
-    # -- results, however they were made
-
-    def take_vector(self, i: int, digest: str, vec: np.ndarray) -> None:
-        """File i's bytes (``digest``) made ``vec`` in the model: kept and queued for the next commit,
-        unless it holds NaN or infinity (then file i fails)."""
-        if np.all(np.isfinite(vec)):
-            if self.stored is not None:
-                vec = self.stored(vec)
-            self._fill(i, vec)
-            self.extracted += 1
-            self.rows.append((self.files[i], digest, vec))
-        else:
-            self.fail(i, "model produced non-finite values")
-
-    def take_known(self, i: int, digest: str) -> bool:
-        """File i has bytes whose vector the cache holds (a moved, renamed or touched file): reuse it and
-        record it under the file's new path at the next commit. False when the cache lacks it."""
-        known = self.cache.get_many_by_digest([digest])[0]
-        if not self._fits(known):
-            return False
-        self._fill(i, known)
-        self.from_cache += 1
-        self.rows.append((self.files[i], digest, known))
-        self.moved += 1
-        return True
-
-    def fail(self, i: int, reason: str) -> None:
-        """File i cannot be read: reported now, listed in the result, never cached."""
-        self.reasons[i] = reason
-        if self.on_failure is not None:
-            self.on_failure(self.files[i].path, reason)
-
-    def path(self, i: int) -> str:
-        """File i's path, as a string for a decoder."""
-        return os.fsdecode(self.files.raw_path(i))
-
-    def commit(self) -> None:
-        """Write the queued rows in one transaction (a cache that cannot be written: warn once, go on)."""
-        rows, self.rows, self.moved = self.rows, [], 0
-        if not rows or not self.cache_writable:
-            return
-        try:
-            self.cache.put_many(rows)
-        except CacheError as err:
-            self.cache_writable = False
-            message = f"{err}; going on without caching"
-            if self.on_warning is not None:
-                self.on_warning(message)
-            else:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
-
-    def progress(self) -> None:
-        """The one place progress is reported: files resolved (found, extracted or failed) so far."""
-        resolved = self.from_cache + self.extracted + len(self.reasons)
-        if self.on_progress is not None and resolved != self.reported:
-            self.on_progress(resolved, len(self.files))
-        self.reported = resolved
-
-    # -- bookkeeping
-
-    def _fits(self, vec: np.ndarray | None) -> bool:
-        return vec is not None and np.shape(vec) == (self.dim,)
-
-    def _fill(self, i: int, vec: np.ndarray) -> None:
-        if self.matrix is not None:
-            self.matrix[i] = vec
-        self.done[i] = True
-
-    def result(self) -> Extraction:
-        keep = np.flatnonzero(self.done)
-        features = self.matrix
-        if features is not None and len(keep) < len(self.files):
-            features = features[keep]  # (N_ok, dim)
-        return Extraction(
-            files=self.files if len(keep) == len(self.files) else self.files.take(keep),
-            features=features,
-            failures=[(self.files[i].path, self.reasons[i]) for i in sorted(self.reasons)],
-            from_cache=self.from_cache,
-            extracted=self.extracted,
-        )

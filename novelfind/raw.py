@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
-from novelfind import decode
+from novelfind import decode, extras
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -78,23 +77,10 @@ PREVIEW_MIN_SIDE = INPUT_SIZE  # an embedded preview at least this big on its sh
 
 Source = Literal["preview", "demosaic"]
 
-_state_lock = threading.Lock()
-_state: bool | None = None  # None: not tried yet
-
 
 def available() -> bool:
     """rawpy imports (a broken install, e.g. a missing shared library, counts as absent). Cached."""
-    global _state
-    if _state is None:
-        with _state_lock:
-            if _state is None:
-                try:
-                    import rawpy  # noqa: F401
-                except Exception:  # noqa: BLE001 - ImportError, OSError from a missing library, ...
-                    _state = False
-                else:
-                    _state = True
-    return _state
+    return extras.available("rawpy")
 
 
 def is_raw_name(name: str | os.PathLike[str]) -> bool:

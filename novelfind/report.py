@@ -1,7 +1,7 @@
 """Ranked output: the pick record, text formats, atomic writes and placing the picks in a folder.
 
 The formats are described in ``docs/output-schema.md``. The HTML report and the contact sheet build
-on this module, in :mod:`novelfind.html`.
+on this module, in :mod:`novelfind.htmlreport`.
 """
 
 from __future__ import annotations
@@ -13,14 +13,16 @@ import math
 import os
 import re
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from novelfind import atomic
+from novelfind.atomic import unlink_quietly
 from novelfind.errors import OutputError
+from novelfind.lock import pid_alive
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 1
@@ -261,7 +263,7 @@ def _describe(err: OSError) -> str:
 
 
 def write_atomic(path: Path | str, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` all at once: a temp file in the same folder, fsync, rename.
+    """Write ``data`` to ``path`` all at once (:func:`novelfind.atomic.replacing`).
 
     ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
     followed, so its target is replaced. Raises OutputError with a one-line message; never leaves a
@@ -269,58 +271,14 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
     """
     path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
     payload = encode_output(data) if isinstance(data, str) else bytes(data)
-    parent = path.parent
     if path.is_dir():
         raise OutputError(f"cannot write {path}: it is a folder")
-    if not parent.is_dir():
-        raise OutputError(f"cannot write {path}: no such folder {parent}")
+    if not path.parent.is_dir():
+        raise OutputError(f"cannot write {path}: no such folder {path.parent}")
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=parent, prefix=f".{path.name[:100]}.", suffix=".tmp")
+        atomic.write_bytes(path, payload)
     except OSError as err:
         raise OutputError(f"cannot write {path}: {_describe(err)}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp_name, _mode_for(path))
-        os.replace(tmp_name, path)
-    except BaseException as err:
-        _unlink_quietly(tmp_name)
-        if isinstance(err, OSError):
-            raise OutputError(f"cannot write {path}: {_describe(err)}") from None
-        raise
-    _fsync_dir(parent)
-
-
-def _mode_for(path: Path) -> int:
-    """Keep an existing file's permissions; a new file gets 0o666 minus the umask."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _unlink_quietly(name: str | Path) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,19 +362,19 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
                 records[name] = _record(tmp, mode, source)
                 os.replace(tmp, target)
             except BaseException as err:
-                _unlink_quietly(tmp)
+                unlink_quietly(tmp)
                 if isinstance(err, OSError):
                     raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
                 raise
             ours.pop(name, None)
             created.append(target)
         for name in ours:  # earlier picks of ours that are no longer picked
-            _unlink_quietly(dest / name)
+            unlink_quietly(dest / name)
         _write_manifest(manifest_path, records)
     except BaseException:
         # A full disk, an error or Ctrl-C part-way: the picks are all there or none of this run's are.
         for target in created:
-            _unlink_quietly(target)
+            unlink_quietly(target)
         try:
             _write_manifest(manifest_path, {n: r for n, r in ours.items() if os.path.lexists(dest / n)})
         except OutputError:
@@ -494,15 +452,5 @@ def _remove_stale_temps(dest: Path) -> None:
         if not entry.name.startswith(_TMP_PREFIX):
             continue
         pid = entry.name[len(_TMP_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
-            _unlink_quietly(entry.path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists, owned by someone else
-    return True
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            unlink_quietly(entry.path)

@@ -32,7 +32,7 @@ from novelfind import __version__, features, raw, walk
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache, NullCache
 from novelfind.decode import file_digest
 from novelfind.errors import CacheError, InputError, MissingExtraError, NovelfindError, OutputError
-from novelfind.html import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
+from novelfind.htmlreport import CONTACT_SHEET_FORMATS, pca_2d, write_contact_sheet, write_html_report
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.pairs import Photo, group_photos
@@ -729,7 +729,7 @@ class _Scan:
             keep_vectors=keep_vectors,
             **elsewhere,
         )
-        if not keep_vectors and getattr(store, "writes_disabled", False):
+        if not keep_vectors and store.writes_disabled:
             raise CacheError(
                 f"the feature cache {store.path} stopped taking vectors; a library of {len(files):,} "
                 "photos is ranked from the cache, so this scan cannot finish (the vectors stored so far "
@@ -764,8 +764,7 @@ class _Scan:
         """
         if ignore_list is None or self.params.include_ignored:
             return np.zeros(len(read), dtype=bool)
-        lookup = getattr(store, "digests_by_stat", None)
-        found = ignore_list.find(read.groups, known_digests=lookup)
+        found = ignore_list.find(read.groups, known_digests=store.digests_by_stat)
         if found.seen:
             try:
                 ignore_list.relocate(found.seen)
@@ -895,8 +894,7 @@ class _Scan:
         if ignore_list is None:
             ignore_list = IgnoreList(self.params.ignore_file)
         files = [ImageFile(pick.path, pick.size, pick.mtime_ns) for pick in picks]
-        lookup = getattr(store, "digests_by_stat", None)
-        digests = list(lookup(files)) if lookup is not None else [None] * len(files)
+        digests = store.digests_by_stat(files)
         items = []
         for f, digest in zip(files, digests, strict=True):
             if digest is None:

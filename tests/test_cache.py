@@ -166,6 +166,21 @@ def test_get_many_lines_up_with_its_input(db):
         assert [g is None for g in by_digest] == [False, True, False, False]
 
 
+def test_every_batch_lookup_lines_up_across_chunks(db, monkeypatch):
+    monkeypatch.setattr(cache_mod, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
+    files = [fake(i) for i in range(20)]
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(files[i], f"d{i}", vec(i)) for i in range(0, 20, 2)])
+        query = [files[4], files[5], files[4], fake(999), files[18], files[0], files[7], files[2]]
+        stored = [True, False, True, False, True, True, False, True]
+        assert [g is not None for g in c.get_many_by_stat(query)] == stored
+        assert c.has_many_by_stat(query, DIM).tolist() == stored
+        assert c.digests_by_stat(query) == ["d4", None, "d4", None, "d18", "d0", None, "d2"]
+        by_digest = c.get_many_by_digest(["d8", "d9", "d8", "d16", "d0", "x", "d2"])
+        assert [g is not None for g in by_digest] == [True, False, True, True, True, False, True]
+        np.testing.assert_array_equal(by_digest[3], vec(16))
+
+
 def test_known_digests_are_held_in_16_bytes_each_and_answer_like_a_set(db):
     rng = np.random.default_rng(0)
     digests = [rng.bytes(16).hex() for _ in range(3000)] + ["00" * 16, "00" * 15 + "01", "not-hex", "d1"]

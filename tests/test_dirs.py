@@ -19,7 +19,6 @@ def test_defaults_under_home(home):
     assert dirs.feature_cache_path() == home / ".cache" / "novelfind" / "features.sqlite"
     assert dirs.model_dir() == home / ".cache" / "novelfind" / "models"
     assert dirs.lock_dir() == home / ".cache" / "novelfind" / "locks"
-    assert dirs.data_dir() == home / ".cache" / "novelfind-data"
     assert dirs.config_dir() == home / ".config" / "novelfind"
     assert dirs.user_data_dir() == home / ".local" / "share" / "novelfind"
     assert dirs.ignore_list_path() == home / ".local" / "share" / "novelfind" / "ignored.json"
@@ -37,7 +36,6 @@ def test_absolute_xdg_folders_are_used(home, tmp_path, monkeypatch):
     assert dirs.feature_cache_path() == tmp_path / "xc" / "novelfind" / "features.sqlite"
     assert dirs.model_dir() == tmp_path / "xc" / "novelfind" / "models"
     assert dirs.lock_dir() == tmp_path / "xc" / "novelfind" / "locks"
-    assert dirs.data_dir() == tmp_path / "xc" / "novelfind-data"
     assert dirs.torch_hub_checkpoints() == tmp_path / "xc" / "torch" / "hub" / "checkpoints"
     config = tmp_path / "xg" / "novelfind" / "config.toml"
     config.parent.mkdir(parents=True)
@@ -55,14 +53,12 @@ def test_relative_xdg_folders_are_ignored_everywhere(home, monkeypatch, relative
     assert dirs.feature_cache_path() == home / ".cache" / "novelfind" / "features.sqlite"
     assert dirs.model_dir() == home / ".cache" / "novelfind" / "models"
     assert dirs.lock_dir() == home / ".cache" / "novelfind" / "locks"
-    assert dirs.data_dir() == home / ".cache" / "novelfind-data"
     assert dirs.config_dir() == home / ".config" / "novelfind"
 
 
 def test_environment_overrides(home, tmp_path, monkeypatch):
     monkeypatch.setenv("NOVELFIND_CACHE", str(tmp_path / "mine.sqlite"))
     monkeypatch.setenv("NOVELFIND_MODEL_CACHE", "~/models")
-    monkeypatch.setenv("NOVELFIND_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("NOVELFIND_CONFIG", str(tmp_path / "absent.toml"))  # named: used even if missing
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     monkeypatch.setenv("NOVELFIND_IGNORE_FILE", str(tmp_path / "keep-out.json"))
@@ -71,6 +67,5 @@ def test_environment_overrides(home, tmp_path, monkeypatch):
     assert dirs.sidecar_record_path() == tmp_path / "tagged.json"
     assert dirs.feature_cache_path() == tmp_path / "mine.sqlite"
     assert dirs.model_dir() == home / "models"
-    assert dirs.data_dir() == tmp_path / "data"
     assert dirs.config_path() == tmp_path / "absent.toml"
     assert dirs.torch_hub_checkpoints() == tmp_path / "torch" / "hub" / "checkpoints"

@@ -1,4 +1,4 @@
-"""The HTML report, the library map and the contact sheet (novelfind.html), rendered in Chromium."""
+"""The HTML report, the library map and the contact sheet (novelfind.htmlreport), rendered in Chromium."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import pytest
 from conftest import missing_prerequisite
 from PIL import Image, ImageDraw
 
-from novelfind import html as nfhtml
+from novelfind import htmlreport as nfhtml
 from novelfind.errors import OutputError
-from novelfind.html import pca_2d, write_contact_sheet, write_html_report
+from novelfind.htmlreport import pca_2d, write_contact_sheet, write_html_report
 from novelfind.report import Pick
 
 # --- fixtures ----------------------------------------------------------------------------------

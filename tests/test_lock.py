@@ -170,3 +170,29 @@ def test_uncreatable_lock_file_is_a_one_line_error(tmp_path):
         NovelfindError, match=r"^cannot create the lock file .*/file/x.lock: Not a directory$"
     ):
         RunLock(tmp_path / "file" / "x.lock").acquire()
+
+
+# --- pid_alive ---------------------------------------------------------------------------------
+
+
+def _kill_raising(error: type[OSError]):
+    def kill(pid: int, sig: int) -> None:
+        assert sig == 0, "pid_alive must only probe, never signal"
+        raise error(pid, "from the test")
+
+    return kill
+
+
+def test_pid_alive_for_this_process_and_a_reaped_child():
+    assert lock_mod.pid_alive(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert not lock_mod.pid_alive(child.pid)
+
+
+def test_another_users_process_is_alive(monkeypatch):
+    # os.kill(pid, 0) on a process of another user is refused: the process exists.
+    monkeypatch.setattr(lock_mod.os, "kill", _kill_raising(PermissionError))
+    assert lock_mod.pid_alive(12345)
+    monkeypatch.setattr(lock_mod.os, "kill", _kill_raising(ProcessLookupError))
+    assert not lock_mod.pid_alive(12345)

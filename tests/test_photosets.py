@@ -13,11 +13,9 @@ from conftest import missing_prerequisite
 from PIL import Image
 from quality import pins
 
-from novelfind import dirs
-
 # Resolved at import, before the autouse fixture points XDG_CACHE_HOME at a temp folder, so the
 # wheels (foolbox 1.7 MB, mvtb-data 130 MB) are downloaded once per machine, not once per test.
-DATA_CACHE = dirs.data_dir()
+DATA_CACHE = photosets.data_dir()
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +26,13 @@ def src():
         raise
     except RuntimeError as e:  # no PyPI access and no cached wheels
         missing_prerequisite(str(e))
+
+
+def test_data_folder_is_named_by_the_environment_or_under_the_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xc"))
+    assert photosets.data_dir() == tmp_path / "xc" / "novelfind-data"
+    monkeypatch.setenv("NOVELFIND_DATA", str(tmp_path / "data"))
+    assert photosets.data_dir() == tmp_path / "data"
 
 
 def test_unknown_set_is_refused():

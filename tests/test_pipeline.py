@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from novelfind import decode, pipeline
+from novelfind import decode, extraction, pipeline
 from novelfind.errors import CacheError
 from novelfind.pipeline import extract
 
@@ -124,7 +124,7 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     def no_read(path):
         raise AssertionError(f"read {path}")
 
-    monkeypatch.setattr(pipeline, "read_any_for_model", no_read)
+    monkeypatch.setattr(extraction, "read_any_for_model", no_read)
     model.calls = 0
     again = extract(files, model, cache, workers=2)
     assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)
@@ -176,7 +176,7 @@ def test_vectors_left_in_the_cache_read_back_as_the_kept_ones(tmp_path, monkeypa
 def test_stat_lookups_are_chunked(tmp_path, monkeypatch):
     files = make_library(tmp_path, 5)
     cache = DictCache()
-    monkeypatch.setattr(pipeline, "STAT_CHUNK", 2)
+    monkeypatch.setattr(extraction, "STAT_CHUNK", 2)
     extract(files, MeanColour(), cache, workers=0)
     assert cache.stat_calls == 3
 
@@ -360,3 +360,13 @@ def test_bad_arguments():
         extract([], MeanColour(), DictCache(), batch_size=0)
     with pytest.raises(ValueError, match="workers must be >= 0, got -1"):
         extract([], MeanColour(), DictCache(), workers=-1)
+
+
+def test_a_parent_owned_by_another_user_is_not_gone(monkeypatch):
+    """A refused signal means the process exists; only a missing pid or a zombie is gone."""
+
+    def refused(pid: int, sig: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(pipeline.os, "kill", refused)
+    assert not pipeline._gone(os.getpid())  # running, not a zombie

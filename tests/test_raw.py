@@ -10,7 +10,7 @@ import pytest
 from conftest import missing_prerequisite
 from PIL import Image, ImageOps
 
-from novelfind import decode, raw
+from novelfind import decode, extras, raw
 from novelfind.errors import DecodeError
 
 try:
@@ -289,7 +289,7 @@ def test_empty_and_missing_files(tmp_path):
 
 def test_without_rawpy_a_raw_is_a_decode_error(tmp_path, monkeypatch):
     path = write_dng(tmp_path / "a.dng", _scene())
-    monkeypatch.setattr(raw, "_state", False)
+    monkeypatch.setitem(extras._loaded, "rawpy", ImportError("No module named 'rawpy'"))
     assert raw.available() is False
     with pytest.raises(DecodeError, match=r"RAW support is not installed \(pip install 'novelfind\[raw\]'\)"):
         raw.load_raw(path)

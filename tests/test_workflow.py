@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite, unprivileged
 from PIL import Image
+from sidecars import read_sidecar
 
 import novelfind
 from novelfind import dirs, raw, xmp
@@ -343,7 +344,7 @@ def test_the_ignore_command_uses_the_configured_list(library, fake_extractor, tm
 
 def keywords(photo: Path) -> list[str]:
     sidecar = xmp.sidecar_for(photo)
-    return xmp.read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
+    return read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
 
 
 def test_xmp_tags_the_picks_and_a_later_run_takes_back_what_it_wrote(library, fake_extractor, tmp_path):
@@ -358,7 +359,7 @@ def test_xmp_tags_the_picks_and_a_later_run_takes_back_what_it_wrote(library, fa
     picks = json.loads(first.stdout)["picks"]
     for pick in picks:
         for f in [pick["path"], *pick["also"]]:
-            props = xmp.read_sidecar(Path(f + ".xmp"))
+            props = read_sidecar(Path(f + ".xmp"))
             assert props[xmp.SUBJECT] == ["novel"] and props[xmp.HIERARCHICAL] == ["Picks|novel"]
             assert props[xmp.RANK] == str(pick["rank"])
     assert (red.with_suffix(".CR2").with_name("odd_red.CR2.xmp")).exists()

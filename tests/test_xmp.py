@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import missing_prerequisite, unprivileged
+from sidecars import read_sidecar
 
 from novelfind import xmp
 from novelfind.xmp import SidecarError, SidecarPick
@@ -170,7 +171,7 @@ def test_upper_case_sidecar_is_found(tmp_path):
     (tmp_path / "DSC_7.XMP").write_text(LIGHTROOM_SIDECAR)
     assert xmp.sidecar_for(p) == tmp_path / "DSC_7.XMP"
     xmp.tag(p, rank=1, score=0.5)
-    assert "novel" in xmp.read_sidecar(tmp_path / "DSC_7.XMP")[xmp.SUBJECT]
+    assert "novel" in read_sidecar(tmp_path / "DSC_7.XMP")[xmp.SUBJECT]
     assert not (tmp_path / "DSC_7.NEF.xmp").exists()
 
 
@@ -183,7 +184,7 @@ def test_tag_creates_a_sidecar_and_never_touches_the_photo(tmp_path):
     change = xmp.tag(p, rank=3, score=0.8125)
     assert change == xmp.SidecarChange(p, tmp_path / "IMG_0001.JPG.xmp", "created")
     assert fingerprint(p) == before
-    assert xmp.read_sidecar(change.sidecar) == {
+    assert read_sidecar(change.sidecar) == {
         xmp.SUBJECT: ["novel"],
         xmp.HIERARCHICAL: ["novel"],
         xmp.RANK: "3",
@@ -199,9 +200,9 @@ def test_other_tools_fields_all_come_back_with_ours(tmp_path):
     p = photo(tmp_path)
     sidecar = tmp_path / "IMG_0001.JPG.xmp"
     sidecar.write_text(DIGIKAM_SIDECAR)
-    before = xmp.read_sidecar(sidecar)
+    before = read_sidecar(sidecar)
     assert xmp.tag(p, rank=1, score=2.5).action == "updated"
-    after = xmp.read_sidecar(sidecar)
+    after = read_sidecar(sidecar)
     assert others(after) == others(before)
     assert len(others(before)) >= 15  # rating, label, caption, custom field, the face region's parts
     assert after[xmp.SUBJECT] == ["family", "beach", "novel"]
@@ -215,9 +216,9 @@ def test_lightroom_develop_settings_survive(tmp_path):
     p = photo(tmp_path, "IMG_2.CR2")
     sidecar = tmp_path / "IMG_2.xmp"
     sidecar.write_text(LIGHTROOM_SIDECAR)
-    before = xmp.read_sidecar(sidecar)
+    before = read_sidecar(sidecar)
     xmp.tag(p, rank=2, score=1.0)
-    after = xmp.read_sidecar(sidecar)
+    after = read_sidecar(sidecar)
     assert others(after) == others(before)
     assert after["Xmp.crs.ToneCurvePV2012"] == ["0, 0", "255, 255"]
     assert after["Xmp.crs.Exposure2012"] == "+0.50"
@@ -263,7 +264,7 @@ def test_two_runs_leave_one_keyword_and_the_second_writes_nothing(tmp_path):
     second = xmp.tag(p, rank=1, score=0.5)
     assert second.action == "unchanged"
     assert fingerprint(first.sidecar) == before
-    props = xmp.read_sidecar(first.sidecar)
+    props = read_sidecar(first.sidecar)
     assert props[xmp.SUBJECT] == ["novel"] and props[xmp.HIERARCHICAL] == ["novel"]
 
 
@@ -271,7 +272,7 @@ def test_new_rank_updates_without_a_second_keyword(tmp_path):
     p = photo(tmp_path)
     xmp.tag(p, rank=1, score=0.5)
     assert xmp.tag(p, rank=4, score=0.125).action == "updated"
-    props = xmp.read_sidecar(xmp.sidecar_for(p))
+    props = read_sidecar(xmp.sidecar_for(p))
     assert props[xmp.SUBJECT] == ["novel"]
     assert (props[xmp.RANK], props[xmp.SCORE]) == ("4", "0.125")
 
@@ -281,12 +282,12 @@ def test_keyword_already_set_by_the_user_is_not_recorded_as_ours(tmp_path):
     sidecar = tmp_path / "IMG_2.xmp"
     sidecar.write_text(LIGHTROOM_SIDECAR)  # the user tagged it "novel" already
     xmp.tag(p, rank=1, score=1.0)
-    props = xmp.read_sidecar(sidecar)
+    props = read_sidecar(sidecar)
     assert props[xmp.SUBJECT] == ["novel", "Tokyo"]  # not twice
     assert xmp.ADDED_SUBJECT not in props  # not ours to take back
     assert props[xmp.ADDED_HIERARCHICAL] == ["novel"]  # lr:hierarchicalSubject did not have it
     assert xmp.untag(p).action == "removed"
-    after = xmp.read_sidecar(sidecar)
+    after = read_sidecar(sidecar)
     assert after[xmp.SUBJECT] == ["novel", "Tokyo"]
     assert after[xmp.HIERARCHICAL] == ["Places|Tokyo"]
 
@@ -295,7 +296,7 @@ def test_hierarchical_keyword(tmp_path):
     p = photo(tmp_path)
     (tmp_path / "IMG_0001.JPG.xmp").write_text(DIGIKAM_SIDECAR)
     xmp.tag(p, rank=1, score=1.0, keyword="Picks | novel")
-    props = xmp.read_sidecar(tmp_path / "IMG_0001.JPG.xmp")
+    props = read_sidecar(tmp_path / "IMG_0001.JPG.xmp")
     assert props[xmp.SUBJECT][-1] == "novel"
     assert props[xmp.HIERARCHICAL][-1] == "Picks|novel"
     assert props[xmp.DIGIKAM_TAGS][-1] == "Picks/novel"
@@ -325,11 +326,11 @@ def test_changed_keyword_replaces_the_one_novelfind_added(tmp_path):
     (tmp_path / "IMG_0001.JPG.xmp").write_text(DIGIKAM_SIDECAR)
     xmp.tag(p, rank=1, score=1.0)
     xmp.tag(p, rank=1, score=1.0, keyword="odd")
-    props = xmp.read_sidecar(tmp_path / "IMG_0001.JPG.xmp")
+    props = read_sidecar(tmp_path / "IMG_0001.JPG.xmp")
     assert props[xmp.SUBJECT] == ["family", "beach", "odd"]
     assert props[xmp.ADDED_SUBJECT] == ["odd"]
     xmp.untag(p)
-    assert xmp.read_sidecar(tmp_path / "IMG_0001.JPG.xmp")[xmp.SUBJECT] == ["family", "beach"]
+    assert read_sidecar(tmp_path / "IMG_0001.JPG.xmp")[xmp.SUBJECT] == ["family", "beach"]
 
 
 # ---------------------------------------------------------------------------------------------- untag
@@ -339,10 +340,10 @@ def test_untag_restores_every_field(tmp_path):
     p = photo(tmp_path)
     sidecar = tmp_path / "IMG_0001.JPG.xmp"
     sidecar.write_text(DIGIKAM_SIDECAR)
-    original = xmp.read_sidecar(sidecar)
+    original = read_sidecar(sidecar)
     xmp.tag(p, rank=1, score=1.0)
     assert xmp.untag(p) == xmp.SidecarChange(p, sidecar, "removed")
-    assert xmp.read_sidecar(sidecar) == original
+    assert read_sidecar(sidecar) == original
     assert xmp.untag(p).action == "unchanged"
 
 
@@ -364,7 +365,7 @@ def test_untag_keeps_keywords_added_by_hand_in_between(tmp_path):
         check=True,
     )
     xmp.untag(p)
-    props = xmp.read_sidecar(sidecar)
+    props = read_sidecar(sidecar)
     assert props[xmp.SUBJECT] == ["family", "beach", "holiday"]
     assert props["Xmp.xmp.Rating"] == "5"
     assert not [k for k in props if k.startswith("Xmp.novelfind.")]
@@ -384,7 +385,7 @@ def test_untag_keeps_a_created_sidecar_the_user_wrote_into(tmp_path):
         [tool("exiftool"), "-q", "-overwrite_original", "-XMP-xmp:Rating=2", str(sidecar)], check=True
     )
     assert xmp.untag(p).action == "removed"
-    assert xmp.read_sidecar(sidecar) == {"Xmp.xmp.Rating": "2"}
+    assert read_sidecar(sidecar) == {"Xmp.xmp.Rating": "2"}
 
 
 def test_untag_without_sidecar(tmp_path):
@@ -464,7 +465,7 @@ def test_empty_sidecar_is_filled(tmp_path):
     p = photo(tmp_path)
     (tmp_path / "IMG_0001.JPG.xmp").write_text("\n")
     assert xmp.tag(p, rank=1, score=1.0).action == "updated"
-    assert xmp.read_sidecar(tmp_path / "IMG_0001.JPG.xmp")[xmp.SUBJECT] == ["novel"]
+    assert read_sidecar(tmp_path / "IMG_0001.JPG.xmp")[xmp.SUBJECT] == ["novel"]
 
 
 def test_folder_named_like_a_sidecar(tmp_path):
@@ -515,7 +516,7 @@ def test_symlinked_sidecar_updates_its_target(tmp_path):
     link.symlink_to(store)
     xmp.tag(p, rank=1, score=1.0)
     assert link.is_symlink()
-    assert "novel" in xmp.read_sidecar(store)[xmp.SUBJECT]
+    assert "novel" in read_sidecar(store)[xmp.SUBJECT]
 
 
 _UNPRIVILEGED_SCRIPT = """
@@ -579,7 +580,7 @@ def picks(*paths: Path) -> list[SidecarPick]:
 
 def keywords(p: Path) -> list[str]:
     sidecar = xmp.sidecar_for(p)
-    return xmp.read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
+    return read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
 
 
 def test_later_run_untags_photos_no_longer_picked(tmp_path):
@@ -642,8 +643,8 @@ def test_name_xmp_of_two_unrelated_photos_is_left_alone(tmp_path):
     before = fingerprint(shared)
     xmp.apply_picks([SidecarPick(jpg, 1, 0.9), SidecarPick(png, 2, 0.5)], roots=[tmp_path], ledger=ledger)
     assert fingerprint(shared) == before
-    assert xmp.read_sidecar(tmp_path / "a.JPG.xmp")[xmp.RANK] == "1"
-    assert xmp.read_sidecar(tmp_path / "a.PNG.xmp")[xmp.RANK] == "2"
+    assert read_sidecar(tmp_path / "a.JPG.xmp")[xmp.RANK] == "1"
+    assert read_sidecar(tmp_path / "a.PNG.xmp")[xmp.RANK] == "2"
 
 
 def test_name_xmp_is_the_raw_files_next_to_an_export(tmp_path):
@@ -671,7 +672,7 @@ def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_pat
         ("IMG_1.CR2", "IMG_1.xmp", "unchanged"),
     ]
     assert sorted(os.listdir(lr)) == ["IMG_1.CR2", "IMG_1.JPG", "IMG_1.xmp"]
-    props = xmp.read_sidecar(lr / "IMG_1.xmp")
+    props = read_sidecar(lr / "IMG_1.xmp")
     assert props[xmp.SUBJECT] == ["Tokyo", "novel"] and props[xmp.RANK] == "3"
 
     plain = tmp_path / "plain"
@@ -681,7 +682,7 @@ def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_pat
     # the next run without the pair takes both back
     xmp.apply_picks([], roots=[plain, lr], ledger=ledger)
     assert sorted(os.listdir(plain)) == ["IMG_2.JPG", "IMG_2.NEF"]
-    assert xmp.read_sidecar(lr / "IMG_1.xmp")[xmp.SUBJECT] == ["Tokyo"]
+    assert read_sidecar(lr / "IMG_1.xmp")[xmp.SUBJECT] == ["Tokyo"]
 
 
 def test_shared_sidecar_of_a_photo_picked_now_keeps_the_tag(tmp_path):
@@ -693,7 +694,7 @@ def test_shared_sidecar_of_a_photo_picked_now_keeps_the_tag(tmp_path):
     raw.unlink()  # the RAW is deleted; the JPEG alone is picked again and writes the same a.xmp
     summary = xmp.apply_picks(picks(jpg), roots=[tmp_path], ledger=ledger)
     assert [(c.photo.name, c.action) for c in summary.changes] == [("a.JPG", "updated")]  # new score
-    assert xmp.read_sidecar(tmp_path / "a.xmp")[xmp.SUBJECT] == ["Tokyo", "novel"]
+    assert read_sidecar(tmp_path / "a.xmp")[xmp.SUBJECT] == ["Tokyo", "novel"]
     assert set(json.loads(ledger.read_text())["sidecars"]) == {str(jpg)}
 
 

@@ -29,6 +29,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -39,6 +41,13 @@ SHOWN = "scripts/quality/sources.lock"  # how messages name it
 REPIN = "python scripts/quality/pin.py"
 SNAPSHOT = "https://snapshot.debian.org/binary/{name}/"
 _AFTER_REPIN = f"re-pin with `{REPIN}` and re-run the benchmark (the draws change)"
+
+
+def data_dir() -> Path:
+    """Where fetched packages and what is built from them are kept: ``$NOVELFIND_DATA``, else
+    ``~/.cache/novelfind-data`` (kept apart from novelfind's cache, so clearing one leaves the other)."""
+    named = os.environ.get("NOVELFIND_DATA")
+    return Path(named).expanduser() if named else platformdirs.user_cache_path("novelfind-data")
 
 
 class PinError(RuntimeError):

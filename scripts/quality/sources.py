@@ -30,7 +30,6 @@ from __future__ import annotations
 import glob
 import hashlib
 import io
-import os
 import shutil
 import subprocess
 import tarfile
@@ -42,6 +41,7 @@ import numpy as np
 from PIL import Image
 
 from . import pins
+from .pins import data_dir
 
 POOL_SIDE = 768
 POOL_VERSION = "pools-v1"
@@ -77,15 +77,6 @@ BUNDLED = {
     "scikit-image": tuple(f"data/{f}" for f in (*_SKIMAGE_SUBJECTS, *_SKIMAGE_TEXTURES)),
     "scikit-learn": (*(f"datasets/images/{f}" for f in _SKLEARN_SCENES), _SKLEARN_DIGITS),
 }
-
-
-def data_dir() -> Path:
-    """$NOVELFIND_DATA, else ~/.cache/novelfind-data (XDG_CACHE_HOME respected)."""
-    env = os.environ.get("NOVELFIND_DATA")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "novelfind-data"
 
 
 def wheel(name: str) -> Path:
