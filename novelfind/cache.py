@@ -196,6 +196,37 @@ class DigestSet(Set[str]):
         return f"<DigestSet of {len(self)}>"
 
 
+def damage(path: str | os.PathLike[str]) -> str | None:
+    """Why the cache file at ``path`` is damaged, or None when it is sound (or missing). Read-only: the
+    file is opened without writing to it, and nothing is moved or created (``novelfind cache info``)."""
+    path = Path(os.fspath(path)).expanduser().absolute()
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error:
+        return None  # cannot be read at all: opening it says why
+    try:
+        FeatureCache._check_health(conn)  # type: ignore[arg-type]
+    except sqlite3.DatabaseError as err:
+        return str(err) if _is_damage(err) else None
+    finally:
+        conn.close()
+    return None
+
+
+def remove_damaged(path: str | os.PathLike[str]) -> None:
+    """Delete a damaged cache file and its WAL and shared-memory files (``novelfind cache clear``)."""
+    path = Path(os.fspath(path)).expanduser().absolute()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            path.with_name(path.name + suffix).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise CacheError(f"cannot delete the damaged feature cache {path}: {err.strerror or err}") from None
+
+
 class FeatureCache:
     """Vectors made by one model (``model_key``), stored in the SQLite file at ``path``.
 
@@ -323,7 +354,8 @@ class FeatureCache:
             raise
         return conn
 
-    def _check_health(self, conn: sqlite3.Connection) -> None:
+    @staticmethod
+    def _check_health(conn: sqlite3.Connection) -> None:
         """Raise sqlite3.DatabaseError (CORRUPT/NOTADB) when the file is not a sound database."""
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # NOTADB for a foreign file
         result = conn.execute("PRAGMA quick_check").fetchall()

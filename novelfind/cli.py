@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ import click
 
 from novelfind import __version__, dirs, run
 from novelfind.cache import FeatureCache
-from novelfind.config import configured_cache, configured_value, read_config, to_default_map
+from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.html import CONTACT_SHEET_FORMATS
 from novelfind.ignore import IgnoreList
@@ -49,7 +50,71 @@ Exit codes:
 """
 
 DEFAULTS = run.parameter_defaults()
-DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
+# A date with a UTC offset (``Z``, ``+02:00``) is that moment; without one, local time.
+DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z",
+                "%Y-%m-%d %H:%M:%S%z"]
+_SOURCES = "novelfind.sources"  # ctx.meta: parameter name -> ParameterSource, recorded before conversion
+_CONFIG = "novelfind.config"  # ctx.meta: (config file, {parameter name: key as written in it})
+
+
+def value_source(ctx: click.Context, param: click.Parameter) -> tuple[str, str] | None:
+    """Where a parameter's value came from when it was not typed on the command line, as (the name for
+    "Invalid value for ...", the origin for "(from ...)"): ("NOVELFIND_K (environment variable)",
+    "NOVELFIND_K") or ("key 'k' in config file PATH", "config file PATH, key 'k'"); None for the command
+    line and defaults. What a cron user needs in an error message to find the value to fix."""
+    source = ctx.meta.get(_SOURCES, {}).get(param.name) or ctx.get_parameter_source(param.name or "")
+    if source == click.core.ParameterSource.ENVIRONMENT and isinstance(param, click.Option):
+        names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+        name = next((n for n in names if os.environ.get(n)), names[0] if names else None)
+        return (f"{name} (environment variable)", name) if name else None
+    if source == click.core.ParameterSource.DEFAULT_MAP and _CONFIG in ctx.meta:
+        path, keys = ctx.meta[_CONFIG]
+        key = keys.get(param.name, (param.name or "").replace("_", "-"))
+        return f"key '{key}' in config file {path}", f"config file {path}, key '{key}'"
+    return None
+
+
+class SourcedOption(click.Option):
+    """An option whose bad value is blamed on where it came from: the environment variable or the
+    config file and key, not the option the user never typed."""
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:  # noqa: D102
+        value, source = super().consume_value(ctx, opts)
+        ctx.meta.setdefault(_SOURCES, {})[self.name] = source
+        return value, source
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:  # noqa: D102
+        try:
+            return super().process_value(ctx, value)
+        except click.BadParameter as err:
+            where = value_source(ctx, self)
+            if where is not None and err.param_hint is None:
+                err.param_hint = where[0]
+            raise
+
+
+def blame_source(ctx: click.Context, message: str) -> str:
+    """A library message naming an option, ``(from --weights)``, with the option replaced by where its
+    value came from when that was not the command line."""
+
+    def replace(match: re.Match[str]) -> str:
+        param = next((p for p in ctx.command.params if match.group(1) in getattr(p, "opts", ())), None)
+        where = value_source(ctx, param) if param is not None else None
+        return f"(from {where[1]})" if where is not None else match.group(0)
+
+    return re.sub(r"\(from (--[a-z0-9-]+)\)", replace, message)
+
+
+class NovelfindCommand(click.Command):
+    """A command whose library errors name the environment variable or config key behind an option."""
+
+    def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
+        try:
+            return super().invoke(ctx)
+        except NovelfindError as err:
+            if err.args and isinstance(err.args[0], str):
+                err.args = (blame_source(ctx, err.args[0]), *err.args[1:])
+            raise
 
 
 class NovelfindGroup(click.Group):
@@ -65,6 +130,9 @@ class NovelfindGroup(click.Group):
         except NovelfindError as err:
             click.echo(f"error: {err}", err=True)
             code = int(err.exit_code)
+        except click.exceptions.NoArgsIsHelpError as err:  # help, not an error; still not a success
+            click.echo(err.ctx.get_help() if err.ctx is not None else err.format_message(), err=True)
+            code = int(ExitCode.USAGE)
         except click.UsageError as err:
             click.echo(f"error: {err.format_message()}", err=True)
             code = int(ExitCode.USAGE)
@@ -130,6 +198,9 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
         return value
     data = read_config(path)
     ctx.default_map = {**(ctx.default_map or {}), **to_default_map(ctx.command, data, path)}
+    params = config_keys(ctx.command)
+    keys = {params[key.replace("-", "_")].name: key for key in data if key.replace("-", "_") in params}
+    ctx.meta[_CONFIG] = (path, keys)
     return str(path)
 
 
@@ -156,10 +227,11 @@ def _option(*decls: str, name: str, **kwargs: Any):
     NOVELFIND_<NAME>."""
     kwargs.setdefault("default", DEFAULTS[name])
     kwargs.setdefault("envvar", _env(name))
+    kwargs.setdefault("cls", SourcedOption)
     return click.option(*decls, name, **kwargs)
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
               expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
@@ -203,7 +275,7 @@ def _option(*decls: str, name: str, **kwargs: Any):
          help="Feature cache file (default: the user cache folder).")
 @_option("--cache-dtype", name="cache_dtype", type=_choice("cache_dtype"), show_default=True,
          help="How new vectors are stored in the cache: float16 halves its size (see the README).")
-@click.option("--no-cache", is_flag=True, default=False, envvar=_env("no_cache"),
+@click.option("--no-cache", cls=SourcedOption, is_flag=True, default=False, envvar=_env("no_cache"),
               help="Neither read nor write the feature cache (wins over a cache set in the environment "
                    "or a config file).")
 @_option("--exclude", name="exclude", multiple=True, metavar="GLOB",
@@ -264,6 +336,9 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     keyword_given = ctx.get_parameter_source("xmp_keyword") == click.core.ParameterSource.COMMANDLINE
     if keyword_given and not options["xmp"]:
         raise InputError("--xmp-keyword takes effect only with --xmp (sidecars are written only when asked)")
+    address_given = ctx.get_parameter_source("ray_address") == click.core.ParameterSource.COMMANDLINE
+    if address_given and options["engine"] != "ray":
+        raise InputError("--ray-address takes effect only with --engine ray")
     console = Console(quiet)
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
