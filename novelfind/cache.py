@@ -8,7 +8,8 @@ says what made it.
 
 Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
 flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
-moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning.
+moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning;
+:func:`damage` only looks (``novelfind cache info``) and :func:`remove_damaged` deletes one (``clear``).
 
 Any number of runs may open, create and write one new cache at the same instant (two cron jobs
 starting together). Two things make that safe. The file's identity (application id, schema
@@ -207,7 +208,7 @@ def damage(path: str | os.PathLike[str]) -> str | None:
     except sqlite3.Error:
         return None  # cannot be read at all: opening it says why
     try:
-        FeatureCache._check_health(conn)  # type: ignore[arg-type]
+        FeatureCache._check_health(conn)
     except sqlite3.DatabaseError as err:
         return str(err) if _is_damage(err) else None
     finally:
@@ -224,7 +225,8 @@ def remove_damaged(path: str | os.PathLike[str]) -> None:
         except FileNotFoundError:
             pass
         except OSError as err:
-            raise CacheError(f"cannot delete the damaged feature cache {path}: {err.strerror or err}") from None
+            reason = err.strerror or err
+            raise CacheError(f"cannot delete the damaged feature cache {path}: {reason}") from None
 
 
 class FeatureCache:

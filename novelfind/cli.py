@@ -22,11 +22,11 @@ from typing import Any
 import click
 
 from novelfind import __version__, dirs, run
-from novelfind.cache import FeatureCache
+from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.html import CONTACT_SHEET_FORMATS
-from novelfind.ignore import IgnoreList
+from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import encode_output, escape_field
 
 EXIT_CODES_HELP = """\b
@@ -46,7 +46,7 @@ Exit codes:
   0    done
   1    the ignore list cannot be read (damaged) or written
   2    usage: no PATHS, or PATHS with --list or --clear
-  3    done, but some PATHS could not be read (each named on stderr)
+  3    done, but some PATHS could not be read or are not photos (each named on stderr, not added)
 """
 
 DEFAULTS = run.parameter_defaults()
@@ -185,6 +185,11 @@ def _contact_sheet_name(ctx: click.Context, param: click.Parameter, value: Path 
     if value is not None and value.suffix.lower() not in CONTACT_SHEET_FORMATS:
         raise click.BadParameter(f"{value}: use a .jpg, .png or .webp name", ctx, param)
     return value
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 photo``, ``2 photos``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _env(name: str) -> str:
@@ -353,18 +358,20 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
             console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
                          "ignored; nothing to rank")
         else:
-            console.note(f"all {counts.ignored} photos are on the ignore list; nothing to rank "
+            console.note(f"all {plural(counts.ignored, 'photo')} are on the ignore list; nothing to rank "
                          "(--include-ignored shows them)")
     elif k > counts.candidates:
-        console.note(f"--k {k} is more than the {counts.candidates} photos to rank; ranking all of them")
+        console.note(f"--k {k} is more than the {plural(counts.candidates, 'photo')} to rank; ranking all "
+                     "of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
-    summary = (f"{counts.photos} photos ({counts.found} files) found, {counts.from_cache} read from cache, "
+    summary = (f"{plural(counts.photos, 'photo')} ({plural(counts.found, 'file')}) found, "
+               f"{counts.from_cache} read from cache, "
                f"{counts.extracted} extracted, {counts.failed} failed")
     if counts.ignored:
         summary += f", {counts.ignored} ignored"
     if counts.newly_ignored:
-        summary += f", {counts.newly_ignored} picks added to the ignore list"
+        summary += f", {plural(counts.newly_ignored, 'pick')} added to the ignore list"
     console.info(f"{summary}, {result.seconds:.1f} s")
     sidecars = result.sidecars
     if sidecars is not None:
@@ -573,12 +580,15 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
             console.note(f"not on the ignore list: {path}")
     else:
         change = ignored.add(paths)
-        click.echo(f"added\t{len(change.changed)}")
+        click.echo(f"added\t{count_photos(entry.path for entry in change.changed)}")
         if change.unchanged:
-            console.note(f"{len(change.unchanged)} already on the ignore list")
+            console.note(f"{count_photos(change.unchanged)} already on the ignore list")
+        for path in change.not_photos:
+            console.problem(f"not added: {path} is not a photo novelfind reads")
     for path, reason in change.failures:
         console.unreadable(path, reason)
-    return int(ExitCode.PARTIAL if change.failures else ExitCode.OK)
+    partial = change.failures or change.not_photos
+    return int(ExitCode.PARTIAL if partial else ExitCode.OK)
 
 
 # --- cache ---------------------------------------------------------------------------------------
@@ -588,9 +598,19 @@ cache_option = click.option("--cache", "cache_path", type=click.Path(dir_okay=Fa
                             help="Feature cache file (default: the user cache folder).")
 
 
-@cli.group()
+CACHE_EXIT_CODES_HELP = """\b
+Exit codes:
+  0    done (prune and clear: also when the cache was damaged; a warning says what they did)
+  1    no cache there, it cannot be read or written, or (info) it is damaged
+"""
+
+
+@cli.group(epilog=CACHE_EXIT_CODES_HELP)
 def cache() -> None:
     """Inspect and tidy the feature cache.
+
+    A damaged cache file is left as it is by `info`, which says so; `prune` moves it aside (it is
+    kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then start a new, empty one.
 
     \b
     Examples:
@@ -600,9 +620,15 @@ def cache() -> None:
     """
 
 
-def _existing_cache(path: Path | None) -> FeatureCache:
+def _cache_path(path: Path | None) -> Path:
     """The cache a scan would use: --cache, $NOVELFIND_CACHE, the config file's ``cache``, the default."""
-    return FeatureCache.open(path or configured_cache(scan), create=False)
+    path = path or configured_cache(scan) or dirs.feature_cache_path()
+    return path.expanduser().absolute()
+
+
+def _existing_cache(path: Path | None) -> FeatureCache:
+    """That cache, opened; a damaged file is moved aside (one ``warning:`` line) and a new one started."""
+    return FeatureCache.open(_cache_path(path), create=False, on_warning=Console(False).problem)
 
 
 @cache.command("info")
@@ -614,7 +640,17 @@ def cache_info(cache_path: Path | None) -> int:
     Example:
       novelfind cache info --cache ~/.cache/novelfind/features.sqlite
     """
-    with _existing_cache(cache_path) as store:
+    path = _cache_path(cache_path)
+    reason = damage(path)
+    if reason is not None:  # info changes nothing, not even a damaged file
+        click.echo(f"path\t{path}")
+        click.echo("damaged\tyes")
+        Console(False).problem(
+            f"the feature cache {path} is damaged ({reason}); left as it is: `novelfind cache clear` "
+            "deletes it and starts a new one (the next scan moves it aside and starts a new one)"
+        )
+        return int(ExitCode.ERROR)
+    with _existing_cache(path) as store:
         info = store.info()
     click.echo(f"path\t{info['path']}")
     click.echo(f"vectors\t{info['entries']}")
@@ -649,7 +685,16 @@ def cache_clear(cache_path: Path | None) -> int:
     Example:
       novelfind cache clear
     """
-    with _existing_cache(cache_path) as store:
+    path = _cache_path(cache_path)
+    reason = damage(path)
+    if reason is not None:  # nothing in it is worth keeping: delete it rather than move it aside
+        remove_damaged(path)
+        Console(False).problem(f"the feature cache {path} was damaged ({reason}); deleted it")
+        with FeatureCache.open(path):  # a new, empty one in its place
+            pass
+        click.echo("cleared")
+        return 0
+    with _existing_cache(path) as store:
         store.clear()
     click.echo("cleared")
     return 0

@@ -43,7 +43,11 @@ def test_a_real_scan_in_an_empty_home_writes_only_the_cache_and_the_model(tmp_pa
     env.update(HOME=str(home), PYTHONPATH=str(ROOT))
     done = subprocess.run(
         [sys.executable, "-m", "novelfind", "scan", str(photos), "--k", "2", "--backend", "onnx"],
-        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     written = _files_under(home)
@@ -160,8 +164,8 @@ def test_copy_to_holding_a_scanned_folder_is_refused(library, fake_extractor, tm
     result = run("scan", root, "--copy-to", target)
     assert result.exit_code == 2
     assert result.stderr == (
-        f"error: --copy-to {target} holds the scanned folder {root}: the picks folder is left out of the "
-        "walk, so nothing would be ranked; choose a folder outside it\n"
+        f"error: cannot place the picks in {target}: it holds the scanned folder {root}, and the picks "
+        "folder is left out of the walk, so nothing would be ranked; choose a folder outside it\n"
     )
     assert fake_extractor.images == 0
 
@@ -199,8 +203,13 @@ def test_ignoring_a_file_that_is_not_an_image_reports_it(library, tmp_path):
 
 
 def test_no_arguments_prints_help_without_an_error_prefix():
-    result = subprocess.run([sys.executable, "-m", "novelfind"], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "novelfind"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("Usage: novelfind [OPTIONS] COMMAND [ARGS]...\n\n  Find the most novel")
     assert "error:" not in result.stderr
@@ -214,6 +223,18 @@ def test_one_photo_is_singular(tmp_path, fake_extractor):
     assert "1 photo (1 file) found" in result.stderr
 
 
+def test_one_raw_file_left_out_is_singular(tmp_path, fake_extractor, monkeypatch):
+    from novelfind import raw
+
+    monkeypatch.setattr(raw, "available", lambda: False)
+    make_photo(tmp_path / "lib" / "a.jpg", (10, 200, 30), seed=1)
+    make_photo(tmp_path / "lib" / "b.jpg", (200, 20, 30), seed=2)
+    (tmp_path / "lib" / "c.CR2").write_bytes(b"II*\x00" + bytes(2000))
+    result = run("scan", tmp_path / "lib", "--k", "1", "--no-cache")
+    assert result.exit_code == 0, result.stderr
+    assert "warning: 1 RAW file without a JPEG twin left out" in result.stderr
+
+
 def test_re_ignoring_a_folder_counts_photos_not_files(tmp_path):
     folder = tmp_path / "shots"
     for i in range(3):
@@ -224,7 +245,7 @@ def test_re_ignoring_a_folder_counts_photos_not_files(tmp_path):
     assert first.stdout == "added\t3\n", first.stderr
     again = run("ignore", folder, "--ignore-file", listfile)
     assert again.stdout == "added\t0\n"
-    assert again.stderr == "note: 3 photos already on the ignore list\n"
+    assert again.stderr == "note: 3 already on the ignore list\n"
 
 
 def test_a_text_file_named_like_a_raw_file_is_not_a_raw_file():
