@@ -40,6 +40,7 @@ import hashlib
 import logging
 import os
 import queue
+import re
 import socket
 import sys
 import tempfile
@@ -63,7 +64,7 @@ CONNECT_TIMEOUT_S = 10.0  # TCP probe of HOST:PORT before Ray is asked to connec
 # that is not a Ray head for ever (measured: it had not returned after 200 s). One attempt waits for
 # the GCS up to the timeouts below (Ray reads them when it is imported, so they apply only when novelfind
 # imports Ray first and the user has not set them): measured 8 s per attempt with them, 41 s without
-# (scripts/bench_cluster.py --connect, docs/bench/ray-connect.json). One attempt: a head that is up answers
+# (scripts/bench_ray_connect.py, docs/bench/ray-connect.json). One attempt: a head that is up answers
 # the first one, and a second only doubled the wait for an address that is wrong.
 RAY_CONNECT_ATTEMPTS = 1
 RAY_CONNECT_ENV = {"RAY_gcs_rpc_server_connect_timeout_s": "2", "RAY_py_gcs_connect_timeout_s": "3"}
@@ -275,13 +276,18 @@ def _ray_env(settings: dict[str, str]) -> Iterator[None]:
             os.environ.pop(name, None)
 
 
+# A line of Ray's C++ log at level I or W: "[2026-11-26 12:36:29,634 W 7099 7099] rpc_client.h:153: ..."
+_RAY_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d [\d:,.]+ [IW] \d+ \d+\] ")
+
+
 @contextlib.contextmanager
 def _stderr_held() -> Iterator[None]:
-    """Hold what is written to file descriptor 2 meanwhile; write it out only if the block succeeds.
+    """Hold what is written to file descriptor 2 meanwhile; if the block succeeds, write it out without Ray's
+    informational and warning log lines, and if it fails, drop it.
 
     Ray's connection code logs each failed try from C++ (``[... W ...] rpc_client.h:153: Failed to connect
     to GCS ...``, six lines for one wrong address) before ray.init raises; the ClusterError says it in one
-    line. Only for joining a cluster: nothing is started that would keep the held descriptor.
+    line. A successful ray.init logs that it read ``RAY_BACKEND_LOG_LEVEL`` (an ``I`` line).
     """
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
@@ -304,7 +310,7 @@ def _stderr_held() -> Iterator[None]:
         os.close(saved)
         if ok:
             held.seek(0)
-            data = held.read()
+            data = b"".join(line for line in held.readlines() if not _RAY_LOG_LINE.match(line))
             if data:
                 os.write(2, data)
         held.close()
@@ -401,7 +407,7 @@ class RayEngine:
             if not joining:
                 from novelfind.features import available_cpus
 
-                with _ray_env(RAY_LOG_LEVEL_ENV):
+                with _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
                     ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
             else:
                 if address != "auto":
