@@ -269,3 +269,22 @@ def test_since_takes_utc_and_offsets(library, fake_extractor, since):
     result = run("scan", library["root"], "--since", since, "--format", "paths", "--no-cache")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == [str(library["odd"][0])]
+
+
+# -- 7. what the README says about --k ------------------------------------------------------------------
+
+
+def test_knn_lists_are_nested_and_the_default_lists_need_not_be():
+    """README, Ranking: `--k` changes the default's list, not only its length; knn's lists are nested."""
+    import numpy as np
+
+    import novelfind
+
+    nested_default = []
+    for seed in range(5):
+        x = np.random.default_rng(seed).normal(size=(14, 50)).astype(np.float32)
+        knn = {k: list(novelfind.rank(x, k, method="knn").indices) for k in (2, 3, 5)}
+        assert knn[5][:3] == knn[3] and knn[3][:2] == knn[2]
+        ads = {k: list(novelfind.rank(x, k).indices) for k in (2, 3, 5)}
+        nested_default.append(ads[5][:3] == ads[3] and ads[3][:2] == ads[2])
+    assert not all(nested_default)
