@@ -34,7 +34,8 @@ Exit codes:
   0    success, every file read
   1    error: nothing could be ranked (no images, weights missing, output not writable,
        ignore list damaged, or the Ray cluster unreachable with --engine ray)
-  2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp]
+  2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp],
+       --ray-address without --engine ray, --copy-to holding a scanned folder
   3    finished, but some files could not be read or some sidecars not written (each named
        on stderr)
   4    another run holds the lock on the same output (with --no-wait)
@@ -535,8 +536,8 @@ def _write_stdout(data: bytes) -> None:
 @click.option("--remove", is_flag=True,
               help="Take PATHS off the list (a folder: every photo last seen under it).")
 @click.option("--clear", is_flag=True, help="Empty the list.")
-@click.option("--ignore-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              envvar=_env("ignore_file"),
+@click.option("--ignore-file", cls=SourcedOption, type=click.Path(dir_okay=False, path_type=Path),
+              default=None, envvar=_env("ignore_file"),
               help="The ignore list (default: ignored.json in the user data folder).")
 @click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
               help="Print nothing on stderr but errors and unreadable files.")
@@ -593,8 +594,9 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
 
 # --- cache ---------------------------------------------------------------------------------------
 
-cache_option = click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path),
-                            default=None, envvar=_env("cache"),
+cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
+                            type=click.Path(dir_okay=False, path_type=Path), default=None,
+                            envvar=_env("cache"),
                             help="Feature cache file (default: the user cache folder).")
 
 
