@@ -416,10 +416,12 @@ class RayEngine:
                     ray.init(address=address, **kwargs)
         except ClusterError:
             raise
-        except ConnectionError as err:  # something answered at the address, but not as a Ray head
+        except ConnectionError:  # something listens at the address, but no Ray head answered
+            # (Ray's own message names the address its node resolved, which need not be the one given)
             where = f" at {address}" if address else ""
             raise ClusterError(
-                f"cannot connect to the Ray cluster{where}: no Ray head answered there ({_first_line(err)})"
+                f"cannot connect to the Ray cluster{where}: no Ray head answered there (is it the head's "
+                "GCS port, 6379 by default?)"
             ) from None
         except Exception as err:  # noqa: BLE001 - RuntimeError, ValueError from ray.init
             where = f" at {address}" if address else ""

@@ -276,8 +276,9 @@ def test_an_address_that_is_not_a_ray_head_is_one_line_on_the_command_line(libra
     assert done.stdout == ""
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(
-        f"error: cannot connect to the Ray cluster at 127.0.0.1:{port}: no Ray head answered there ("
+    assert lines[0] == (
+        f"error: cannot connect to the Ray cluster at 127.0.0.1:{port}: no Ray head answered there "
+        "(is it the head's GCS port, 6379 by default?)"
     )
 
 
