@@ -8,7 +8,8 @@ says what made it.
 
 Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
 flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
-moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning.
+moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning;
+:func:`damage` only looks (``novelfind cache info``) and :func:`remove_damaged` deletes one (``clear``).
 
 Any number of runs may open, create and write one new cache at the same instant (two cron jobs
 starting together). Two things make that safe. The file's identity (application id, schema
@@ -196,6 +197,38 @@ class DigestSet(Set[str]):
         return f"<DigestSet of {len(self)}>"
 
 
+def damage(path: str | os.PathLike[str]) -> str | None:
+    """Why the cache file at ``path`` is damaged, or None when it is sound (or missing). Read-only: the
+    file is opened without writing to it, and nothing is moved or created (``novelfind cache info``)."""
+    path = Path(os.fspath(path)).expanduser().absolute()
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+    except sqlite3.Error:
+        return None  # cannot be read at all: opening it says why
+    try:
+        FeatureCache._check_health(conn)
+    except sqlite3.DatabaseError as err:
+        return str(err) if _is_damage(err) else None
+    finally:
+        conn.close()
+    return None
+
+
+def remove_damaged(path: str | os.PathLike[str]) -> None:
+    """Delete a damaged cache file and its WAL and shared-memory files (``novelfind cache clear``)."""
+    path = Path(os.fspath(path)).expanduser().absolute()
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            path.with_name(path.name + suffix).unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            reason = err.strerror or err
+            raise CacheError(f"cannot delete the damaged feature cache {path}: {reason}") from None
+
+
 class FeatureCache:
     """Vectors made by one model (``model_key``), stored in the SQLite file at ``path``.
 
@@ -323,7 +356,8 @@ class FeatureCache:
             raise
         return conn
 
-    def _check_health(self, conn: sqlite3.Connection) -> None:
+    @staticmethod
+    def _check_health(conn: sqlite3.Connection) -> None:
         """Raise sqlite3.DatabaseError (CORRUPT/NOTADB) when the file is not a sound database."""
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # NOTADB for a foreign file
         result = conn.execute("PRAGMA quick_check").fetchall()

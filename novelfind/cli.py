@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -21,11 +22,11 @@ from typing import Any
 import click
 
 from novelfind import __version__, dirs, run
-from novelfind.cache import FeatureCache
-from novelfind.config import configured_cache, configured_value, read_config, to_default_map
+from novelfind.cache import FeatureCache, damage, remove_damaged
+from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
-from novelfind.ignore import IgnoreList
+from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import encode_output, escape_field
 
 EXIT_CODES_HELP = """\b
@@ -33,7 +34,8 @@ Exit codes:
   0    success, every file read
   1    error: nothing could be ranked (no images, weights missing, output not writable,
        ignore list damaged, or the Ray cluster unreachable with --engine ray)
-  2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp]
+  2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp],
+       --ray-address without --engine ray, --copy-to holding a scanned folder
   3    finished, but some files could not be read or some sidecars not written (each named
        on stderr)
   4    another run holds the lock on the same output (with --no-wait)
@@ -45,11 +47,75 @@ Exit codes:
   0    done
   1    the ignore list cannot be read (damaged) or written
   2    usage: no PATHS, or PATHS with --list or --clear
-  3    done, but some PATHS could not be read (each named on stderr)
+  3    done, but some PATHS could not be read or are not photos (each named on stderr, not added)
 """
 
 DEFAULTS = run.parameter_defaults()
-DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]
+# A date with a UTC offset (``Z``, ``+02:00``) is that moment; without one, local time.
+DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z",
+                "%Y-%m-%d %H:%M:%S%z"]
+_SOURCES = "novelfind.sources"  # ctx.meta: parameter name -> ParameterSource, recorded before conversion
+_CONFIG = "novelfind.config"  # ctx.meta: (config file, {parameter name: key as written in it})
+
+
+def value_source(ctx: click.Context, param: click.Parameter) -> tuple[str, str] | None:
+    """Where a parameter's value came from when it was not typed on the command line, as (the name for
+    "Invalid value for ...", the origin for "(from ...)"): ("NOVELFIND_K (environment variable)",
+    "NOVELFIND_K") or ("key 'k' in config file PATH", "config file PATH, key 'k'"); None for the command
+    line and defaults. What a cron user needs in an error message to find the value to fix."""
+    source = ctx.meta.get(_SOURCES, {}).get(param.name) or ctx.get_parameter_source(param.name or "")
+    if source == click.core.ParameterSource.ENVIRONMENT and isinstance(param, click.Option):
+        names = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or ())
+        name = next((n for n in names if os.environ.get(n)), names[0] if names else None)
+        return (f"{name} (environment variable)", name) if name else None
+    if source == click.core.ParameterSource.DEFAULT_MAP and _CONFIG in ctx.meta:
+        path, keys = ctx.meta[_CONFIG]
+        key = keys.get(param.name, (param.name or "").replace("_", "-"))
+        return f"key '{key}' in config file {path}", f"config file {path}, key '{key}'"
+    return None
+
+
+class SourcedOption(click.Option):
+    """An option whose bad value is blamed on where it came from: the environment variable or the
+    config file and key, not the option the user never typed."""
+
+    def consume_value(self, ctx: click.Context, opts: Any) -> Any:  # noqa: D102
+        value, source = super().consume_value(ctx, opts)
+        ctx.meta.setdefault(_SOURCES, {})[self.name] = source
+        return value, source
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:  # noqa: D102
+        try:
+            return super().process_value(ctx, value)
+        except click.BadParameter as err:
+            where = value_source(ctx, self)
+            if where is not None and err.param_hint is None:
+                err.param_hint = where[0]
+            raise
+
+
+def blame_source(ctx: click.Context, message: str) -> str:
+    """A library message naming an option, ``(from --weights)``, with the option replaced by where its
+    value came from when that was not the command line."""
+
+    def replace(match: re.Match[str]) -> str:
+        param = next((p for p in ctx.command.params if match.group(1) in getattr(p, "opts", ())), None)
+        where = value_source(ctx, param) if param is not None else None
+        return f"(from {where[1]})" if where is not None else match.group(0)
+
+    return re.sub(r"\(from (--[a-z0-9-]+)\)", replace, message)
+
+
+class NovelfindCommand(click.Command):
+    """A command whose library errors name the environment variable or config key behind an option."""
+
+    def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
+        try:
+            return super().invoke(ctx)
+        except NovelfindError as err:
+            if err.args and isinstance(err.args[0], str):
+                err.args = (blame_source(ctx, err.args[0]), *err.args[1:])
+            raise
 
 
 class NovelfindGroup(click.Group):
@@ -65,6 +131,9 @@ class NovelfindGroup(click.Group):
         except NovelfindError as err:
             click.echo(f"error: {err}", err=True)
             code = int(err.exit_code)
+        except click.exceptions.NoArgsIsHelpError as err:  # help, not an error; still not a success
+            click.echo(err.ctx.get_help() if err.ctx is not None else err.format_message(), err=True)
+            code = int(ExitCode.USAGE)
         except click.UsageError as err:
             click.echo(f"error: {err.format_message()}", err=True)
             code = int(ExitCode.USAGE)
@@ -119,6 +188,11 @@ def _contact_sheet_name(ctx: click.Context, param: click.Parameter, value: Path 
     return value
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 photo``, ``2 photos``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _env(name: str) -> str:
     return "NOVELFIND_" + name.upper()
 
@@ -130,6 +204,9 @@ def _load_config(ctx: click.Context, param: click.Parameter, value: str | None) 
         return value
     data = read_config(path)
     ctx.default_map = {**(ctx.default_map or {}), **to_default_map(ctx.command, data, path)}
+    params = config_keys(ctx.command)
+    keys = {params[key.replace("-", "_")].name: key for key in data if key.replace("-", "_") in params}
+    ctx.meta[_CONFIG] = (path, keys)
     return str(path)
 
 
@@ -156,10 +233,11 @@ def _option(*decls: str, name: str, **kwargs: Any):
     NOVELFIND_<NAME>."""
     kwargs.setdefault("default", DEFAULTS[name])
     kwargs.setdefault("envvar", _env(name))
+    kwargs.setdefault("cls", SourcedOption)
     return click.option(*decls, name, **kwargs)
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--config", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
               expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
@@ -203,7 +281,7 @@ def _option(*decls: str, name: str, **kwargs: Any):
          help="Feature cache file (default: the user cache folder).")
 @_option("--cache-dtype", name="cache_dtype", type=_choice("cache_dtype"), show_default=True,
          help="How new vectors are stored in the cache: float16 halves its size (see the README).")
-@click.option("--no-cache", is_flag=True, default=False, envvar=_env("no_cache"),
+@click.option("--no-cache", cls=SourcedOption, is_flag=True, default=False, envvar=_env("no_cache"),
               help="Neither read nor write the feature cache (wins over a cache set in the environment "
                    "or a config file).")
 @_option("--exclude", name="exclude", multiple=True, metavar="GLOB",
@@ -264,6 +342,9 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     keyword_given = ctx.get_parameter_source("xmp_keyword") == click.core.ParameterSource.COMMANDLINE
     if keyword_given and not options["xmp"]:
         raise InputError("--xmp-keyword takes effect only with --xmp (sidecars are written only when asked)")
+    address_given = ctx.get_parameter_source("ray_address") == click.core.ParameterSource.COMMANDLINE
+    if address_given and options["engine"] != "ray":
+        raise InputError("--ray-address takes effect only with --engine ray")
     console = Console(quiet)
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
@@ -278,18 +359,20 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
             console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
                          "ignored; nothing to rank")
         else:
-            console.note(f"all {counts.ignored} photos are on the ignore list; nothing to rank "
+            console.note(f"all {plural(counts.ignored, 'photo')} are on the ignore list; nothing to rank "
                          "(--include-ignored shows them)")
     elif k > counts.candidates:
-        console.note(f"--k {k} is more than the {counts.candidates} photos to rank; ranking all of them")
+        console.note(f"--k {k} is more than the {plural(counts.candidates, 'photo')} to rank; ranking all "
+                     "of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
-    summary = (f"{counts.photos} photos ({counts.found} files) found, {counts.from_cache} read from cache, "
+    summary = (f"{plural(counts.photos, 'photo')} ({plural(counts.found, 'file')}) found, "
+               f"{counts.from_cache} read from cache, "
                f"{counts.extracted} extracted, {counts.failed} failed")
     if counts.ignored:
         summary += f", {counts.ignored} ignored"
     if counts.newly_ignored:
-        summary += f", {counts.newly_ignored} picks added to the ignore list"
+        summary += f", {plural(counts.newly_ignored, 'pick')} added to the ignore list"
     console.info(f"{summary}, {result.seconds:.1f} s")
     sidecars = result.sidecars
     if sidecars is not None:
@@ -453,8 +536,8 @@ def _write_stdout(data: bytes) -> None:
 @click.option("--remove", is_flag=True,
               help="Take PATHS off the list (a folder: every photo last seen under it).")
 @click.option("--clear", is_flag=True, help="Empty the list.")
-@click.option("--ignore-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              envvar=_env("ignore_file"),
+@click.option("--ignore-file", cls=SourcedOption, type=click.Path(dir_okay=False, path_type=Path),
+              default=None, envvar=_env("ignore_file"),
               help="The ignore list (default: ignored.json in the user data folder).")
 @click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
               help="Print nothing on stderr but errors and unreadable files.")
@@ -498,24 +581,38 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
             console.note(f"not on the ignore list: {path}")
     else:
         change = ignored.add(paths)
-        click.echo(f"added\t{len(change.changed)}")
+        click.echo(f"added\t{count_photos(entry.path for entry in change.changed)}")
         if change.unchanged:
-            console.note(f"{len(change.unchanged)} already on the ignore list")
+            console.note(f"{count_photos(change.unchanged)} already on the ignore list")
+        for path in change.not_photos:
+            console.problem(f"not added: {path} is not a photo novelfind reads")
     for path, reason in change.failures:
         console.unreadable(path, reason)
-    return int(ExitCode.PARTIAL if change.failures else ExitCode.OK)
+    partial = change.failures or change.not_photos
+    return int(ExitCode.PARTIAL if partial else ExitCode.OK)
 
 
 # --- cache ---------------------------------------------------------------------------------------
 
-cache_option = click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path),
-                            default=None, envvar=_env("cache"),
+cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
+                            type=click.Path(dir_okay=False, path_type=Path), default=None,
+                            envvar=_env("cache"),
                             help="Feature cache file (default: the user cache folder).")
 
 
-@cli.group()
+CACHE_EXIT_CODES_HELP = """\b
+Exit codes:
+  0    done (prune and clear: also when the cache was damaged; a warning says what they did)
+  1    no cache there, it cannot be read or written, or (info) it is damaged
+"""
+
+
+@cli.group(epilog=CACHE_EXIT_CODES_HELP)
 def cache() -> None:
     """Inspect and tidy the feature cache.
+
+    A damaged cache file is left as it is by `info`, which says so; `prune` moves it aside (it is
+    kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then start a new, empty one.
 
     \b
     Examples:
@@ -525,9 +622,15 @@ def cache() -> None:
     """
 
 
-def _existing_cache(path: Path | None) -> FeatureCache:
+def _cache_path(path: Path | None) -> Path:
     """The cache a scan would use: --cache, $NOVELFIND_CACHE, the config file's ``cache``, the default."""
-    return FeatureCache.open(path or configured_cache(scan), create=False)
+    path = path or configured_cache(scan) or dirs.feature_cache_path()
+    return path.expanduser().absolute()
+
+
+def _existing_cache(path: Path | None) -> FeatureCache:
+    """That cache, opened; a damaged file is moved aside (one ``warning:`` line) and a new one started."""
+    return FeatureCache.open(_cache_path(path), create=False, on_warning=Console(False).problem)
 
 
 @cache.command("info")
@@ -539,7 +642,17 @@ def cache_info(cache_path: Path | None) -> int:
     Example:
       novelfind cache info --cache ~/.cache/novelfind/features.sqlite
     """
-    with _existing_cache(cache_path) as store:
+    path = _cache_path(cache_path)
+    reason = damage(path)
+    if reason is not None:  # info changes nothing, not even a damaged file
+        click.echo(f"path\t{path}")
+        click.echo("damaged\tyes")
+        Console(False).problem(
+            f"the feature cache {path} is damaged ({reason}); left as it is: `novelfind cache clear` "
+            "deletes it and starts a new one (the next scan moves it aside and starts a new one)"
+        )
+        return int(ExitCode.ERROR)
+    with _existing_cache(path) as store:
         info = store.info()
     click.echo(f"path\t{info['path']}")
     click.echo(f"vectors\t{info['entries']}")
@@ -574,7 +687,16 @@ def cache_clear(cache_path: Path | None) -> int:
     Example:
       novelfind cache clear
     """
-    with _existing_cache(cache_path) as store:
+    path = _cache_path(cache_path)
+    reason = damage(path)
+    if reason is not None:  # nothing in it is worth keeping: delete it rather than move it aside
+        remove_damaged(path)
+        Console(False).problem(f"the feature cache {path} was damaged ({reason}); deleted it")
+        with FeatureCache.open(path):  # a new, empty one in its place
+            pass
+        click.echo("cleared")
+        return 0
+    with _existing_cache(path) as store:
         store.clear()
     click.echo("cleared")
     return 0

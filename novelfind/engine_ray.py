@@ -40,6 +40,7 @@ import hashlib
 import logging
 import os
 import queue
+import re
 import socket
 import sys
 import tempfile
@@ -62,9 +63,16 @@ CONNECT_TIMEOUT_S = 10.0  # TCP probe of HOST:PORT before Ray is asked to connec
 # Ray's own connection attempts. Without a bound, ray.init() retries an address where something listens
 # that is not a Ray head for ever (measured: it had not returned after 200 s). One attempt waits for
 # the GCS up to the timeouts below (Ray reads them when it is imported, so they apply only when novelfind
-# imports Ray first and the user has not set them): measured 8 s per attempt with them, 41 s without.
-RAY_CONNECT_ATTEMPTS = 2
+# imports Ray first and the user has not set them): measured 8 s per attempt with them, 41 s without
+# (scripts/bench_ray_connect.py, docs/bench/ray-connect.json). One attempt: a head that is up answers
+# the first one, and a second only doubled the wait for an address that is wrong.
+RAY_CONNECT_ATTEMPTS = 1
 RAY_CONNECT_ENV = {"RAY_gcs_rpc_server_connect_timeout_s": "2", "RAY_py_gcs_connect_timeout_s": "3"}
+# The driver's core worker logs from C++ to this process's stderr. Below FATAL it says, on every successful
+# scan, that Ray Data's actors have "constructor arguments in the object store" (an ERROR line about Ray
+# Data's own arguments, ray-project/ray#53727, nothing novelfind passes or can change). novelfind reports
+# every failure of the cluster itself, so the driver logs only fatal errors, unless the user set a level.
+RAY_LOG_LEVEL_ENV = {"RAY_BACKEND_LOG_LEVEL": "fatal"}
 STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
 MAX_ROUNDS = 3  # submissions of the files still missing after a failed round
 MAX_BLOCKS = 20_000  # input blocks per run; more files per block above 20,000 x batch_size files
@@ -249,6 +257,58 @@ def _bounded_ray_connect(attempts: int):
             os.environ.pop(name, None)
 
 
+@contextlib.contextmanager
+def _ray_env(settings: dict[str, str]) -> Iterator[None]:
+    """Set the variables of ``settings`` the user has not set, for what Ray starts inside; then unset them."""
+    added = [name for name in settings if name not in os.environ]
+    os.environ.update({name: settings[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+# A line of Ray's C++ log at level I or W: "[2026-11-26 12:36:29,634 W 7099 7099] rpc_client.h:153: ..."
+_RAY_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d [\d:,.]+ [IW] \d+ \d+\] ")
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Iterator[None]:
+    """Hold what is written to file descriptor 2 meanwhile; if the block succeeds, write it out without Ray's
+    informational and warning log lines, and if it fails, drop it.
+
+    Ray's connection code logs each failed try from C++ (``[... W ...] rpc_client.h:153: Failed to connect
+    to GCS ...``, six lines for one wrong address) before ray.init raises; the ClusterError says it in one
+    line. A successful ray.init logs that it read ``RAY_BACKEND_LOG_LEVEL`` (an ``I`` line).
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 (started with stderr closed)
+        yield
+        return
+    held = tempfile.TemporaryFile()
+    ok = False
+    try:
+        os.dup2(held.fileno(), 2)
+        yield
+        ok = True
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        if ok:
+            held.seek(0)
+            data = b"".join(line for line in held.readlines() if not _RAY_LOG_LINE.match(line))
+            if data:
+                os.write(2, data)
+        held.close()
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return (text.splitlines()[0] if text else type(err).__name__)[:300]
@@ -340,15 +400,23 @@ class RayEngine:
             if not joining:
                 from novelfind.features import available_cpus
 
-                ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
+                with _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
+                    ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
             else:
                 if address != "auto":
                     _probe(address, self.connect_timeout)
-                with _bounded_ray_connect(RAY_CONNECT_ATTEMPTS):
+                with _bounded_ray_connect(RAY_CONNECT_ATTEMPTS), _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
                     ray.init(address=address, **kwargs)
         except ClusterError:
             raise
-        except Exception as err:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError from ray.init
+        except ConnectionError:  # something listens at the address, but no Ray head answered
+            # (Ray's own message names the address its node resolved, which need not be the one given)
+            where = f" at {address}" if address else ""
+            raise ClusterError(
+                f"cannot connect to the Ray cluster{where}: no Ray head answered there (is it the head's "
+                "GCS port, 6379 by default?)"
+            ) from None
+        except Exception as err:  # noqa: BLE001 - RuntimeError, ValueError from ray.init
             where = f" at {address}" if address else ""
             raise ClusterError(f"cannot connect to the Ray cluster{where}: {_first_line(err)}") from None
         self._ray, self._owns_ray = ray, True

@@ -35,6 +35,13 @@ from novelfind.errors import InputError, WeightsError
 
 log = logging.getLogger(__name__)
 
+# ONNX Runtime's telemetry: its Linux build writes a device id and a database of queued events (OS, paths)
+# under ~/.cache/Microsoft/DeveloperTools/.onnxruntime/ as soon as it is imported, whatever
+# disable_telemetry_events() says later. This variable, read when the library loads, stops both; it is
+# set here, before anything can import onnxruntime through novelfind, and a value the user set is kept.
+ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
+os.environ.setdefault(ORT_TELEMETRY_ENV, "1")
+
 WEIGHTS_FILE = "mobilenet_v2-b0353104.pth"
 WEIGHTS_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
 WEIGHTS_URL = "https://download.pytorch.org/models/" + WEIGHTS_FILE
@@ -364,8 +371,7 @@ class OnnxExtractor:
         return base / name
 
     def _new_session(self, path: Path):
-        import onnxruntime as ort
-
+        ort = onnxruntime()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads or available_cpus()
         opts.inter_op_num_threads = 1
@@ -463,6 +469,15 @@ def _check_batch(batch: np.ndarray) -> np.ndarray:
 def _check_shape(is_uint8: bool, dtype: Any, shape: tuple) -> None:
     if not is_uint8 or len(shape) != 4 or tuple(shape[1:]) != (INPUT_SIZE, INPUT_SIZE, 3):
         raise ValueError(f"expected uint8 (B, {INPUT_SIZE}, {INPUT_SIZE}, 3), got {dtype} {tuple(shape)}")
+
+
+def onnxruntime() -> Any:
+    """The onnxruntime module, with its telemetry off (see ``ORT_TELEMETRY_ENV``) before any session."""
+    os.environ.setdefault(ORT_TELEMETRY_ENV, "1")
+    import onnxruntime as ort
+
+    ort.disable_telemetry_events()
+    return ort
 
 
 def _onnxruntime_available() -> bool:

@@ -83,6 +83,14 @@ class IgnoreChange:
     changed: list[Ignored] = field(default_factory=list)  # added, or removed
     unchanged: list[Path] = field(default_factory=list)  # already on the list (add) / not on it (remove)
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, one-line reason)
+    not_photos: list[Path] = field(default_factory=list)  # files named that a scan never reads (add)
+
+
+def count_photos(paths: Iterable[str | os.PathLike[str]]) -> int:
+    """How many photos ``paths`` are: the files of one shot (``IMG_1.CR2`` + ``IMG_1.jpg``, same folder and
+    name but for the extension and case) count once, as in a scan's summary."""
+    return len({(os.path.dirname(os.fspath(p)), os.path.splitext(os.path.basename(p))[0].casefold())
+                for p in paths})
 
 
 def _now() -> str:
@@ -218,7 +226,8 @@ class IgnoreList:
     ) -> IgnoreChange:
         """Put the files ``paths`` on the list, read to get their digest; a folder stands for every image
         file under it (RAW files included), found as a scan finds them (``exclude``, ``follow_symlinks``:
-        as for a scan). A path that does not exist or cannot be read is a failure; the others are added.
+        as for a scan). A path that does not exist or cannot be read is a failure; a file named that a scan
+        would never read (``notes.txt``) is not added (``not_photos``); the others are added.
         """
         result = IgnoreChange()
         found: list[tuple[str, Path, int]] = []
@@ -227,6 +236,9 @@ class IgnoreList:
             result.failures.append((Path(path), reason))
 
         for path in _files(paths, exclude=exclude, follow_symlinks=follow_symlinks, on_error=fail):
+            if not walk.is_image_name(path.name):
+                result.not_photos.append(path)
+                continue
             try:
                 data = path.read_bytes()
             except OSError as e:

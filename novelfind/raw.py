@@ -117,6 +117,20 @@ _UNDO = {
 _EXIF_ORIENTATION = 0x0112
 
 
+# How RAW files begin: TIFF-based ones (CR2, NEF, ARW, DNG, PEF, SRW, 3FR, ERF, KDC, ... and ORF's and
+# RW2's variants of the TIFF mark), Fujifilm's RAF, the ISO media box of CR3, Sigma's X3F, Minolta's MRW.
+_RAW_SIGNATURES = (
+    *(b"II*\x00", b"MM\x00*", b"IIII", b"IIRO", b"IIRS", b"MMOR", b"IIU\x00"),
+    *(b"FUJIFILM", b"FOVb", b"\x00MRM"),
+)
+
+
+def _has_raw_signature(data: bytes) -> bool:
+    """Whether ``data`` begin as some RAW format does; LibRaw's own message for a short text file is an
+    I/O error, which would send the user looking for a damaged disk."""
+    return data.startswith(_RAW_SIGNATURES) or data[4:8] == b"ftyp"
+
+
 def _reason(err: BaseException) -> str:
     """One line for a LibRaw failure (rawpy's messages are bytes such as b'Input/output error')."""
     import rawpy
@@ -172,6 +186,8 @@ def decode_raw(
     except DecodeError:
         raise
     except (rawpy.LibRawError, MemoryError) as e:
+        if not _has_raw_signature(data):
+            raise DecodeError("unsupported or not a RAW file") from None
         raise DecodeError(_reason(e)) from None
     except Exception as e:  # noqa: BLE001 - any LibRaw or numpy failure is one bad file, not a crash
         raise DecodeError(_reason(e)) from None

@@ -631,6 +631,13 @@ class _Scan:
             if not os.access(parent, os.W_OK):
                 raise OutputError(f"cannot write the {what} {target}: folder {parent} is not writable")
         if p.copy_to is not None:
+            scanned = walk.scanned_path_within(p.copy_to, p.paths)
+            if scanned is not None:
+                raise InputError(
+                    f"cannot place the picks in {p.copy_to}: it holds the scanned folder {scanned}, and the "
+                    "picks folder is left out of the walk, so nothing would be ranked; choose a folder "
+                    "outside it"
+                )
             if p.copy_to.exists() and not p.copy_to.is_dir():
                 raise OutputError(f"cannot place the picks in {p.copy_to}: it is not a folder")
             existing = p.copy_to.absolute()
@@ -667,8 +674,9 @@ class _Scan:
                 count=len(photos),
             )
             if not readable.all():
+                n = int((~readable).sum())
                 left_out = (
-                    f"{int((~readable).sum())} RAW files without a JPEG twin left out: RAW support "
+                    f"{n} RAW file{'' if n == 1 else 's'} without a JPEG twin left out: RAW support "
                     "is not installed (pip install 'novelfind[raw]')"
                 )
                 if readable.any():

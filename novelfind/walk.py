@@ -144,6 +144,22 @@ class _Paths(Sequence[Path]):
         return Path(os.fsdecode(self._files.raw_path(i if i >= 0 else i + len(self))))
 
 
+def scanned_path_within(
+    folder: str | os.PathLike[str], paths: Iterable[str | os.PathLike[str]]
+) -> Path | None:
+    """The first of ``paths`` that is ``folder`` or lies under it (links resolved), else None.
+
+    A scan leaves the folder it places its picks in (``copy_to``) out of the walk; a picks folder that
+    holds a scanned path would leave that whole path out.
+    """
+    inside = Path(os.path.realpath(os.fspath(folder)))
+    for path in paths:
+        real = Path(os.path.realpath(os.fspath(path)))
+        if real == inside or inside in real.parents:
+            return Path(path)
+    return None
+
+
 def is_image_name(name: str) -> bool:
     """True when ``name`` has an extension the walk offers (``WALKED_EXTENSIONS``), any case."""
     return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS

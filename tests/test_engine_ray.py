@@ -9,6 +9,7 @@ through ``scan()`` puts a fresh node back, the last one leaves one worker node.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -225,6 +226,60 @@ def test_an_unreachable_cluster_ends_the_command_with_one_line_and_exit_code_1(l
     last = done.stderr.splitlines()[-1]
     assert last.startswith(f"error: cannot reach the Ray cluster at 127.0.0.1:{port}: ")
     assert sum(line.startswith("error:") for line in done.stderr.splitlines()) == 1
+
+
+def test_a_ray_scan_that_succeeds_prints_no_ray_log_lines(cluster, library, tmp_path):
+    done = _cli("scan", str(library), "--k", "3", "--engine", "ray", "--ray-address", cluster.address,
+                "--cache", str(tmp_path / "c.sqlite"))
+    assert done.returncode == ExitCode.PARTIAL, done.stderr
+    ray_log = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+ [EWIF] ")  # [2026-11-26 12:37:46,268 E 9004 9547]
+    assert [line for line in done.stderr.splitlines() if ray_log.match(line)] == []
+    assert "core_worker" not in done.stderr
+
+
+class _SilentListener:
+    """Something on a local port that accepts connections and never answers like a Ray head."""
+
+    def __enter__(self) -> int:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.5)
+        self.accepted: list[socket.socket] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+        return self.sock.getsockname()[1]
+
+    def _accept(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.accepted.append(self.sock.accept()[0])
+            except OSError:
+                continue
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+        for conn in self.accepted:
+            conn.close()
+        self.sock.close()
+
+
+def test_an_address_that_is_not_a_ray_head_is_one_line_on_the_command_line(library):
+    _ray()
+    with _SilentListener() as port:
+        address = f"127.0.0.1:{port}"
+        done = _cli("scan", str(library), "--engine", "ray", "--ray-address", address, "--no-cache",
+                    timeout=240)
+    assert done.returncode == ExitCode.ERROR
+    assert done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0] == (
+        f"error: cannot connect to the Ray cluster at 127.0.0.1:{port}: no Ray head answered there "
+        "(is it the head's GCS port, 6379 by default?)"
+    )
 
 
 def _committed(cache: Path) -> int:
