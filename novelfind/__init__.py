@@ -35,7 +35,7 @@ __version__ = "0.1.0"
 _API = {
     "scan": ("novelfind.run", "scan"),
     "ScanResult": ("novelfind.run", "ScanResult"),
-    "ScanParameters": ("novelfind.run", "ScanParameters"),
+    "ScanParameters": ("novelfind.params", "ScanParameters"),
     "Counts": ("novelfind.run", "Counts"),
     "Progress": ("novelfind.run", "Progress"),
     "Pick": ("novelfind.report", "Pick"),
@@ -83,7 +83,8 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
     from novelfind.ranking import Ranking, rank
     from novelfind.report import Failure, Pick
-    from novelfind.run import Counts, Progress, ScanParameters, ScanResult, scan
+    from novelfind.params import ScanParameters
+    from novelfind.run import Counts, Progress, ScanResult, scan
     from novelfind.solver import ADSConfig, ADSResult, ads
 
 
