@@ -731,4 +731,4 @@ def auto_decoder(
                 on_warning(message)
             else:
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return pipeline.ProcessDecoder(workers, window, known)
+    return pipeline.ProcessDecoder(workers, window, known, timeout=context.get("timeout"))

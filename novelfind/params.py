@@ -25,7 +25,7 @@ from novelfind import features
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
 from novelfind.errors import InputError
 from novelfind.html import CONTACT_SHEET_FORMATS
-from novelfind.pipeline import DECODERS, ENGINES
+from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
 from novelfind.ranking import DEFAULT_DEDUP, METHODS
 from novelfind.report import FORMATS, PLACE_MODES
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
@@ -190,6 +190,16 @@ class ScanParameters:
         "decoding processes (0-256; None: one per core, 0: decode in this process).",
         help="Decoding processes; 0 decodes in the scanning process (default: one per CPU core).",
         limit=Limit(0, 256),
+    )
+    decode_timeout: float = param(
+        DECODE_TIMEOUT_S,
+        "seconds a decoding process may spend on one file (> 0); past that it is stopped and the file "
+        "reported as unreadable. Decoding in this process (``workers`` 0, or a few files) has no "
+        "limit. Not used by other engines than the local one.",
+        help="Seconds a decoding process may spend on one file before it is stopped and the file "
+        "reported as unreadable.",
+        limit=Limit(0, low_open=True),
+        metavar="SECONDS",
     )
     device: str = param(
         "auto",

@@ -374,7 +374,10 @@ class _Scan:
         p = self.params
         engine = load(ENGINES[p.engine])
         # an engine that runs elsewhere is told where, and on what device its workers run the model
-        elsewhere = {} if p.engine == "local" else {"address": p.ray_address, "device": p.device}
+        if p.engine == "local":
+            elsewhere: dict[str, Any] = {"decode_timeout": p.decode_timeout}
+        else:
+            elsewhere = {"address": p.ray_address, "device": p.device}
         extraction = engine(
             files,
             extractor,
