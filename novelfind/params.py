@@ -12,9 +12,11 @@ its line in the README's option table and in ``configs/default.toml``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import numbers
 import os
+import textwrap
 from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
@@ -445,16 +447,42 @@ def parameter_defaults() -> dict[str, Any]:
     return {f.name: f.default for f in FIELDS if f.name != "paths"}
 
 
-def describe() -> str:
-    """The ``Args:`` lines of ``scan()``'s docstring, one entry per parameter, from the fields' docs."""
-    lines = []
-    for f in FIELDS:
-        words = f"{f.name}: {f.metadata['doc']}".split()
-        line = "    "
-        for word in words:
-            if len(line) + len(word) + 1 > 104 and line.strip():
-                lines.append(line)
-                line = "        "
-            line += ("" if line.isspace() else " ") + word
-        lines.append(line)
-    return "\n".join(lines)
+def describe(indent: str = "        ") -> str:
+    """The ``Args:`` entries of ``scan()``'s docstring, one per parameter, from the fields' docs."""
+    return "\n".join(
+        textwrap.fill(
+            f"{f.name}: {f.metadata['doc']}",
+            width=106,
+            initial_indent=indent,
+            subsequent_indent=indent + "    ",
+            break_on_hyphens=False,
+        )
+        for f in FIELDS
+    )
+
+
+# What scan() accepts where a parameter is stored normalised (paths as Path objects, sequences as tuples)
+_ACCEPTS = {
+    "tuple[Path, ...]": "str | os.PathLike[str] | Iterable[str | os.PathLike[str]]",
+    "tuple[str, ...]": "str | Iterable[str]",
+    "Path | None": "str | os.PathLike[str] | None",
+    "bool | Path | FeatureCache": "bool | str | os.PathLike[str] | FeatureCache",
+}
+
+
+def scan_signature(extra: list[inspect.Parameter], returns: str) -> inspect.Signature:
+    """The signature of a function taking the parameters as keywords (``paths`` and ``k`` also by
+    position), then ``extra``: what ``help(novelfind.scan)`` and editors show."""
+    positional = ("paths", "k")
+    parameters = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+            if f.name in positional
+            else inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=_ACCEPTS.get(f.type, f.type),
+        )
+        for f in FIELDS
+    ]
+    return inspect.Signature(parameters + extra, return_annotation=returns)

@@ -22,14 +22,13 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, features, walk
+from novelfind import features, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.html import pca_2d
@@ -37,11 +36,11 @@ from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
-from novelfind.params import FIELDS, ScanParameters, describe
+from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pipeline import ENGINES, Extraction, FeatureStore, load
-from novelfind.report import Failure, Pick, format_results
+from novelfind.report import Failure, Pick
+from novelfind.results import Counts, Progress, ScanResult, run_record
 from novelfind.walk import FileList, ImageFile
-from novelfind.xmp import SidecarSummary
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
@@ -66,90 +65,6 @@ def matrix_budget() -> int:
 
 STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class Counts:
-    """What happened to the files of one scan."""
-
-    found: int  # image files of the photos found (RAW twins included; the run's own outputs left out)
-    from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
-    extracted: int  # vectors made by the model in this run
-    failed: int  # files that could not be read (walk errors and decode failures)
-    candidates: int  # photos that could be picked: all that were read, or those modified since `since`,
-    #                  less the ignored ones
-    duplicates_dropped: int  # near-duplicates of better picks passed over
-    photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
-    ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
-    newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
-
-
-@dataclass(frozen=True)
-class Progress:
-    """A progress event of :func:`scan`, for ``on_progress``.
-
-    ``stage`` is ``"walk"`` (``done`` files found so far, ``total`` None), ``"wait"`` (another run is
-    writing ``path``; this one waits for it), ``"extract"`` (``done`` of ``total`` files resolved:
-    read from the cache, extracted or failed), ``"rank"`` (0 of 1, then 1 of 1) or ``"write"``
-    (``done`` of ``total`` outputs written).
-    """
-
-    stage: str
-    done: int = 0
-    total: int | None = None
-    path: Path | None = None
-
-
-@dataclass(frozen=True)
-class ScanResult:
-    """What :func:`scan` returns.
-
-    ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
-    was read (one per photo: a RAW + JPEG pair is read through its JPEG; a
-    :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
-    float32 their vectors, row i for ``files[i]`` (rank them again another way with
-    :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
-    (``MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
-    """
-
-    picks: list[Pick]
-    failures: list[Failure]
-    counts: Counts
-    seconds: float
-    parameters: ScanParameters
-    files: list[ImageFile] = field(repr=False)
-    features: np.ndarray | None = field(repr=False)
-    sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
-
-    def record(self) -> dict[str, Any]:
-        """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""
-        return run_record(self.parameters, self.counts, self.seconds)
-
-    def to_text(self, fmt: str | None = None) -> str:
-        """The results in an output format (default: the scan's ``format``), as ``output`` gets them."""
-        return format_results(
-            self.picks, fmt or self.parameters.format, failures=self.failures, run=self.record()
-        )
-
-
-def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
-    """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
-    (:meth:`ScanParameters.record`) and the counts."""
-    return {
-        "version": __version__,
-        **params.record(),
-        "images_found": counts.found,
-        "photos_found": counts.photos,
-        "ignored": counts.ignored,
-        "from_cache": counts.from_cache,
-        "extracted": counts.extracted,
-        "failed": counts.failed,
-        "duplicates_dropped": counts.duplicates_dropped,
-        "seconds": round(seconds, 3),
-    }
-
-
 # --------------------------------------------------------------------------- the scan
 
 CALLBACKS = ("on_progress", "on_warning", "on_failure")
@@ -161,26 +76,8 @@ def scan(*args: Any, **kwargs: Any) -> ScanResult:
     return run(ScanParameters(**bound), **callbacks)
 
 
-# What scan() accepts where a parameter is stored normalised (paths as Path objects, sequences as tuples)
-_ACCEPTS = {
-    "tuple[Path, ...]": "str | os.PathLike[str] | Iterable[str | os.PathLike[str]]",
-    "tuple[str, ...]": "str | Iterable[str]",
-    "Path | None": "str | os.PathLike[str] | None",
-    "bool | Path | FeatureCache": "bool | str | os.PathLike[str] | FeatureCache",
-}
-_SIGNATURE = inspect.Signature(
+_SIGNATURE = scan_signature(
     [
-        inspect.Parameter(
-            f.name,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD
-            if f.name in ("paths", "k")
-            else inspect.Parameter.KEYWORD_ONLY,
-            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
-            annotation=_ACCEPTS.get(f.type, f.type),
-        )
-        for f in FIELDS
-    ]
-    + [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
         for name, annotation in (
             ("on_progress", "Callable[[Progress], None] | None"),
@@ -188,7 +85,7 @@ _SIGNATURE = inspect.Signature(
             ("on_failure", "Callable[[Path, str], None] | None"),
         )
     ],
-    return_annotation="ScanResult",
+    returns="ScanResult",
 )
 scan.__signature__ = _SIGNATURE  # type: ignore[attr-defined]  # help() and editors show every keyword
 scan.__doc__ = "Find the ``k`` most novel photos under ``paths``: exactly what ``novelfind scan`` does, "
