@@ -186,21 +186,39 @@ def _scan_options(command: click.Command) -> click.Command:
     """Add the options of ``scan``: ``--config``, one per parameter in their order, ``--no-cache`` after
     the cache's and ``-q``."""
     options = [
-        click.Option(["--config"], type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
-                     expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
-                     help="TOML file of defaults for these options (keys: the long option names)."),
+        click.Option(
+            ["--config"],
+            type=click.Path(dir_okay=False, path_type=Path),
+            is_eager=True,
+            expose_value=False,
+            callback=_load_config,
+            envvar="NOVELFIND_CONFIG",
+            help="TOML file of defaults for these options (keys: the long option names).",
+        ),
     ]
     for f in params.FIELDS:
         if f.metadata["help"] is not None:
             options.append(_parameter_option(f))
         if f.name == "cache_dtype":
             options.append(
-                click.Option(["--no-cache"], is_flag=True, default=False, envvar=_env("no_cache"),
-                             help="Neither read nor write the feature cache (wins over a cache set in the "
-                                  "environment or a config file).")
+                click.Option(
+                    ["--no-cache"],
+                    is_flag=True,
+                    default=False,
+                    envvar=_env("no_cache"),
+                    help="Neither read nor write the feature cache (wins over a cache set in the "
+                    "environment or a config file).",
+                )
             )
-    options.append(click.Option(["-q", "--quiet"], is_flag=True, default=False, envvar=_env("quiet"),
-                                help="Print nothing on stderr but errors and unreadable files."))
+    options.append(
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            default=False,
+            envvar=_env("quiet"),
+            help="Print nothing on stderr but errors and unreadable files.",
+        )
+    )
     command.params.extend(options)
     return command
 
@@ -235,24 +253,35 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
-            result = run.scan(paths, **options, on_progress=on_progress, on_warning=console.warn,
-                              on_failure=console.unreadable)
+            result = run.scan(
+                paths,
+                **options,
+                on_progress=on_progress,
+                on_warning=console.warn,
+                on_failure=console.unreadable,
+            )
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
     if counts.candidates == 0:
         if options["since"] is not None:
-            console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
-                         "ignored; nothing to rank")
+            console.note(
+                f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
+                "ignored; nothing to rank"
+            )
         else:
-            console.note(f"all {counts.ignored} photos are on the ignore list; nothing to rank "
-                         "(--include-ignored shows them)")
+            console.note(
+                f"all {counts.ignored} photos are on the ignore list; nothing to rank "
+                "(--include-ignored shows them)"
+            )
     elif k > counts.candidates:
         console.note(f"--k {k} is more than the {counts.candidates} photos to rank; ranking all of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
-    summary = (f"{counts.photos} photos ({counts.found} files) found, {counts.from_cache} read from cache, "
-               f"{counts.extracted} extracted, {counts.failed} failed")
+    summary = (
+        f"{counts.photos} photos ({counts.found} files) found, {counts.from_cache} read from cache, "
+        f"{counts.extracted} extracted, {counts.failed} failed"
+    )
     if counts.ignored:
         summary += f", {counts.ignored} ignored"
     if counts.newly_ignored:
@@ -262,8 +291,10 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     if sidecars is not None:
         tagged, created = sidecars.count("created", "updated"), sidecars.count("created")
         untagged, deleted = sidecars.count("removed", "deleted"), sidecars.count("deleted")
-        console.info(f"XMP sidecars: {tagged} tagged ({created} created), {untagged} untagged "
-                     f"({deleted} deleted), {len(sidecars.problems)} not written")
+        console.info(
+            f"XMP sidecars: {tagged} tagged ({created} created), {untagged} untagged "
+            f"({deleted} deleted), {len(sidecars.problems)} not written"
+        )
         if console.quiet:  # problems went to on_warning, which -q silences; a lost tag must still show
             for path, reason in sidecars.problems:
                 console.problem(f"XMP sidecar {path}: {reason}")
@@ -295,8 +326,9 @@ def _engine_output(quiet: bool) -> Iterator[None]:
         else:
             # novelfind writes to a new stream on the real stderr; the descriptors go nowhere. That stream
             # stays open: Ray's log handlers may hold it until the process ends.
-            sys.stderr = open(os.dup(saved_err), "w", encoding=previous[1].encoding,
-                              errors="backslashreplace", buffering=1)
+            sys.stderr = open(
+                os.dup(saved_err), "w", encoding=previous[1].encoding, errors="backslashreplace", buffering=1
+            )
             sys.stdout = sink
             os.dup2(sink.fileno(), out_fd)
             os.dup2(sink.fileno(), err_fd)
@@ -385,8 +417,14 @@ class ProgressBars:
             self.close()
             from tqdm import tqdm
 
-            self.bar = tqdm(total=event.total, unit="img", desc=self.LABELS[event.stage], file=sys.stderr,
-                            dynamic_ncols=True, leave=False)
+            self.bar = tqdm(
+                total=event.total,
+                unit="img",
+                desc=self.LABELS[event.stage],
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
             self.stage = event.stage
         self.bar.update(event.done - self.bar.n)
 
@@ -415,18 +453,34 @@ def _write_stdout(data: bytes) -> None:
 
 @cli.command("ignore", epilog=IGNORE_EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--list", "show", is_flag=True,
-              help="Print the list: when each photo was added, and where it was last seen.")
-@click.option("--remove", is_flag=True,
-              help="Take PATHS off the list (a folder: every photo last seen under it).")
+@click.option(
+    "--list",
+    "show",
+    is_flag=True,
+    help="Print the list: when each photo was added, and where it was last seen.",
+)
+@click.option(
+    "--remove", is_flag=True, help="Take PATHS off the list (a folder: every photo last seen under it)."
+)
 @click.option("--clear", is_flag=True, help="Empty the list.")
-@click.option("--ignore-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              envvar=_env("ignore_file"),
-              help="The ignore list (default: ignored.json in the user data folder).")
-@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
-              help="Print nothing on stderr but errors and unreadable files.")
-def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None,
-           quiet: bool) -> int:
+@click.option(
+    "--ignore-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar=_env("ignore_file"),
+    help="The ignore list (default: ignored.json in the user data folder).",
+)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    default=False,
+    envvar=_env("quiet"),
+    help="Print nothing on stderr but errors and unreadable files.",
+)
+def ignore(
+    paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None, quiet: bool
+) -> int:
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
 
     Ignored photos are known by their content (moved or renamed, they stay ignored) and are never
@@ -475,9 +529,14 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
 
 # --- cache ---------------------------------------------------------------------------------------
 
-cache_option = click.option("--cache", "cache_path", type=click.Path(dir_okay=False, path_type=Path),
-                            default=None, envvar=_env("cache"),
-                            help="Feature cache file (default: the user cache folder).")
+cache_option = click.option(
+    "--cache",
+    "cache_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar=_env("cache"),
+    help="Feature cache file (default: the user cache folder).",
+)
 
 
 @cli.group()
