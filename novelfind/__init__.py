@@ -34,10 +34,10 @@ __version__ = "0.1.0"
 # public name -> (module, attribute)
 _API = {
     "scan": ("novelfind.run", "scan"),
-    "ScanResult": ("novelfind.run", "ScanResult"),
-    "ScanParameters": ("novelfind.run", "ScanParameters"),
-    "Counts": ("novelfind.run", "Counts"),
-    "Progress": ("novelfind.run", "Progress"),
+    "ScanResult": ("novelfind.results", "ScanResult"),
+    "ScanParameters": ("novelfind.params", "ScanParameters"),
+    "Counts": ("novelfind.results", "Counts"),
+    "Progress": ("novelfind.results", "Progress"),
     "Pick": ("novelfind.report", "Pick"),
     "Failure": ("novelfind.report", "Failure"),
     "rank": ("novelfind.ranking", "rank"),
@@ -81,9 +81,11 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.cache import FeatureCache as Cache
     from novelfind.errors import InputError, MissingExtraError, NovelfindError
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
+    from novelfind.params import ScanParameters
     from novelfind.ranking import Ranking, rank
     from novelfind.report import Failure, Pick
-    from novelfind.run import Counts, Progress, ScanParameters, ScanResult, scan
+    from novelfind.results import Counts, Progress, ScanResult
+    from novelfind.run import scan
     from novelfind.solver import ADSConfig, ADSResult, ads
 
 

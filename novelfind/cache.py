@@ -871,3 +871,50 @@ class NullCache:
 
     def __repr__(self) -> str:
         return "NullCache()"
+
+
+@contextmanager
+def open_store(
+    choice: bool | str | os.PathLike[str] | FeatureCache,
+    model_key: str,
+    *,
+    dtype: str = DEFAULT_DTYPE,
+    streamed: bool = False,
+    on_warning: Callable[[str], None] | None = None,
+) -> Iterator[FeatureCache | NullCache]:
+    """The feature store a scan uses, as a context manager that closes it.
+
+    ``choice`` is ``scan()``'s ``cache``: True for the user's cache, False for none, a path, or a
+    :class:`FeatureCache` (its file and dtype are used). A cache that cannot be opened is reported
+    through ``on_warning`` and a :class:`NullCache` stands in. With ``streamed`` (the vectors are read
+    back from the store, the library being too large to hold them) there must be a real store: without
+    a cache it is a temporary file, deleted afterwards, and one that cannot be opened is a CacheError.
+    """
+    import tempfile
+
+    if choice is False:
+        if not streamed:
+            yield NullCache()
+            return
+        with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
+            with FeatureCache(Path(folder) / "features.sqlite", model_key, dtype=dtype) as store:
+                yield store
+        return
+    path = None
+    if isinstance(choice, FeatureCache):
+        path, dtype = choice.path, choice.dtype
+    elif choice is not True:
+        path = choice
+    try:
+        store = FeatureCache.open(path, model_key, on_warning=on_warning, dtype=dtype)
+    except CacheError as err:
+        if streamed:
+            raise CacheError(f"{err}; a library this large is ranked from the cache") from None
+        if on_warning is not None:
+            on_warning(f"{err}; running without the cache")
+        else:
+            warnings.warn(f"{err}; running without the cache", RuntimeWarning, stacklevel=3)
+        yield NullCache()
+        return
+    with store:
+        yield store

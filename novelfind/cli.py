@@ -9,6 +9,7 @@ to stderr, and ``-q`` leaves only errors and unreadable files there. Exit codes 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -21,7 +22,7 @@ from typing import Any
 
 import click
 
-from novelfind import __version__, dirs, run
+from novelfind import __version__, dirs, params, run
 from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
@@ -50,7 +51,7 @@ Exit codes:
   3    done, but some PATHS could not be read or are not photos (each named on stderr, not added)
 """
 
-DEFAULTS = run.parameter_defaults()
+DEFAULTS = params.parameter_defaults()
 # A date with a UTC offset (``Z``, ``+02:00``) is that moment; without one, local time.
 DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z",
                 "%Y-%m-%d %H:%M:%S%z"]
@@ -172,14 +173,10 @@ class FiniteFloatRange(click.FloatRange):
 
 def _range(name: str, kind: type) -> click.ParamType:
     """The Click type of a numeric option, from the library's one list of limits."""
-    limit = run.LIMITS[name]
+    limit = params.LIMITS[name]
     if kind is int:
         return IntRange(limit.low, limit.high, min_open=limit.low_open, max_open=limit.high_open)
     return FiniteFloatRange(limit.low, limit.high, min_open=limit.low_open, max_open=limit.high_open)
-
-
-def _choice(name: str) -> click.Choice:
-    return click.Choice(list(run.CHOICES[name]))
 
 
 def _contact_sheet_name(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
@@ -228,97 +225,84 @@ def cli() -> None:
 # --- scan ----------------------------------------------------------------------------------------
 
 
-def _option(*decls: str, name: str, **kwargs: Any):
-    """An option of ``scan`` whose default is the library's and whose environment variable is
-    NOVELFIND_<NAME>."""
-    kwargs.setdefault("default", DEFAULTS[name])
-    kwargs.setdefault("envvar", _env(name))
-    kwargs.setdefault("cls", SourcedOption)
-    return click.option(*decls, name, **kwargs)
+CALLBACKS = {"contact_sheet": _contact_sheet_name}  # checks the command line makes before the library's
 
 
+def _parameter_option(f: dataclasses.Field) -> click.Option:
+    """The ``scan`` option of one parameter (:mod:`novelfind.params`): its flags and help, a Click type
+    from its limit or choices (so ``--help`` shows them), the library's default and the environment
+    variable NOVELFIND_<NAME>."""
+    meta = f.metadata
+    kwargs: dict[str, Any] = {"default": DEFAULTS[f.name], "envvar": _env(f.name), "help": meta["help"]}
+    if meta["limit"] is not None:
+        kwargs["type"] = _range(f.name, int if f.type.startswith("int") else float)
+    elif meta["choices"] is not None:
+        kwargs["type"] = click.Choice(list(meta["choices"]))
+    elif f.type == "datetime | None":
+        kwargs["type"] = click.DateTime(DATE_FORMATS)
+    elif meta["folder"]:
+        kwargs["type"] = click.Path(file_okay=False, path_type=Path)
+    elif "Path" in f.type:  # a file; the cache too, whose True/False are the default and --no-cache
+        kwargs["type"] = click.Path(dir_okay=False, path_type=Path)
+        kwargs["default"] = None if f.name == "cache" else kwargs["default"]
+    flags = meta["flags"] or ("--" + f.name.replace("_", "-"),)
+    if f.type == "bool" and not any("/" in flag for flag in flags):
+        kwargs["is_flag"] = True
+    if f.type.startswith("tuple"):
+        kwargs["multiple"] = True
+    default = kwargs["default"]
+    kwargs["show_default"] = not (default is None or default is False or default == ())
+    if meta["metavar"]:
+        kwargs["metavar"] = meta["metavar"]
+    if f.name in CALLBACKS:
+        kwargs["callback"] = CALLBACKS[f.name]
+    return SourcedOption([*flags, f.name], **kwargs)
+
+
+def _scan_options(command: click.Command) -> click.Command:
+    """Add the options of ``scan``: ``--config``, one per parameter in their order, ``--no-cache`` after
+    the cache's and ``-q``."""
+    options = [
+        click.Option(
+            ["--config"],
+            type=click.Path(dir_okay=False, path_type=Path),
+            is_eager=True,
+            expose_value=False,
+            callback=_load_config,
+            envvar="NOVELFIND_CONFIG",
+            help="TOML file of defaults for these options (keys: the long option names).",
+        ),
+    ]
+    for f in params.FIELDS:
+        if f.metadata["help"] is not None:
+            options.append(_parameter_option(f))
+        if f.name == "cache_dtype":
+            options.append(
+                SourcedOption(
+                    ["--no-cache"],
+                    is_flag=True,
+                    default=False,
+                    envvar=_env("no_cache"),
+                    help="Neither read nor write the feature cache (wins over a cache set in the "
+                    "environment or a config file).",
+                )
+            )
+    options.append(
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            default=False,
+            envvar=_env("quiet"),
+            help="Print nothing on stderr but errors and unreadable files.",
+        )
+    )
+    command.params.extend(options)
+    return command
+
+
+@_scan_options
 @cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--config", type=click.Path(dir_okay=False, path_type=Path), is_eager=True,
-              expose_value=False, callback=_load_config, envvar="NOVELFIND_CONFIG",
-              help="TOML file of defaults for these options (keys: the long option names).")
-@_option("--k", name="k", type=_range("k", int), show_default=True, help="How many novel photos to pick.")
-@_option("--method", name="method", type=_choice("method"), show_default=True,
-         help="Ranking: ads (default: the ADS solver on whitened features, blended with a k-NN density "
-              "score), ads-paper (Algorithm 1 alone, as published), knn (distance to nearest neighbours).")
-@_option("--feature", name="feature", type=_choice("feature"), show_default=True,
-         help="MobileNet-V2 output used as the feature vector.")
-@_option("--epochs", name="epochs", type=_range("epochs", int), show_default=True, help="ADS: SGD steps E.")
-@_option("--partners", name="partners", type=_range("partners", int), show_default=True,
-         help="ADS: partners sampled per image per step J.")
-@_option("--lr", name="lr", type=_range("lr", float), show_default=True, help="ADS: learning rate alpha.")
-@_option("--momentum", name="momentum", type=_range("momentum", float), show_default=True,
-         help="ADS: momentum beta.")
-@_option("--seed", name="seed", type=_range("seed", int), show_default=True,
-         help="Random seed; the same seed gives the same ranking on the same device.")
-@_option("--restarts", name="restarts", type=_range("restarts", int), show_default=True,
-         help="ADS: average this many runs with different seeds.")
-@_option("--dedup", name="dedup", type=_range("dedup", float), show_default=True,
-         help="Near-duplicate threshold: a pick this close to a better one (distance between "
-              "L2-normalised features) is replaced by the next candidate; 0 disables.")
-@_option("--batch-size", name="batch_size", type=_range("batch_size", int), show_default=True,
-         help="Images per batch: decoded, featurised and committed to the cache together.")
-@_option("--workers", name="workers", type=_range("workers", int),
-         help="Decoding processes; 0 decodes in the scanning process (default: one per CPU core).")
-@_option("--device", name="device", type=_choice("device"), show_default=True,
-         help="Where the model and the solver run; auto = CUDA when available.")
-@_option("--backend", name="backend", type=_choice("backend"), show_default=True,
-         help="Inference engine; auto = the fastest available for the device.")
-@_option("--engine", name="engine", type=_choice("engine"), show_default=True,
-         help="Where decoding and the model run: local (this machine) or ray (the workers of a Ray "
-              "cluster; pip install 'novelfind[ray]'). The cache and the ranking stay here.")
-@_option("--ray-address", name="ray_address", metavar="auto|HOST:PORT",
-         help="The Ray cluster for --engine ray: auto joins the cluster this machine is part of, HOST:PORT "
-              "the head node at that address (default: start Ray on this machine for the scan).")
-@_option("--weights", name="weights", type=click.Path(dir_okay=False, path_type=Path),
-         help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).")
-@_option("--cache", name="cache", type=click.Path(dir_okay=False, path_type=Path), default=None,
-         help="Feature cache file (default: the user cache folder).")
-@_option("--cache-dtype", name="cache_dtype", type=_choice("cache_dtype"), show_default=True,
-         help="How new vectors are stored in the cache: float16 halves its size (see the README).")
-@click.option("--no-cache", cls=SourcedOption, is_flag=True, default=False, envvar=_env("no_cache"),
-              help="Neither read nor write the feature cache (wins over a cache set in the environment "
-                   "or a config file).")
-@_option("--exclude", name="exclude", multiple=True, metavar="GLOB",
-         help="Skip paths matching GLOB (repeatable; NOVELFIND_EXCLUDE takes several, space-separated).")
-@_option("--follow-symlinks", name="follow_symlinks", is_flag=True,
-         help="Follow symbolic links to files and folders (loops are detected).")
-@_option("--since", name="since", type=click.DateTime(DATE_FORMATS), metavar="DATE",
-         help="Rank only photos modified since DATE, against the whole library.")
-@_option("--format", name="format", type=_choice("format"), show_default=True,
-         help="Result format on stdout or in -o.")
-@_option("-o", "--output", name="output", type=click.Path(dir_okay=False, path_type=Path),
-         help="Write results to FILE (atomically) instead of stdout.")
-@_option("--copy-to", name="copy_to", type=click.Path(file_okay=False, path_type=Path),
-         help="Put the picks in DIR as 001_name.jpg, 002_...")
-@_option("--link", name="link", type=_choice("link"), show_default=True,
-         help="How --copy-to places the picks.")
-@_option("--report", name="report", type=click.Path(dir_okay=False, path_type=Path),
-         help="Write a self-contained HTML report of the picks.")
-@_option("--contact-sheet", name="contact_sheet", type=click.Path(dir_okay=False, path_type=Path),
-         callback=_contact_sheet_name,
-         help="Write a grid of the picks with their ranks (.jpg, .png or .webp).")
-@_option("--xmp", name="xmp", is_flag=True,
-         help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
-              "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "
-              "are never written. Needs pip install 'novelfind[xmp]'.")
-@_option("--xmp-keyword", name="xmp_keyword", metavar="TEXT", show_default=True,
-         help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.")
-@_option("--ignore-picks", name="ignore_picks", is_flag=True,
-         help="After writing the results, add the picks to the ignore list: the next run shows others.")
-@_option("--include-ignored", name="include_ignored", is_flag=True,
-         help="Let photos on the ignore list be picked again (otherwise they are ranked but never picked).")
-@_option("--ignore-file", name="ignore_file", type=click.Path(dir_okay=False, path_type=Path),
-         help="The ignore list (default: ignored.json in the user data folder).")
-@_option("--wait/--no-wait", name="wait", show_default=True,
-         help="When another run writes the same outputs: wait for it, or exit with code 4.")
-@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
-              help="Print nothing on stderr but errors and unreadable files.")
 def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -> int:
     """Rank the most novel photos under PATHS.
 
@@ -349,15 +333,22 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
-            result = run.scan(paths, **options, on_progress=on_progress, on_warning=console.warn,
-                              on_failure=console.unreadable)
+            result = run.scan(
+                paths,
+                **options,
+                on_progress=on_progress,
+                on_warning=console.warn,
+                on_failure=console.unreadable,
+            )
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
     if counts.candidates == 0:
         if options["since"] is not None:
-            console.note(f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
-                         "ignored; nothing to rank")
+            console.note(
+                f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
+                "ignored; nothing to rank"
+            )
         else:
             console.note(f"all {plural(counts.ignored, 'photo')} are on the ignore list; nothing to rank "
                          "(--include-ignored shows them)")
@@ -378,8 +369,10 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     if sidecars is not None:
         tagged, created = sidecars.count("created", "updated"), sidecars.count("created")
         untagged, deleted = sidecars.count("removed", "deleted"), sidecars.count("deleted")
-        console.info(f"XMP sidecars: {tagged} tagged ({created} created), {untagged} untagged "
-                     f"({deleted} deleted), {len(sidecars.problems)} not written")
+        console.info(
+            f"XMP sidecars: {tagged} tagged ({created} created), {untagged} untagged "
+            f"({deleted} deleted), {len(sidecars.problems)} not written"
+        )
         if console.quiet:  # problems went to on_warning, which -q silences; a lost tag must still show
             for path, reason in sidecars.problems:
                 console.problem(f"XMP sidecar {path}: {reason}")
@@ -411,8 +404,9 @@ def _engine_output(quiet: bool) -> Iterator[None]:
         else:
             # novelfind writes to a new stream on the real stderr; the descriptors go nowhere. That stream
             # stays open: Ray's log handlers may hold it until the process ends.
-            sys.stderr = open(os.dup(saved_err), "w", encoding=previous[1].encoding,
-                              errors="backslashreplace", buffering=1)
+            sys.stderr = open(
+                os.dup(saved_err), "w", encoding=previous[1].encoding, errors="backslashreplace", buffering=1
+            )
             sys.stdout = sink
             os.dup2(sink.fileno(), out_fd)
             os.dup2(sink.fileno(), err_fd)
@@ -501,8 +495,14 @@ class ProgressBars:
             self.close()
             from tqdm import tqdm
 
-            self.bar = tqdm(total=event.total, unit="img", desc=self.LABELS[event.stage], file=sys.stderr,
-                            dynamic_ncols=True, leave=False)
+            self.bar = tqdm(
+                total=event.total,
+                unit="img",
+                desc=self.LABELS[event.stage],
+                file=sys.stderr,
+                dynamic_ncols=True,
+                leave=False,
+            )
             self.stage = event.stage
         self.bar.update(event.done - self.bar.n)
 
@@ -531,10 +531,15 @@ def _write_stdout(data: bytes) -> None:
 
 @cli.command("ignore", epilog=IGNORE_EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--list", "show", is_flag=True,
-              help="Print the list: when each photo was added, and where it was last seen.")
-@click.option("--remove", is_flag=True,
-              help="Take PATHS off the list (a folder: every photo last seen under it).")
+@click.option(
+    "--list",
+    "show",
+    is_flag=True,
+    help="Print the list: when each photo was added, and where it was last seen.",
+)
+@click.option(
+    "--remove", is_flag=True, help="Take PATHS off the list (a folder: every photo last seen under it)."
+)
 @click.option("--clear", is_flag=True, help="Empty the list.")
 @click.option("--ignore-file", cls=SourcedOption, type=click.Path(dir_okay=False, path_type=Path),
               default=None, envvar=_env("ignore_file"),

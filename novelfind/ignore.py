@@ -357,6 +357,60 @@ class IgnoreList:
         self._change(edit)
         return count
 
+    # ------------------------------------------------------------------------------------------ scans
+
+    def check(self) -> None:
+        """Read the list: IgnoreListError when it is damaged, so a scan stops before the slow part."""
+        self._load()
+
+    def ignored_in(
+        self,
+        photos: Sequence[Sequence[Any]],
+        *,
+        known_digests: Callable[[Sequence[Any]], Sequence[str | None]] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> np.ndarray:
+        """bool (N,): the ``photos`` (each a sequence of files, as :meth:`find` takes them) on the list.
+
+        Where the list saw them is brought up to date for ``novelfind ignore --list``; a list that
+        cannot be written still works (its paths grow stale), said through ``on_warning``.
+        """
+        found = self.find(photos, known_digests=known_digests)
+        if found.seen:
+            try:
+                self.relocate(found.seen)
+            except NovelfindError as err:
+                if on_warning is not None:
+                    on_warning(f"cannot record where ignored photos are now: {err}")
+        return found.mask
+
+    def add_picks(
+        self,
+        files: Sequence[Any],
+        *,
+        known_digests: Callable[[Sequence[Any]], Sequence[str | None]] | None = None,
+        on_warning: Callable[[str], None] | None = None,
+    ) -> int:
+        """Put a scan's picks on the list, each by the file it was read from (walker records with
+        ``path`` and ``size``); returns how many were new. A digest the cache knows
+        (``known_digests``) is not computed again; a file that cannot be read is left out, said
+        through ``on_warning``."""
+        digests = list(known_digests(files)) if known_digests is not None else [None] * len(files)
+        items = []
+        for f, digest in zip(files, digests, strict=True):
+            if digest is None:
+                try:
+                    data = Path(f.path).read_bytes()
+                except OSError as err:
+                    if on_warning is not None:
+                        on_warning(f"cannot add {f.path} to the ignore list: {err.strerror or err}")
+                    continue
+                digest, size = file_digest(data), len(data)
+            else:
+                size = f.size
+            items.append((digest, f.path, size))
+        return len(self.add_files(items).changed)
+
     def __repr__(self) -> str:
         return f"IgnoreList({str(self.path)!r})"
 

@@ -22,12 +22,17 @@ ranks exactly as the same library without the twins.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from array import array
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+import numpy as np
+
+from novelfind import raw
 from novelfind.raw import RAW_EXTENSIONS
+from novelfind.walk import FileList, ImageFile
 
 JPEG_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg"})
 HEIF_EXTENSIONS: frozenset[str] = frozenset({".heic", ".heif", ".hif"})
@@ -102,3 +107,115 @@ def group_photos(files: Iterable[F]) -> list[Photo[F]]:
         for i, f in enumerate(files)
         if i not in absorbed
     ]
+
+
+
+# --------------------------------------------------------------------------- a scan's photos, compactly
+
+
+class PhotoList(Sequence[Photo[ImageFile]]):
+    """The photos of a scan in compact form: the file each is read from in a :class:`FileList`, and the
+    other files of the few photos that have them (RAW + JPEG) by position. A list of ``Photo`` objects
+    costs about 1 KB per photo; this, the path's length + 24 bytes."""
+
+    def __init__(self, files: FileList, twins: dict[int, tuple[ImageFile, ...]]) -> None:
+        self.files = files
+        self.twins = twins  # position -> the photo's other files
+
+    @classmethod
+    def from_walk(
+        cls, walked: Iterable[ImageFile], on_file: Callable[[int], None] | None = None
+    ) -> PhotoList:
+        """The photos of the files of a walk, in walk order, twins grouped (:func:`group_photos`).
+        ``on_file(n)`` is called with the number of files taken so far, after each."""
+        files, names = FileList(), array("q")
+        for f in walked:
+            files.append(f)
+            names.append(hash((f.path.parent, os.path.splitext(f.path.name)[0].casefold())))
+            if on_file is not None:
+                on_file(len(files))
+        return cls.grouped(files, np.frombuffer(names, np.int64))
+
+    @classmethod
+    def grouped(cls, files: FileList, names: np.ndarray) -> PhotoList:
+        """The photos of ``files`` in walk order, twins grouped by :func:`group_photos`.
+        ``names`` (N,) int64 is a hash of each file's (folder, case-folded stem): only files that share
+        one can be twins, so only those are made into objects and grouped."""
+        _, where, counts = np.unique(names, return_inverse=True, return_counts=True)
+        shared = np.flatnonzero(counts[where.reshape(-1)] > 1)  # (S,) positions, walk order
+        if not len(shared):
+            return cls(files, {})
+        position = {f.path: int(i) for i, f in zip(shared, files.take(shared), strict=True)}
+        twins, absorbed = {}, np.zeros(len(files), bool)
+        for photo in group_photos(files.take(shared)):
+            if photo.also:
+                twins[position[photo.file.path]] = photo.also
+                absorbed[[position[f.path] for f in photo.also]] = True
+        if not absorbed.any():
+            return cls(files, twins)
+        new = np.cumsum(~absorbed) - 1  # (N,) position among the photos
+        kept = files.take(np.flatnonzero(~absorbed))
+        return cls(kept, {int(new[i]): also for i, also in twins.items()})
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        i = i + len(self) if i < 0 else i
+        return Photo(self.files[i], self.twins.get(i, ()))
+
+    def file_count(self) -> int:
+        """Files behind the photos (their other files included)."""
+        return len(self.files) + sum(len(also) for also in self.twins.values())
+
+    def take(self, positions: np.ndarray) -> PhotoList:
+        """The photos at ``positions`` (increasing), as a new list."""
+        new = {int(old): j for j, old in enumerate(positions) if int(old) in self.twins}
+        return PhotoList(self.files.take(positions), {j: self.twins[old] for old, j in new.items()})
+
+    def subset(self, files: FileList) -> PhotoList:
+        """The photos read from ``files``, a subsequence of ``self.files`` in the same order."""
+        if len(files) == len(self.files):
+            return self
+        positions, j = array("q"), 0
+        for path, _, _ in files.records():
+            while self.files.raw_path(j) != path:
+                j += 1
+            positions.append(j)
+            j += 1
+        return self.take(np.frombuffer(positions, np.int64))
+
+    def readable(self) -> tuple[PhotoList, int]:
+        """The photos this installation can read, and how many were left out: without RAW support
+        (``novelfind[raw]``), a RAW file with a JPEG twin stays part of its photo (copied and tagged
+        with it), and one without is left out."""
+        if raw.available():
+            return self, 0
+        readable = np.fromiter(
+            (not raw.is_raw_name(os.fsdecode(path)) for path, _, _ in self.files.records()),
+            bool,
+            count=len(self),
+        )
+        if readable.all():
+            return self, 0
+        return self.take(np.flatnonzero(readable)), int((~readable).sum())
+
+    @property
+    def groups(self) -> Sequence[tuple[ImageFile, ...]]:
+        """Every photo's files, the one read first (made on access)."""
+        return _Groups(self)
+
+
+class _Groups(Sequence[tuple[ImageFile, ...]]):
+    def __init__(self, photos: PhotoList) -> None:
+        self._photos = photos
+
+    def __len__(self) -> int:
+        return len(self._photos)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return self._photos[i].files

@@ -340,7 +340,7 @@ def auto_decoder(
                     on_warning(message)
                 else:
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return ProcessDecoder(workers, window, known)
+    return ProcessDecoder(workers, window, known, timeout=context.get("timeout"))
 
 
 def extract(
@@ -355,6 +355,7 @@ def extract(
     on_failure: OnFailure | None = None,
     on_warning: OnWarning | None = None,
     keep_vectors: bool = True,
+    decode_timeout: float | None = None,
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
@@ -369,6 +370,8 @@ def extract(
     ``keep_vectors`` False: for a library whose N x dim matrix should not sit in memory. The vectors
     go to the cache only (``features`` is None); a file the cache has is checked without reading its
     vector (``has_many_by_stat``). The caller reads them back from the cache, in chunks.
+
+    ``decode_timeout``: seconds a decoding process may spend on one file (None: ``DECODE_TIMEOUT_S``).
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -382,7 +385,8 @@ def extract(
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
+        limit = {} if decode_timeout is None else {"timeout": decode_timeout}
         decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests(),
-                                           extractor=extractor, on_warning=on_warning)
+                                           extractor=extractor, on_warning=on_warning, **limit)
         stage.run(misses, decoding)
     return stage.result()

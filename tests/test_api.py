@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import novelfind
-from novelfind import pipeline, run
+from novelfind import params, pipeline
 from novelfind.cli import DEFAULTS, cli
 from novelfind.errors import CacheError, ExitCode, InputError, LockedError, NovelfindError
 from novelfind.lock import RunLock, output_lock_path
@@ -152,7 +152,7 @@ def test_scan_signature_parameters_and_command_line_share_their_defaults():
     arguments = {name: p.default for name, p in signature.parameters.items() if name not in callbacks}
     fields = {f.name: f.default for f in dataclasses.fields(novelfind.ScanParameters)}
     assert list(arguments) == list(fields)
-    assert {k: v for k, v in arguments.items() if k != "paths"} == run.parameter_defaults() == DEFAULTS
+    assert {k: v for k, v in arguments.items() if k != "paths"} == params.parameter_defaults() == DEFAULTS
     # the solver's defaults are the paper's, as ADSConfig has them
     config = novelfind.ADSConfig()
     for name in ("epochs", "partners", "lr", "momentum", "seed", "restarts"):

@@ -751,3 +751,28 @@ def test_reading_while_another_process_writes(db):
     assert reader.returncode == 0, err
     assert writer.returncode == 0
     assert set(json.loads(out)) == {50}
+
+
+def test_open_store_gives_a_scan_its_store(tmp_path):
+    from novelfind.cache import NullCache, open_store
+
+    with open_store(False, "m") as store:
+        assert isinstance(store, NullCache)
+    with open_store(False, "m", streamed=True) as store:  # a library ranked from the cache needs one
+        assert isinstance(store, FeatureCache) and store.path.exists()
+        temporary = store.path
+    assert not temporary.exists()
+    with FeatureCache.open(tmp_path / "c.sqlite", dtype="float16") as chosen:
+        with open_store(chosen, "m") as store:  # a Cache object: its file and its dtype
+            assert (store.path, store.dtype) == (chosen.path, "float16")
+    with open_store(tmp_path / "p.sqlite", "m", dtype="float16") as store:
+        assert (store.path, store.dtype) == (tmp_path / "p.sqlite", "float16")
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    warnings = []
+    with open_store(folder, "m", on_warning=warnings.append) as store:
+        assert isinstance(store, NullCache)
+    assert len(warnings) == 1 and warnings[0].endswith("; running without the cache")
+    with pytest.raises(CacheError, match="a library this large is ranked from the cache$"):
+        with open_store(folder, "m", streamed=True, on_warning=warnings.append):
+            pass

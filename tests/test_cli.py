@@ -479,3 +479,25 @@ def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
     quiet(Progress("extract", 1, 2))
     quiet(Progress("wait", path=tmp_path / "o"))
     assert capsys.readouterr() == ("", "")
+
+
+def test_every_parameter_is_a_scan_option_made_from_its_declaration():
+    from novelfind import params
+
+    options = {p.name: p for p in cli.commands["scan"].params}
+    for f in params.FIELDS:
+        meta = f.metadata
+        if f.name == "paths" or meta["help"] is None:  # the argument, and what only the API offers
+            assert f.name == "paths" or f.name not in options, f.name
+            continue
+        option = options[f.name]
+        assert option.help == meta["help"] and option.envvar == f"NOVELFIND_{f.name.upper()}", f.name
+        assert option.default == (None if f.name == "cache" else f.default), f.name
+        if meta["limit"] is not None:
+            limit, kind = meta["limit"], option.type
+            assert (kind.min, kind.max, kind.min_open, kind.max_open) == (
+                limit.low, limit.high, limit.low_open, limit.high_open), f.name
+        if meta["choices"] is not None:
+            assert list(option.type.choices) == list(meta["choices"]), f.name
+    assert "decoder" not in options  # API only
+    assert list(options)[-1] == "quiet" and "no_cache" in options and "config" in options

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from conftest import make_photo
 from stalling import NOT_STOPPED, SLOW_S, StallingDecoder
 
+import novelfind
 from novelfind import pipeline
 from novelfind.cli import cli
 from novelfind.pipeline import ProcessDecoder, decode_file
@@ -82,12 +83,37 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
     root = tmp_path / "photos"
     ordinary = _photos(root, [f"IMG_{i:02d}.png" for i in range(12)])
     stuck = _photos(root / "sub", ["stuck.png"])[0]
-    monkeypatch.setattr(pipeline, "DECODE_TIMEOUT_S", LIMIT_S)
     monkeypatch.setattr(pipeline, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     cache = tmp_path / "c.sqlite"
-    args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "paths"]
+    args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "paths",
+            "--decode-timeout", str(LIMIT_S)]
     for _ in range(2):  # the stuck photo is not cached: the next scan tries it again, with the same result
         result = CliRunner().invoke(cli, args)
         assert result.exit_code == 3, result.output  # 3: some photos could not be read
         assert result.stderr.splitlines().count(f"warning: cannot read {stuck}: {STOPPED}") == 1
         assert sorted(result.stdout.splitlines()) == sorted(ordinary)
+
+
+@pytest.mark.parametrize("decoder", ["auto", "pillow"])
+@pytest.mark.parametrize(("options", "limit"), [({}, 120.0), ({"decode_timeout": 7.5}, 7.5)])
+def test_decode_timeout_reaches_the_decoding_processes(library, fake_extractor, monkeypatch, decoder, options,
+                                                       limit):
+    made = []
+
+    class Recording(ProcessDecoder):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self.timeout)
+
+    monkeypatch.setattr(pipeline, "ProcessDecoder", Recording)
+    novelfind.scan(library["root"], 2, workers=2, decoder=decoder, cache=False, **options)
+    assert made == [limit]
+
+
+def test_decode_timeout_must_be_positive(library, fake_extractor):
+    with pytest.raises(novelfind.InputError, match=r"^decode_timeout must be greater than 0, got 0.0$"):
+        novelfind.scan(library["root"], decode_timeout=0)
+    result = CliRunner().invoke(cli, ["scan", str(library["root"]), "--decode-timeout", "0"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == "error: Invalid value for '--decode-timeout': 0.0 is not in the range x>0.\n"
+    assert fake_extractor.images == 0

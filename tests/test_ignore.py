@@ -298,3 +298,28 @@ def test_find_with_an_empty_list_reads_nothing(ignored, photos, monkeypatch):
 
     monkeypatch.setattr(ignore, "digest_file", lambda path: pytest.fail(f"read {path}"))
     assert ignored.find([[_File(p)] for p in photos]).mask.tolist() == [False] * 5
+
+
+def test_a_scans_steps_check_find_and_add_picks(tmp_path):
+    from novelfind.walk import ImageFile
+
+    a, b, c = (make_photo(tmp_path / f"{n}.jpg", (40 * i, 90, 200), seed=i) for i, n in enumerate("abc"))
+    files = [ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in (a, b, c)]
+    ignored = IgnoreList(tmp_path / "ignored.json")
+    ignored.check()  # no file yet: an empty list
+    warnings = []
+    known = {a: decode.file_digest(a.read_bytes())}  # what the cache knows; b and c are hashed
+    lookup = lambda fs: [known.get(f.path) for f in fs]  # noqa: E731
+    assert ignored.add_picks(files[:2], known_digests=lookup, on_warning=warnings.append) == 2
+    assert ignored.add_picks(files[:1], known_digests=lookup, on_warning=warnings.append) == 0
+    gone = ImageFile(tmp_path / "gone.jpg", 10, 0)
+    assert ignored.add_picks([gone], on_warning=warnings.append) == 0
+    assert warnings == [f"cannot add {gone.path} to the ignore list: No such file or directory"]
+    moved = tmp_path / "moved.jpg"
+    b.rename(moved)
+    photos = [(files[0],), (ImageFile(moved, files[1].size, 0),), (files[2],)]
+    assert ignored.ignored_in(photos).tolist() == [True, True, False]
+    assert {e.path for e in ignored.entries()} == {a, moved}  # where the list saw them is brought up to date
+    (tmp_path / "ignored.json").write_text("{")
+    with pytest.raises(IgnoreListError, match="is damaged"):
+        ignored.check()

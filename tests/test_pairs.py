@@ -194,7 +194,7 @@ def test_grouping_invariants(entries):
 
 
 def test_a_scans_compact_photo_list_groups_as_group_photos_does(tmp_path):
-    from novelfind.run import PhotoList
+    from novelfind.pairs import PhotoList
     from novelfind.walk import FileList, ImageFile
 
     names = ["a.CR2", "a.JPG", "a.d/x.jpg", "b.jpg", "sub/b.NEF", "sub/b.jpg", "c.heic", "c.jpg", "c.png",

@@ -428,9 +428,9 @@ def test_xmp_problems_are_warnings_even_with_quiet_and_exit_3(library, fake_extr
 
 
 def test_xmp_without_its_library_is_a_clear_error_before_any_work(library, fake_extractor, monkeypatch):
-    import novelfind.run
+    import novelfind.outputs
 
-    monkeypatch.setattr(novelfind.run, "xmp_available", lambda: False)
+    monkeypatch.setattr(novelfind.outputs, "xmp_available", lambda: False)
     result = run("scan", library["root"], "--xmp")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (

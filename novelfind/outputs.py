@@ -1,0 +1,157 @@
+"""Everything a scan writes after ranking, behind one call: the results list, the copies, the HTML
+report, the contact sheet and the XMP sidecars.
+
+:func:`check_outputs` runs first, before the slow part, so a scan that could never write its outputs
+fails in a second; :class:`OwnOutputs` keeps what novelfind wrote out of the photos it ranks;
+:func:`write_outputs` writes what was asked for, in turn, the sidecars last. The writers themselves
+live in :mod:`novelfind.report` (lists, copies), :mod:`novelfind.htmlreport` (report, contact sheet) and
+:mod:`novelfind.xmp` (sidecars).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from novelfind.errors import InputError, MissingExtraError, OutputError
+from novelfind.htmlreport import write_contact_sheet, write_html_report
+from novelfind.params import ScanParameters
+from novelfind.report import MANIFEST_NAME, Failure, Pick, format_results, place_picks, write_atomic
+from novelfind.walk import FileList, scanned_path_within
+from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks
+from novelfind.xmp import available as xmp_available
+
+
+def check_outputs(params: ScanParameters) -> None:
+    """Fail before the slow part when an output cannot possibly be written (OutputError), or needs what
+    is not installed (MissingExtraError)."""
+    p = params
+    if p.xmp and not xmp_available():
+        raise MissingExtraError(
+            "XMP sidecars need python-exiv2, which is not installed: pip install 'novelfind[xmp]'"
+        )
+    targets = (("results file", p.output), ("report", p.report), ("contact sheet", p.contact_sheet))
+    for what, target in targets:
+        if target is None:
+            continue
+        parent = target.parent if str(target.parent) else Path(".")
+        if target.is_dir():
+            raise OutputError(f"cannot write the {what} {target}: it is a folder")
+        if not parent.is_dir():
+            raise OutputError(f"cannot write the {what} {target}: folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise OutputError(f"cannot write the {what} {target}: folder {parent} is not writable")
+    if p.copy_to is not None:
+        scanned = scanned_path_within(p.copy_to, p.paths)
+        if scanned is not None:
+            raise InputError(
+                f"cannot place the picks in {p.copy_to}: it holds the scanned folder {scanned}, and the "
+                "picks folder is left out of the walk, so nothing would be ranked; choose a folder "
+                "outside it"
+            )
+        if p.copy_to.exists() and not p.copy_to.is_dir():
+            raise OutputError(f"cannot place the picks in {p.copy_to}: it is not a folder")
+        existing = p.copy_to.absolute()
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if not existing.is_dir():
+            raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not a folder")
+        if not os.access(existing, os.W_OK):
+            raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
+
+
+class OwnOutputs:
+    """Files novelfind wrote are never ranked as photos: this run's outputs, and any folder of picks
+    placed by ``copy_to`` (marked by its manifest)."""
+
+    def __init__(self, targets: list[Path]) -> None:
+        self.targets = targets
+        self._picks_folder: dict[Path, bool] = {}
+
+    def contains(self, path: Path) -> bool:
+        if any(path == t or t in path.parents for t in self.targets):
+            return True
+        folder = path.parent
+        if folder not in self._picks_folder:
+            self._picks_folder[folder] = (folder / MANIFEST_NAME).is_file()
+        return self._picks_folder[folder]
+
+
+def write_outputs(
+    params: ScanParameters,
+    picks: list[Pick],
+    *,
+    record: dict[str, Any],
+    failures: Sequence[Failure],
+    files: FileList,
+    points2d: Callable[[], np.ndarray],
+    on_progress: Callable[[int, int], None],
+    on_warning: Callable[[str], None],
+) -> SidecarSummary | None:
+    """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
+
+    ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
+    ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
+    report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
+    written; a sidecar that cannot be written goes to ``on_warning`` and into the summary.
+    """
+    p = params
+    writers: list[Callable[[], Any]] = []
+    sidecars: list[SidecarSummary] = []
+    if p.output is not None:
+        text = format_results(picks, p.format, failures=failures, run=record)
+        writers.append(lambda: write_atomic(p.output, text))
+    if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
+        writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
+    if p.report is not None:
+        writers.append(lambda: _write_report(p.report, picks, record, failures, files, points2d()))
+    if p.contact_sheet is not None:
+        writers.append(lambda: write_contact_sheet(p.contact_sheet, picks))
+    if p.xmp:  # with no picks, this takes back the tags of an earlier run
+        writers.append(lambda: sidecars.append(_write_sidecars(p, picks, on_warning)))
+    for done, write in enumerate(writers):
+        on_progress(done, len(writers))
+        write()
+    if writers:
+        on_progress(len(writers), len(writers))
+    return sidecars[0] if sidecars else None
+
+
+def _write_report(
+    path: Path,
+    picks: list[Pick],
+    record: dict[str, Any],
+    failures: Sequence[Failure],
+    files: FileList,
+    points2d: np.ndarray,
+) -> None:
+    row_of = {f.path: i for i, f in enumerate(files)}
+    write_html_report(
+        path,
+        picks,
+        points2d=points2d,
+        pick_indices=[row_of[pick.path] for pick in picks],
+        run=record,
+        failures=failures,
+        paths=files.paths,
+    )
+
+
+def _write_sidecars(
+    p: ScanParameters, picks: list[Pick], on_warning: Callable[[str], None]
+) -> SidecarSummary:
+    """Tag every file of each pick in its XMP sidecar; untag the earlier picks under the paths."""
+
+    def problem(path: Path, reason: str) -> None:
+        on_warning(f"XMP sidecar {path}: {reason}" if path.suffix.lower() == ".xmp" else reason)
+
+    return apply_picks(
+        [sp for pick in picks for sp in SidecarPick.for_photo(pick.files, pick.rank, pick.score)],
+        roots=p.paths,
+        keyword=p.xmp_keyword,
+        on_problem=problem,  # the record of tagged sidecars: novelfind.dirs.sidecar_record_path()
+    )

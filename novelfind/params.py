@@ -1,0 +1,488 @@
+"""The parameters of a scan, declared once: name, type, default, limits or choices, doc and command line.
+
+Each field of :class:`ScanParameters` carries in its ``metadata`` what every other place needs: the
+API doc (``scan()``'s docstring is made from it), the command line's help text and flags (``cli.py``
+makes the ``scan`` command's options from the fields, with Click range types from the limits and
+the environment variable ``NOVELFIND_<NAME>``), the numeric limit or the named choices (checked here,
+so a notebook gets the command line's errors as :class:`~novelfind.errors.InputError`), and whether
+the parameter goes into the run record of the JSON formats. A new option is one field here, plus
+its line in the README's option table and in ``configs/default.toml``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import numbers
+import os
+import textwrap
+from collections.abc import Collection
+from dataclasses import KW_ONLY, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from novelfind import features
+from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
+from novelfind.errors import InputError
+from novelfind.htmlreport import CONTACT_SHEET_FORMATS
+from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
+from novelfind.ranking import DEFAULT_DEDUP, METHODS
+from novelfind.report import FORMATS, PLACE_MODES
+from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
+from novelfind.xmp import check_keyword
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The allowed range of a numeric parameter (the command line turns it into a Click range type)."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False  # low itself is not allowed
+    high_open: bool = False
+
+    def check(self, name: str, value: float) -> None:
+        """InputError naming ``name`` and the value when ``value`` is outside the range or not finite."""
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{name} must be a finite number, got {value}")
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            bound = "greater than" if self.low_open else "at least"
+            raise InputError(f"{name} must be {bound} {self.low:g}, got {value}")
+        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
+            bound = "less than" if self.high_open else "at most"
+            raise InputError(f"{name} must be {bound} {self.high:g}, got {value}")
+
+
+def param(
+    default: Any,
+    doc: str,
+    *,
+    help: str | None = None,
+    flags: tuple[str, ...] = (),
+    limit: Limit | None = None,
+    choices: Collection[str] | None = None,
+    metavar: str | None = None,
+    folder: bool = False,
+    record: bool = False,
+) -> Any:
+    """One parameter: its default and everything said about it.
+
+    ``doc``: what ``scan()``'s docstring says. ``help``: the ``scan`` command's help text (None: the
+    parameter has no command-line option). ``flags``: the option's names (default ``--name-with-dashes``).
+    ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
+    ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
+    ``record``: part of the run record of the JSON formats (``docs/output-schema.md``).
+    """
+    metadata = {
+        "doc": doc,
+        "help": help,
+        "flags": flags,
+        "limit": limit,
+        "choices": choices,
+        "metavar": metavar,
+        "folder": folder,
+        "record": record,
+    }
+    return field(default=default, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class ScanParameters:
+    """Everything a scan is asked to do: the keyword arguments of :func:`novelfind.scan`, checked.
+
+    Creating one checks every value (InputError naming the parameter) and normalises the types:
+    paths become :class:`~pathlib.Path` objects and sequences tuples. The defaults of the ADS
+    solver's settings are the paper's (:class:`novelfind.solver.ADSConfig`). The field order is the
+    order of ``scan()``'s keywords and of the command line's options.
+    """
+
+    paths: tuple[Path, ...] = param(
+        dataclasses.MISSING,
+        "a folder or image file, or several. Hidden files and folders are skipped.",
+        record=True,
+    )
+    k: int = param(
+        100,
+        "how many photos to pick (at least 1); more than there are ranks them all.",
+        help="How many novel photos to pick.",
+        limit=Limit(1),
+        record=True,
+    )
+    _: KW_ONLY
+    # ranking
+    method: str = param(
+        "ads",
+        '``"ads"`` (default: the ADS solver on whitened features, blended with a k-NN density score), '
+        '``"ads-paper"`` (the paper\'s Algorithm 1 alone) or ``"knn"`` (mean distance to the 10 '
+        "nearest neighbours). See :func:`novelfind.rank`.",
+        help="Ranking: ads (default: the ADS solver on whitened features, blended with a k-NN density "
+        "score), ads-paper (Algorithm 1 alone, as published), knn (distance to nearest neighbours).",
+        choices=METHODS,
+        record=True,
+    )
+    feature: str = param(
+        "logits",
+        '``"logits"`` (1000-d classifier output) or ``"pooled"`` (1280-d pooled features).',
+        help="MobileNet-V2 output used as the feature vector.",
+        choices=tuple(features.FEATURE_DIMS),
+        record=True,
+    )
+    epochs: int = param(
+        20,
+        "the ADS solver's SGD steps E (1-100000).",
+        help="ADS: SGD steps E.",
+        limit=Limit(1, 100_000),
+        record=True,
+    )
+    partners: int = param(
+        16,
+        "the ADS solver's partners J sampled per image per step (1-100000).",
+        help="ADS: partners sampled per image per step J.",
+        limit=Limit(1, 100_000),
+        record=True,
+    )
+    lr: float = param(
+        1e-3,
+        "the ADS solver's learning rate alpha (> 0).",
+        help="ADS: learning rate alpha.",
+        limit=Limit(0, low_open=True),
+        record=True,
+    )
+    momentum: float = param(
+        0.9,
+        "the ADS solver's momentum beta (0 <= beta < 1).",
+        help="ADS: momentum beta.",
+        limit=Limit(0, 1, high_open=True),
+        record=True,
+    )
+    seed: int = param(
+        0,
+        "the solver's random seed (>= 0): the same seed on the same device, the same ranking.",
+        help="Random seed; the same seed gives the same ranking on the same device.",
+        limit=Limit(0),
+        record=True,
+    )
+    restarts: int = param(
+        1,
+        "average the solver over this many seeds (1-1000).",
+        help="ADS: average this many runs with different seeds.",
+        limit=Limit(1, 1000),
+        record=True,
+    )
+    dedup: float = param(
+        DEFAULT_DEDUP,
+        "a pick closer than this to a better one (distance between L2-normalised features) is passed "
+        "over as a near-duplicate; 0 turns it off.",
+        help="Near-duplicate threshold: a pick this close to a better one (distance between "
+        "L2-normalised features) is replaced by the next candidate; 0 disables.",
+        limit=Limit(0),
+        record=True,
+    )
+    # extraction
+    batch_size: int = param(
+        32,
+        "images per batch, decoded, featurised and committed to the cache together (1-4096).",
+        help="Images per batch: decoded, featurised and committed to the cache together.",
+        limit=Limit(1, 4096),
+    )
+    workers: int | None = param(
+        None,
+        "decoding processes (0-256; None: one per core, 0: decode in this process).",
+        help="Decoding processes; 0 decodes in the scanning process (default: one per CPU core).",
+        limit=Limit(0, 256),
+    )
+    decode_timeout: float = param(
+        DECODE_TIMEOUT_S,
+        "seconds a decoding process may spend on one file (> 0); past that it is stopped and the file "
+        "reported as unreadable. Decoding in this process (``workers`` 0, or a few files) has no "
+        "limit. Not used by other engines than the local one.",
+        help="Seconds a decoding process may spend on one file before it is stopped and the file "
+        "reported as unreadable.",
+        limit=Limit(0, low_open=True),
+        metavar="SECONDS",
+    )
+    device: str = param(
+        "auto",
+        '``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and the '
+        "solver run there.",
+        help="Where the model and the solver run; auto = CUDA when available.",
+        choices=features.DEVICES,
+    )
+    backend: str = param(
+        "auto",
+        '``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.',
+        help="Inference engine; auto = the fastest available for the device.",
+        choices=features.BACKENDS,
+    )
+    engine: str = param(
+        "local",
+        'where decoding and the model run: ``"local"`` (this machine) or ``"ray"`` (the workers of a '
+        "Ray cluster, ``pip install 'novelfind[ray]'``; the photos must be at the same path on every "
+        "node); see ``novelfind.pipeline.ENGINES``. Walking, the cache and the ranking stay on this "
+        'machine either way. With ``"ray"``, ``device`` picks the workers\' device (``auto``: GPU '
+        "workers when the cluster has GPUs) and the solver runs here, on CUDA when this machine has it "
+        '(unless ``device`` is ``"cpu"``).',
+        help="Where decoding and the model run: local (this machine) or ray (the workers of a Ray "
+        "cluster; pip install 'novelfind[ray]'). The cache and the ranking stay here.",
+        choices=ENGINES,  # the registry itself: an engine added at run time is accepted
+    )
+    ray_address: str | None = param(
+        None,
+        'the Ray cluster for ``engine="ray"``: None starts Ray on this machine for the scan, ``"auto"`` '
+        'joins the cluster this machine belongs to (``ray start`` was run here), ``"HOST:PORT"`` the '
+        "cluster whose head listens there (``ray://HOST:PORT`` through Ray Client). Not used by the "
+        "local engine.",
+        help="The Ray cluster for --engine ray: auto joins the cluster this machine is part of, HOST:PORT "
+        "the head node at that address (default: start Ray on this machine for the scan).",
+        metavar="auto|HOST:PORT",
+    )
+    weights: Path | None = param(
+        None,
+        "the MobileNet-V2 weights file; None searches the usual places.",
+        help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).",
+    )
+    decoder: str = param(
+        "auto",
+        'what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and '
+        'nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see '
+        "``novelfind.pipeline.DECODERS``.",
+        choices=DECODERS,  # the registry itself, as ENGINES
+    )
+    cache: bool | Path | FeatureCache = param(
+        True,
+        "True for the user's feature cache (``~/.cache/novelfind/features.sqlite`` or "
+        "``$NOVELFIND_CACHE``), False for none, a path to a cache file, or a :class:`novelfind.Cache` "
+        "(its file and its dtype are used). A cache that cannot be opened is reported through "
+        "``on_warning`` and the scan runs without one.",
+        help="Feature cache file (default: the user cache folder).",
+    )
+    cache_dtype: str = param(
+        DEFAULT_DTYPE,
+        'how new vectors are stored: ``"float32"`` (default, 4 KB per photo of logits) or '
+        '``"float16"`` (half that; rankings on the benchmark sets kept their picks, see the README\'s '
+        "Cache section). A cache may hold both; each vector is read back as it was stored.",
+        help="How new vectors are stored in the cache: float16 halves its size (see the README).",
+        choices=tuple(DTYPES),
+    )
+    # walking
+    exclude: tuple[str, ...] = param(
+        (),
+        'glob patterns of files and folders to skip (``"*.png"``, ``"**/thumbs/**"``).',
+        help="Skip paths matching GLOB (repeatable; NOVELFIND_EXCLUDE takes several, space-separated).",
+        metavar="GLOB",
+    )
+    follow_symlinks: bool = param(
+        False,
+        "follow symbolic links to files and folders (loops are detected).",
+        help="Follow symbolic links to files and folders (loops are detected).",
+    )
+    since: datetime | None = param(
+        None,
+        "rank only photos modified at or after this time (a naive datetime is local time), against "
+        "the whole library.",
+        help="Rank only photos modified since DATE, against the whole library.",
+        metavar="DATE",
+        record=True,
+    )
+    # outputs
+    format: str = param(
+        "tsv",
+        'the format of ``output`` and of :meth:`ScanResult.to_text` (``"tsv"``, ``"json"``, '
+        '``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).',
+        help="Result format on stdout or in -o.",
+        choices=FORMATS,
+    )
+    output: Path | None = param(
+        None,
+        "write the results to this file, atomically, in ``format``.",
+        help="Write results to FILE (atomically) instead of stdout.",
+        flags=("-o", "--output"),
+    )
+    copy_to: Path | None = param(
+        None,
+        "put the picks in this folder as ``001_name.jpg``, ... (by ``link``); earlier picks placed "
+        "there by novelfind are replaced.",
+        help="Put the picks in DIR as 001_name.jpg, 002_...",
+        folder=True,
+    )
+    link: str = param(
+        "copy",
+        'how ``copy_to`` places the picks: ``"copy"``, ``"symlink"`` or ``"hardlink"``.',
+        help="How --copy-to places the picks.",
+        choices=PLACE_MODES,
+    )
+    report: Path | None = param(
+        None,
+        "write a self-contained HTML report of the picks to this file.",
+        help="Write a self-contained HTML report of the picks.",
+    )
+    contact_sheet: Path | None = param(
+        None,
+        "write a grid of the picks to this .jpg, .png or .webp file.",
+        help="Write a grid of the picks with their ranks (.jpg, .png or .webp).",
+    )
+    xmp: bool = param(
+        False,
+        "write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an existing ``NAME.xmp``): "
+        "``xmp_keyword``, the rank and the score; earlier picks under ``paths`` that are no longer "
+        "picked lose what novelfind wrote. Needs ``pip install 'novelfind[xmp]'`` (``MissingExtraError`` "
+        "otherwise). A sidecar that cannot be read or written is reported through ``on_warning`` and "
+        "in ``ScanResult.sidecars``; the photos themselves are never written.",
+        help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
+        "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "
+        "are never written. Needs pip install 'novelfind[xmp]'.",
+    )
+    xmp_keyword: str = param(
+        DEFAULT_XMP_KEYWORD,
+        'the keyword ``xmp`` writes (default ``"novel"``; ``"Picks|novel"`` is hierarchical).',
+        help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.",
+        metavar="TEXT",
+    )
+    # the ignore list
+    ignore_file: Path | None = param(
+        None,
+        "the ignore list (default: ``ignored.json`` in the user data folder, or "
+        "``$NOVELFIND_IGNORE_FILE``); see :class:`novelfind.IgnoreList`.",
+        help="The ignore list (default: ignored.json in the user data folder).",
+        record=True,
+    )
+    ignore_picks: bool = param(
+        False,
+        "after writing the outputs, put this run's picks on the ignore list, so that the next run "
+        "shows other photos.",
+        help="After writing the results, add the picks to the ignore list: the next run shows others.",
+    )
+    include_ignored: bool = param(
+        False,
+        "let the photos on the ignore list be picked again. Otherwise they are never picked, but still "
+        "ranked with the rest: they keep making their neighbours look ordinary.",
+        help="Let photos on the ignore list be picked again (otherwise they are ranked but never picked).",
+        record=True,
+    )
+    wait: bool = param(
+        True,
+        "when another run writes the same outputs, wait for it (True) or raise LockedError.",
+        help="When another run writes the same outputs: wait for it, or exit with code 4.",
+        flags=("--wait/--no-wait",),
+    )
+
+    def __post_init__(self) -> None:
+        paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths)
+        if not paths:
+            raise InputError("paths must name at least one folder or image")
+        self._set("paths", tuple(Path(p) for p in paths))
+        exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
+        self._set("exclude", tuple(str(e) for e in exclude))
+        for f in FIELDS:
+            value = getattr(self, f.name)
+            if f.type == "Path | None" and value is not None:
+                self._set(f.name, Path(value))
+            elif f.type in ("int", "int | None") and value is not None:
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise InputError(f"{f.name} must be a whole number, got {value!r}")
+            elif f.type == "float":
+                if isinstance(value, bool) or not isinstance(value, numbers.Real):
+                    raise InputError(f"{f.name} must be a number, got {value!r}")
+                self._set(f.name, float(value))
+        if not isinstance(self.cache, (bool, FeatureCache)):
+            self._set("cache", Path(self.cache))
+        for name, limit in LIMITS.items():
+            value = getattr(self, name)
+            if value is not None:
+                limit.check(name, value)
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            numbered_gpu = name == "device" and isinstance(value, str) and value.startswith("cuda:")
+            if value not in allowed and not numbered_gpu:
+                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
+        if self.ray_address is not None and not isinstance(self.ray_address, str):
+            raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
+        if self.since is not None and not isinstance(self.since, datetime):
+            raise InputError(f"since must be a datetime, got {self.since!r}")
+        sheet = self.contact_sheet
+        if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
+            raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
+        try:
+            check_keyword(self.xmp_keyword)
+        except ValueError as err:
+            raise InputError(f"xmp_keyword: {err}") from None
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def outputs(self) -> list[Path]:
+        """What this run writes, absolute and sorted (the order their locks are taken in)."""
+        targets = (self.output, self.copy_to, self.report, self.contact_sheet)
+        return sorted({t.absolute() for t in targets if t is not None})
+
+    def record(self) -> dict[str, Any]:
+        """The parameters in the run record of the JSON formats, as JSON values, in field order."""
+        return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_json_value(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+FIELDS: tuple[dataclasses.Field, ...] = dataclasses.fields(ScanParameters)
+
+# The numeric limits and the named choices, by parameter: ScanParameters checks them, the command line
+# shows them in --help. Engines and decoders are the registries themselves.
+LIMITS: dict[str, Limit] = {f.name: f.metadata["limit"] for f in FIELDS if f.metadata["limit"]}
+CHOICES: dict[str, Collection[str]] = {
+    f.name: f.metadata["choices"] for f in FIELDS if f.metadata["choices"] is not None
+}
+
+
+def parameter_defaults() -> dict[str, Any]:
+    """Each parameter's default, for the command line's options (so the two never disagree)."""
+    return {f.name: f.default for f in FIELDS if f.name != "paths"}
+
+
+def describe(indent: str = "        ") -> str:
+    """The ``Args:`` entries of ``scan()``'s docstring, one per parameter, from the fields' docs."""
+    return "\n".join(
+        textwrap.fill(
+            f"{f.name}: {f.metadata['doc']}",
+            width=106,
+            initial_indent=indent,
+            subsequent_indent=indent + "    ",
+            break_on_hyphens=False,
+        )
+        for f in FIELDS
+    )
+
+
+# What scan() accepts where a parameter is stored normalised (paths as Path objects, sequences as tuples)
+_ACCEPTS = {
+    "tuple[Path, ...]": "str | os.PathLike[str] | Iterable[str | os.PathLike[str]]",
+    "tuple[str, ...]": "str | Iterable[str]",
+    "Path | None": "str | os.PathLike[str] | None",
+    "bool | Path | FeatureCache": "bool | str | os.PathLike[str] | FeatureCache",
+}
+
+
+def scan_signature(extra: list[inspect.Parameter], returns: str) -> inspect.Signature:
+    """The signature of a function taking the parameters as keywords (``paths`` and ``k`` also by
+    position), then ``extra``: what ``help(novelfind.scan)`` and editors show."""
+    positional = ("paths", "k")
+    parameters = [
+        inspect.Parameter(
+            f.name,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD
+            if f.name in positional
+            else inspect.Parameter.KEYWORD_ONLY,
+            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
+            annotation=_ACCEPTS.get(f.type, f.type),
+        )
+        for f in FIELDS
+    ]
+    return inspect.Signature(parameters + extra, return_annotation=returns)

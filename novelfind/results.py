@@ -1,0 +1,97 @@
+"""What a scan returns: :class:`ScanResult` with its :class:`Counts`, the :class:`Progress` events it
+reports on the way, and the run record of the JSON formats (``docs/output-schema.md``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from novelfind import __version__
+from novelfind.params import ScanParameters
+from novelfind.report import Failure, Pick, format_results
+from novelfind.walk import ImageFile
+from novelfind.xmp import SidecarSummary
+
+
+@dataclass(frozen=True)
+class Counts:
+    """What happened to the files of one scan."""
+
+    found: int  # image files of the photos found (RAW twins included; the run's own outputs left out)
+    from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
+    extracted: int  # vectors made by the model in this run
+    failed: int  # files that could not be read (walk errors and decode failures)
+    candidates: int  # photos that could be picked: all that were read, or those modified since `since`,
+    #                  less the ignored ones
+    duplicates_dropped: int  # near-duplicates of better picks passed over
+    photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
+    ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
+    newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A progress event of :func:`scan`, for ``on_progress``.
+
+    ``stage`` is ``"walk"`` (``done`` files found so far, ``total`` None), ``"wait"`` (another run is
+    writing ``path``; this one waits for it), ``"extract"`` (``done`` of ``total`` files resolved:
+    read from the cache, extracted or failed), ``"rank"`` (0 of 1, then 1 of 1) or ``"write"``
+    (``done`` of ``total`` outputs written).
+    """
+
+    stage: str
+    done: int = 0
+    total: int | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """What :func:`scan` returns.
+
+    ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
+    was read (one per photo: a RAW + JPEG pair is read through its JPEG; a
+    :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
+    float32 their vectors, row i for ``files[i]`` (rank them again another way with
+    :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
+    (``MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
+    """
+
+    picks: list[Pick]
+    failures: list[Failure]
+    counts: Counts
+    seconds: float
+    parameters: ScanParameters
+    files: list[ImageFile] = field(repr=False)
+    features: np.ndarray | None = field(repr=False)
+    sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
+
+    def record(self) -> dict[str, Any]:
+        """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""
+        return run_record(self.parameters, self.counts, self.seconds)
+
+    def to_text(self, fmt: str | None = None) -> str:
+        """The results in an output format (default: the scan's ``format``), as ``output`` gets them."""
+        return format_results(
+            self.picks, fmt or self.parameters.format, failures=self.failures, run=self.record()
+        )
+
+
+def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
+    """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
+    (:meth:`ScanParameters.record`) and the counts."""
+    return {
+        "version": __version__,
+        **params.record(),
+        "images_found": counts.found,
+        "photos_found": counts.photos,
+        "ignored": counts.ignored,
+        "from_cache": counts.from_cache,
+        "extracted": counts.extracted,
+        "failed": counts.failed,
+        "duplicates_dropped": counts.duplicates_dropped,
+        "seconds": round(seconds, 3),
+    }
