@@ -608,6 +608,13 @@ class GpuFileDecoder:
     inspect the files and run the Pillow fallback (all of which release the GIL), one ``group`` ahead
     of the GPU. Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked
     nvImageCodec decoder (tests, benchmarks).
+
+    ``cpu_processes`` > 0: that many Pillow processes (``pipeline.ProcessDecoder``) share the work with
+    the GPU, fed from one queue (``pipeline.SharedDecoder``): each side, in its own thread, claims the next
+    files when it is free, so a scan can pass the GPU decoder alone. The GPU side claims ``2 * group``
+    files at a time (its reads of the next group overlap the decoding of this one), the CPU side
+    ``max(64, 8 * cpu_processes)`` (a claim's last decodes leave processes idle, so several files per
+    process). ``stats["cpu"]`` counts the files the processes decoded.
     """
 
     def __init__(
@@ -620,6 +627,7 @@ class GpuFileDecoder:
         *,
         gpu: GpuDecoder | None = None,
         group: int = GROUP,
+        cpu_processes: int = 0,
         **context: Any,
     ):
         self.gpu = gpu if gpu is not None else open_gpu_decoder(str(getattr(extractor, "device", "cuda")))
@@ -627,7 +635,17 @@ class GpuFileDecoder:
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
-        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed
+        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed (/ cpu: the shared processes')
+        self.shared: pipeline.SharedDecoder | None = None
+        if cpu_processes > 0:
+            claims = {"gpu": 2 * self.group, "cpu": max(64, 8 * cpu_processes)}
+            self.shared = pipeline.SharedDecoder(
+                {"gpu": _Alone(self), "cpu": pipeline.ProcessDecoder(cpu_processes, max(1, window), known)},
+                claims=claims,
+                ahead=2 * sum(claims.values()),
+                stack=stack_pixels,
+                on_warning=on_warning,
+            )
 
     @staticmethod
     def stack(pixels: list[Any]) -> Any:
@@ -644,6 +662,16 @@ class GpuFileDecoder:
         return Decoded(digest), data, inspect_jpeg(data)
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        if self.shared is None:
+            yield from self._decode(paths)
+            return
+        try:
+            yield from self.shared.decode(paths)
+        finally:
+            self.stats["cpu"] = self.shared.taken["cpu"]
+
+    def _decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        """The GPU side alone."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="novelfind-read")
         pool = self.pool
@@ -686,15 +714,42 @@ class GpuFileDecoder:
             yield g0 + j, results[j]  # type: ignore[misc]
 
     def terminate(self) -> None:
-        """Stop now: queued reads are cancelled, running ones finish on their own."""
+        """Stop now: queued reads are cancelled, running ones finish on their own (and the processes
+        sharing the work are stopped)."""
+        if self.shared is not None:
+            self.shared.terminate()  # stops this side too, through _Alone
+        self._terminate()
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+        self._close()
+
+    def _terminate(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+class _Alone:
+    """A ``GpuFileDecoder``'s own GPU side, as one of the decoders of its ``SharedDecoder``."""
+
+    def __init__(self, owner: GpuFileDecoder):
+        self.owner = owner
+
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        return self.owner._decode(paths)
+
+    def terminate(self) -> None:
+        self.owner._terminate()
+
+    def close(self) -> None:
+        self.owner._close()
 
 
 def stack_pixels(rows: Sequence[Any]) -> Any:
@@ -708,6 +763,25 @@ def stack_pixels(rows: Sequence[Any]) -> Any:
     return torch.stack([r if isinstance(r, torch.Tensor) else torch.from_numpy(r).to(device) for r in rows])
 
 
+def both_decoder(
+    workers: int = 0,
+    window: int = 1,
+    known: frozenset[str] = frozenset(),
+    extractor: Any = None,
+    on_warning: Callable[[str], None] | None = None,
+    *,
+    gpu: GpuDecoder | None = None,
+    **context: Any,
+) -> GpuFileDecoder:
+    """The GPU decoder and Pillow in ``workers - 1`` processes at once (``GpuFileDecoder`` with
+    ``cpu_processes``): one core is left to the GPU side's reading threads and the model's thread.
+    Raises GpuDecodeUnavailable when GPU decoding cannot run."""
+    threads = workers or available_cpus()
+    return GpuFileDecoder(
+        threads, window, known, extractor, on_warning, gpu=gpu, cpu_processes=max(1, threads - 1)
+    )
+
+
 def auto_decoder(
     workers: int = 0,
     window: int = 1,
@@ -716,14 +790,17 @@ def auto_decoder(
     on_warning: Callable[[str], None] | None = None,
     **context: Any,
 ) -> GpuFileDecoder | pipeline.ProcessDecoder:
-    """The pipeline's "auto" decoder: ``GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
-    is installed, else Pillow in worker processes (``ProcessDecoder``).
+    """The pipeline's "auto" decoder: when ``extractor`` runs on CUDA and nvImageCodec is installed,
+    ``GpuFileDecoder`` sharing the work with Pillow processes (``both_decoder``; alone when ``workers``
+    is 0: few files to decode), else Pillow in worker processes (``ProcessDecoder``).
 
     Without the library (an optional extra) this is silent; a library that fails its start-up check is
     reported once through ``on_warning`` and the scan decodes on the CPU.
     """
     if str(getattr(extractor, "device", "cpu")).startswith("cuda") and library_installed():
         try:
+            if workers > 0:
+                return both_decoder(workers, window, known, extractor, on_warning)
             return GpuFileDecoder(workers, window, known, extractor, on_warning)
         except GpuDecodeUnavailable as e:
             message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"

@@ -9,18 +9,18 @@ Flow for a list of files (walk order):
   4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
      so an interrupted run loses at most the batch in flight.
 
-Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with
-Pillow in worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with
-nvImageCodec and the rest with Pillow (``gpu_decode.GpuFileDecoder``); ``auto``, the default, is
-``gpu`` when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
+Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with Pillow in
+worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with nvImageCodec and
+the rest with Pillow (``gpu_decode.GpuFileDecoder``, alone); ``auto``, the default, is the GPU decoder and
+Pillow processes at once, fed from one queue (:class:`SharedDecoder`: whichever is free takes the next
+files) when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
 class (or factory) with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
-extraction stages: ``local`` is :func:`extract` on this machine; ``ray`` spreads decoding and the model
-over a Ray cluster (``novelfind.engine_ray.extract``). An engine that runs elsewhere is a function with
-:func:`extract`'s signature plus two keywords, ``address`` (where to run; None: the engine's default)
-and ``device`` (what its workers run the model on: ``auto``, ``cpu`` or ``cuda``); it drives a
-:class:`Stage` as :func:`extract` does, so lookups, commits, checks and callbacks are the same. Both
-registries hold "module:attribute" strings, imported only when chosen, so an engine's dependencies
-(Ray, say) stay optional.
+extraction stages: ``local`` is :func:`extract` on this machine; ``ray`` spreads decoding and the model over
+a Ray cluster (``novelfind.engine_ray.extract``). An engine that runs elsewhere is a function with
+:func:`extract`'s signature plus two keywords, ``address`` (where to run; None: the engine's default) and
+``device`` (what its workers run the model on: ``auto``, ``cpu`` or ``cuda``); it drives a :class:`Stage` as
+:func:`extract` does, so lookups, commits, checks and callbacks are the same. Both registries hold
+"module:attribute" strings, imported only when chosen, so an engine's dependencies (Ray, say) stay optional.
 """
 
 from __future__ import annotations
@@ -240,8 +240,14 @@ class ProcessDecoder:
 
     decode_one: Callable[[str], Decoded] = staticmethod(decode_file)  # what a worker runs on one path
 
-    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(),
-                 timeout: float | None = None, **context: Any):
+    def __init__(
+        self,
+        workers: int,
+        window: int,
+        known: frozenset[str] = frozenset(),
+        timeout: float | None = None,
+        **context: Any,
+    ):
         self.workers = workers
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
@@ -257,8 +263,12 @@ class ProcessDecoder:
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init,
-                                            initargs=(os.getpid(), self.known, self._started()))
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=_mp_context(),
+                initializer=_worker_init,
+                initargs=(os.getpid(), self.known, self._started()),
+            )
         return self.pool
 
     def _started(self) -> Any:
@@ -387,6 +397,152 @@ class ProcessDecoder:
             self.pool = None
 
 
+# --------------------------------------------------------------------------- several decoders at once
+
+
+class SharedDecoder:
+    """Several decoders fed from one queue (``Decoder``): whichever is free takes the next files.
+
+    Each decoder runs in its own thread and claims the next ``claims[name]`` files of ``paths`` when it
+    has finished its last claim, so a faster decoder (the GPU's) takes more of them and the scan can pass
+    either decoder alone. Results come out in input order, each once. Memory stays bounded: a decoder
+    claims only while the claims not yet handed on span at most ``ahead`` files. A decoder that raises
+    is reported once through ``on_warning`` and leaves the scan; its claim goes back to the queue, whole
+    (nothing of a claim is handed on before all of it is decoded), so no file is lost or reported twice.
+    ``taken`` counts the files each decoder decoded.
+    """
+
+    def __init__(
+        self,
+        decoders: dict[str, Any],
+        *,
+        claims: dict[str, int],
+        ahead: int,
+        stack: Callable[[list[Any]], Any] = np.stack,
+        on_warning: OnWarning | None = None,
+    ):
+        if not decoders:
+            raise ValueError("SharedDecoder needs at least one decoder")
+        self.decoders = dict(decoders)
+        self.claims = {name: max(1, int(claims.get(name, 1))) for name in self.decoders}
+        self.ahead = max(int(ahead), 2 * sum(self.claims.values()))
+        self.stack = stack
+        self.on_warning = on_warning
+        self.taken: dict[str, int] = dict.fromkeys(self.decoders, 0)
+        self.threads: list[threading.Thread] = []
+        self._cond = threading.Condition()
+        self._stop = False
+
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        cond = self._cond
+        order: deque[tuple[int, int]] = deque()  # the claims, (start, end), in the order they were made
+        returned: deque[tuple[int, int]] = deque()  # claims given back by a decoder that failed
+        done: dict[int, list[tuple[int, Decoded]]] = {}  # start -> the claim's results, in order
+        state = {"next": 0, "emitted": 0, "busy": 0, "alive": len(self.decoders)}
+        errors: list[BaseException] = []
+        self._stop = False
+
+        def claim(size: int) -> tuple[int, int] | None:
+            """The next files for a free decoder; None when there are none left (or the scan stopped).
+            A decoder stays until every claim is decoded: one that fails gives its claim back."""
+            while not self._stop:
+                if returned:
+                    state["busy"] += 1
+                    return returned.popleft()
+                nxt = state["next"]
+                room = nxt == state["emitted"] or nxt + size <= state["emitted"] + self.ahead
+                if nxt < len(paths) and room:
+                    state["next"] = min(nxt + size, len(paths))
+                    order.append((nxt, state["next"]))
+                    state["busy"] += 1
+                    return nxt, state["next"]
+                if nxt >= len(paths) and state["busy"] == 0:
+                    return None
+                cond.wait()
+            return None
+
+        def feed(name: str, decoder: Any) -> None:
+            while True:
+                with cond:
+                    span = claim(self.claims[name])
+                if span is None:
+                    return
+                start, end = span
+                try:
+                    got = [(start + j, r) for j, r in decoder.decode(paths[start:end])]
+                    if len(got) != end - start:
+                        raise RuntimeError(f"{name} returned {len(got)} results for {end - start} files")
+                except BaseException as e:  # noqa: BLE001 - the other decoders take its work
+                    with cond:
+                        state["busy"] -= 1
+                        if not self._stop:
+                            returned.append(span)
+                            state["alive"] -= 1
+                            if state["alive"] == 0:
+                                errors.append(e)
+                            elif self.on_warning is not None:
+                                self.on_warning(
+                                    f"{name} decoding stopped ({type(e).__name__}: {e}); "
+                                    "the other decoders go on"
+                                )
+                        cond.notify_all()
+                    return
+                with cond:
+                    state["busy"] -= 1
+                    done[start] = got
+                    self.taken[name] += end - start
+                    cond.notify_all()
+
+        self.threads = [
+            threading.Thread(target=feed, args=(name, d), name=f"novelfind-{name}", daemon=True)
+            for name, d in self.decoders.items()
+        ]
+        for t in self.threads:
+            t.start()
+        try:
+            while True:
+                with cond:
+                    while not order and state["next"] < len(paths) and not errors:
+                        cond.wait(0.5)
+                    if not order:
+                        if errors:
+                            raise errors[0]
+                        return
+                    start = order[0][0]
+                    while start not in done and not errors:
+                        cond.wait(0.5)  # a timeout keeps Ctrl-C prompt
+                    if start not in done:
+                        raise errors[0]
+                    order.popleft()
+                    got = done.pop(start)
+                    state["emitted"] = order[0][0] if order else state["next"]
+                    cond.notify_all()
+                yield from got
+        finally:
+            with cond:
+                self._stop = True
+                cond.notify_all()
+
+    def terminate(self) -> None:
+        """Stop every decoder at once; their threads end with their current claim."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        for d in self.decoders.values():
+            d.terminate()
+        self._join()
+
+    def close(self) -> None:
+        self._join()
+        for d in self.decoders.values():
+            d.close()
+
+    def _join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=TERMINATE_GRACE_S + 5)
+        self.threads = []
+
+
 # --------------------------------------------------------------------------- the stage
 
 
@@ -429,8 +585,13 @@ def extract(
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
-        decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests(),
-                                           extractor=extractor, on_warning=on_warning)
+        decoding = load(DECODERS[decoder])(
+            workers=workers,
+            window=window,
+            known=cache.known_digests(),
+            extractor=extractor,
+            on_warning=on_warning,
+        )
         stage.run(misses, decoding)
     return stage.result()
 
@@ -444,9 +605,17 @@ class Stage:
     :meth:`fail`, and :meth:`commit` once per batch (one cache transaction), :meth:`progress` as it likes.
     """
 
-    def __init__(self, files: Iterable[Any], extractor: Extractor, cache: FeatureStore, batch_size: int,
-                 on_progress: OnProgress | None, on_failure: OnFailure | None,
-                 on_warning: OnWarning | None, keep_vectors: bool = True) -> None:
+    def __init__(
+        self,
+        files: Iterable[Any],
+        extractor: Extractor,
+        cache: FeatureStore,
+        batch_size: int,
+        on_progress: OnProgress | None,
+        on_failure: OnFailure | None,
+        on_warning: OnWarning | None,
+        keep_vectors: bool = True,
+    ) -> None:
         self.files = files if isinstance(files, FileList) else FileList(files)
         self.extractor, self.cache, self.batch_size = extractor, cache, batch_size
         self.stored: Callable[[np.ndarray], np.ndarray] | None = getattr(cache, "stored", None)
