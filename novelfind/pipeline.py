@@ -581,6 +581,9 @@ def extract(
         raise ValueError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
     stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
     misses = stage.stat_hits()
+    settle = getattr(extractor, "settle", None)  # a device chosen by the work at hand (``--device auto``)
+    if settle is not None:
+        settle(len(misses))
     if misses:
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
