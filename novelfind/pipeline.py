@@ -531,6 +531,8 @@ class SharedDecoder:
         for d in self.decoders.values():
             d.terminate()
         self._join()
+        for d in self.decoders.values():  # what a thread may have started again before it saw the stop
+            d.terminate()
 
     def close(self) -> None:
         self._join()
