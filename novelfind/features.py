@@ -320,6 +320,22 @@ def export_onnx(net, path: Path) -> None:
             os.unlink(tmp)
 
 
+def _in_background(load: Any) -> threading.Thread:
+    """Run ``load`` (a model's loading) in a daemon thread, so that it overlaps what the scan does before
+    the first batch (the decoders' start, the first reads). A failure there is dropped: it happens again
+    at the first call, which reports it."""
+
+    def run() -> None:
+        try:
+            load()
+        except BaseException:  # noqa: BLE001, S110 - reported by the first call
+            pass
+
+    thread = threading.Thread(target=run, name="novelfind-model-load", daemon=True)
+    thread.start()
+    return thread
+
+
 @dataclass
 class TorchExtractor:
     """Eager PyTorch; on CUDA in float16 with channels_last and pinned host memory."""
@@ -353,6 +369,10 @@ class TorchExtractor:
                     net = net.to(self.device, memory_format=torch.channels_last).half()
                 self._net = net
         return self._net
+
+    def start_loading(self) -> threading.Thread:
+        """Build the model (on its device) in the background; the first call waits for it."""
+        return _in_background(self._load)
 
     def __call__(self, batch: Any) -> np.ndarray:
         """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). ``batch`` is a numpy array, or a torch
@@ -425,6 +445,10 @@ class OnnxExtractor:
                 self._session = self._prepare()
         return self._session
 
+    def start_loading(self) -> threading.Thread:
+        """Open the session in the background; the first call waits for it."""
+        return _in_background(self._load)
+
     def _prepare(self):
         """Load the cached graph, or export + verify it. RuntimeError when the graph can't be trusted."""
         path = self.onnx_path
@@ -492,6 +516,10 @@ class _FallbackExtractor:
                     )
                     self._active = self._torch
         return self._active
+
+    def start_loading(self) -> threading.Thread:
+        """Pick and load the engine in the background; the first call waits for it."""
+        return _in_background(lambda: self._pick()._load())
 
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self._pick()(batch)
@@ -589,6 +617,11 @@ class AutoDeviceExtractor:
     @property
     def backend(self) -> str:
         return str(getattr(self._chosen if self._chosen is not None else self._cuda, "backend", "torch"))
+
+    def start_loading(self) -> threading.Thread | None:
+        """The chosen (or, unsettled, the CUDA) extractor's ``start_loading``."""
+        start = getattr(self._chosen if self._chosen is not None else self._cuda, "start_loading", None)
+        return start() if start is not None else None
 
     def __call__(self, batch: Any) -> np.ndarray:
         if self._chosen is None:

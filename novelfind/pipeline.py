@@ -587,6 +587,9 @@ def extract(
     if settle is not None:
         settle(len(misses))
     if misses:
+        start_loading = getattr(extractor, "start_loading", None)  # the model loads while decoding starts
+        if start_loading is not None:
+            start_loading()
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))

@@ -79,3 +79,41 @@ def _pixels(f):
     from novelfind.pipeline import decode_file
 
     return decode_file(str(f.path), frozenset()).pixels
+
+
+class Loading(MeanColour):
+    """Records when its model was asked to start loading, relative to the decoder's construction."""
+
+    def __init__(self, events: list[str]):
+        super().__init__()
+        self.events = events
+
+    def start_loading(self):
+        self.events.append("load")
+
+
+def test_the_model_loads_while_the_decoders_start_and_only_for_misses(tmp_path, monkeypatch):
+    from novelfind import pipeline
+
+    files = make_library(tmp_path, 6)
+    events: list[str] = []
+    real = pipeline.ProcessDecoder.__init__
+
+    def init(self, *args, **kwargs):
+        events.append("decoder")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.ProcessDecoder, "__init__", init)
+    cache = DictCache()
+    extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")
+    assert events == ["load", "decoder"]
+    events.clear()
+    extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")  # all cached
+    assert events == []
+
+
+def test_a_model_that_fails_to_load_in_the_background_fails_at_its_first_call(tmp_path):
+    ex = features.TorchExtractor(tmp_path / "missing.pth")
+    ex.start_loading().join(timeout=120)
+    with pytest.raises(Exception, match="missing.pth|No such file"):
+        ex(np.zeros((1, 224, 224, 3), np.uint8))
