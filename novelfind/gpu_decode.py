@@ -26,11 +26,12 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
-For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and
-``auto_decoder`` the default "auto" one: GPU decoding when the model runs on CUDA and nvImageCodec is
-installed, Pillow in worker processes otherwise. torch is imported only where a GPU path runs, so the
-"auto" choice costs a CPU scan nothing. Everything but ``NvImageCodec`` is plain torch and runs on the
-CPU too, which is how it is tested there.
+For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder (the GPU
+decoder alone), and ``auto_decoder`` the default "auto" one: when the model runs on CUDA and nvImageCodec
+is installed, the GPU decoder and Pillow processes at once (``both_decoder``: one queue, whichever is free
+takes the next files, so the scan can pass the GPU decoder alone), Pillow in worker processes otherwise.
+torch is imported only where a GPU path runs, so the "auto" choice costs a CPU scan nothing. Everything
+but ``NvImageCodec`` is plain torch and runs on the CPU too, which is how it is tested there.
 """
 
 from __future__ import annotations
