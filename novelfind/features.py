@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import threading
 import warnings
@@ -187,14 +188,48 @@ class Extractor(Protocol):
     def __call__(self, batch: np.ndarray) -> np.ndarray: ...
 
 
-def resolve_device(device: str) -> str:
-    """The one reading of a device name: ``auto`` is ``cuda`` when torch sees a CUDA device, else ``cpu``;
+# When ``--device auto`` takes CUDA. A scan on CUDA starts slower (CUDA context, cuDNN autotuning, the GPU
+# JPEG decoder's start-up check) and then extracts faster, so CUDA pays only past a number of photos:
+# start-up excess / (CPU s per photo - GPU s per photo). Figures from the H200 run (docs/bench/gpu-h200/,
+# 12 MP JPEGs, 16 cores): `novelfind scan` of 192 photos took 16.13 s on CUDA against 7.04 s on the CPU;
+# the GPU path extracts 293-310 photos/s, the CPU decoders 239/s (15 a core), so the CUDA start-up is
+# (16.13 - 192/300) - (7.04 - 192/239) = 9.3 s longer. On 16 cores: 9.3 / (1/240 - 1/300) = 11,160 photos;
+# on 4 cores (60/s) 700. A CPU at least as fast as the GPU path never gives way. The estimate favours the
+# CPU (its decoders alone, not the slower whole CPU scan, set its rate), so `auto` is never the slower
+# choice by these figures; scripts/gpu_check.sh measures both start-ups and rates again.
+AUTO_CUDA_STARTUP_S = 9.3
+AUTO_CPU_PHOTOS_PER_S_PER_CORE = 15.0
+AUTO_GPU_PHOTOS_PER_S = 300.0
+
+
+def auto_cuda_min_photos(cpus: int | None = None) -> int | None:
+    """The fewest photos to extract (or rank) for which ``auto`` takes CUDA on a machine with ``cpus``
+    cores (default: this one's); None when the CPU is never slower."""
+    cpu_rate = AUTO_CPU_PHOTOS_PER_S_PER_CORE * (cpus or available_cpus())
+    if cpu_rate >= AUTO_GPU_PHOTOS_PER_S:
+        return None
+    return math.ceil(round(AUTO_CUDA_STARTUP_S / (1 / cpu_rate - 1 / AUTO_GPU_PHOTOS_PER_S), 6))
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device (imports torch)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve_device(device: str, photos: int | None = None) -> str:
+    """The one reading of a device name: ``auto`` is ``cuda`` when torch sees a CUDA device and ``photos``
+    (the photos the work is for; None: unknown) are at least ``auto_cuda_min_photos()``, else ``cpu``;
     anything else is returned as given. Imports torch only for ``auto``."""
     if device != "auto":
         return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not cuda_available():
+        return "cpu"
+    if photos is None:
+        return "cuda"
+    least = auto_cuda_min_photos()
+    return "cuda" if least is not None and photos >= least else "cpu"
 
 
 def available_cpus() -> int:
@@ -284,6 +319,22 @@ def export_onnx(net, path: Path) -> None:
         )
 
 
+def _in_background(load: Any) -> threading.Thread:
+    """Run ``load`` (a model's loading) in a daemon thread, so that it overlaps what the scan does before
+    the first batch (the decoders' start, the first reads). A failure there is dropped: it happens again
+    at the first call, which reports it."""
+
+    def run() -> None:
+        try:
+            load()
+        except BaseException:  # noqa: BLE001, S110 - reported by the first call
+            pass
+
+    thread = threading.Thread(target=run, name="novelfind-model-load", daemon=True)
+    thread.start()
+    return thread
+
+
 @dataclass
 class TorchExtractor:
     """Eager PyTorch; on CUDA in float16 with channels_last and pinned host memory."""
@@ -317,6 +368,10 @@ class TorchExtractor:
                     net = net.to(self.device, memory_format=torch.channels_last).half()
                 self._net = net
         return self._net
+
+    def start_loading(self) -> threading.Thread:
+        """Build the model (on its device) in the background; the first call waits for it."""
+        return _in_background(self._load)
 
     def __call__(self, batch: Any) -> np.ndarray:
         """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). ``batch`` is a numpy array, or a torch
@@ -388,6 +443,10 @@ class OnnxExtractor:
                 self._session = self._prepare()
         return self._session
 
+    def start_loading(self) -> threading.Thread:
+        """Open the session in the background; the first call waits for it."""
+        return _in_background(self._load)
+
     def _prepare(self):
         """Load the cached graph, or export + verify it. RuntimeError when the graph can't be trusted."""
         path = self.onnx_path
@@ -456,6 +515,10 @@ class _FallbackExtractor:
                     self._active = self._torch
         return self._active
 
+    def start_loading(self) -> threading.Thread:
+        """Pick and load the engine in the background; the first call waits for it."""
+        return _in_background(lambda: self._pick()._load())
+
     def __call__(self, batch: np.ndarray) -> np.ndarray:
         return self._pick()(batch)
 
@@ -505,6 +568,11 @@ def build_extractor(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
     path = resolve_weights(weights)
+    if device == "auto" and backend != "onnx" and cuda_available():
+        cpu = build_extractor(
+            feature=feature, device="cpu", backend=backend, weights=path, threads=threads, cache_dir=cache_dir
+        )
+        return AutoDeviceExtractor(cpu, TorchExtractor(path, feature, device="cuda"))
     device = resolve_device(device)
     if device.startswith("cuda"):
         import torch
@@ -527,3 +595,40 @@ def build_extractor(
         )
         return torch_ex
     return _FallbackExtractor(OnnxExtractor(path, feature, threads=threads, cache_dir=cache_dir), torch_ex)
+
+
+class AutoDeviceExtractor:
+    """``--device auto`` on a machine with CUDA: the CPU extractor or the CUDA one, whichever the scan at
+    hand makes faster. The pipeline calls :meth:`settle` with the number of photos the model will see
+    once the cache has been asked (``resolve_device``'s rule); unsettled, it runs on CUDA. Neither
+    model is built before it is used; both give vectors under one ``model_key``."""
+
+    def __init__(self, cpu: Extractor, cuda: Extractor):
+        self._cpu, self._cuda = cpu, cuda
+        self._chosen: Any = None
+        self.model_key, self.dim = cpu.model_key, cpu.dim
+        self.feature, self.weights = getattr(cpu, "feature", None), getattr(cpu, "weights", None)
+
+    def settle(self, photos: int) -> str:
+        """Choose the device for a scan whose model will see ``photos`` photos; returns it."""
+        if self._chosen is None:
+            self._chosen = self._cuda if resolve_device("auto", photos) != "cpu" else self._cpu
+        return self.device
+
+    @property
+    def device(self) -> str:
+        return str(getattr(self._chosen if self._chosen is not None else self._cuda, "device", "cpu"))
+
+    @property
+    def backend(self) -> str:
+        return str(getattr(self._chosen if self._chosen is not None else self._cuda, "backend", "torch"))
+
+    def start_loading(self) -> threading.Thread | None:
+        """The chosen (or, unsettled, the CUDA) extractor's ``start_loading``."""
+        start = getattr(self._chosen if self._chosen is not None else self._cuda, "start_loading", None)
+        return start() if start is not None else None
+
+    def __call__(self, batch: Any) -> np.ndarray:
+        if self._chosen is None:
+            self._chosen = self._cuda
+        return self._chosen(batch)

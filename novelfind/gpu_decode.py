@@ -26,8 +26,10 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
-For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder, and the
-default "auto" one (``pipeline.auto_decoder``) when the model runs on CUDA and nvImageCodec is installed.
+For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder (the GPU
+decoder alone); the default "auto" one (``pipeline.auto_decoder``), when the model runs on CUDA and
+nvImageCodec is installed, is the GPU decoder and Pillow processes at once (``both_decoder``: one queue,
+whichever is free takes the next files, so the scan can pass the GPU decoder alone).
 torch is imported only where a GPU path runs, so the "auto" choice costs a CPU scan nothing. Everything
 but ``NvImageCodec`` is plain torch and runs on the CPU too, which is how it is tested there.
 """
@@ -62,7 +64,7 @@ from novelfind.decode import (
     resized_geometry,
 )
 from novelfind.errors import DecodeError
-from novelfind.extraction import Decoded
+from novelfind.extraction import Decoded, Decoder, SharedDecoder
 from novelfind.features import available_cpus
 from novelfind.raw import model_input_any
 
@@ -602,6 +604,9 @@ class GpuFileDecoder:
     inspect the files and run the Pillow fallback (all of which release the GIL), one ``group`` ahead
     of the GPU. Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked
     nvImageCodec decoder (tests, benchmarks).
+
+    :meth:`share_with` a CPU decoder: Pillow processes take part of the files from one queue, so a scan
+    can pass the GPU decoder alone (``both_decoder``); ``stats["cpu"]`` counts the files they decoded.
     """
 
     def __init__(
@@ -621,7 +626,24 @@ class GpuFileDecoder:
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
-        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed
+        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed (/ cpu: the shared processes')
+        self.shared: SharedDecoder | None = None
+
+    def share_with(
+        self, cpu: Decoder, *, claim: int, on_warning: Callable[[str], None] | None = None
+    ) -> None:
+        """Share the work with ``cpu``, a CPU decoder (Pillow processes), fed from one queue
+        (``SharedDecoder``): each side, in its own thread, claims the next files when it is free. The GPU
+        side claims ``2 * group`` files at a time (its reads of the next group overlap the decoding of this
+        one), the CPU side ``claim``."""
+        claims = {"gpu": 2 * self.group, "cpu": claim}
+        self.shared = SharedDecoder(
+            {"gpu": _Alone(self), "cpu": cpu},
+            claims=claims,
+            ahead=2 * sum(claims.values()),
+            stack=stack_pixels,
+            on_warning=on_warning,
+        )
 
     @staticmethod
     def stack(pixels: list[Any]) -> Any:
@@ -638,6 +660,16 @@ class GpuFileDecoder:
         return Decoded(digest), data, inspect_jpeg(data)
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        if self.shared is None:
+            yield from self._decode(paths)
+            return
+        try:
+            yield from self.shared.decode(paths)
+        finally:
+            self.stats["cpu"] = self.shared.taken["cpu"]
+
+    def _decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        """The GPU side alone."""
         if self.pool is None:
             self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="novelfind-read")
         pool = self.pool
@@ -680,15 +712,42 @@ class GpuFileDecoder:
             yield g0 + j, results[j]  # type: ignore[misc]
 
     def terminate(self) -> None:
-        """Stop now: queued reads are cancelled, running ones finish on their own."""
+        """Stop now: queued reads are cancelled, running ones finish on their own (and the processes
+        sharing the work are stopped)."""
+        if self.shared is not None:
+            self.shared.terminate()  # stops this side too, through _Alone
+        self._terminate()
+
+    def close(self) -> None:
+        if self.shared is not None:
+            self.shared.close()
+        self._close()
+
+    def _terminate(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def close(self) -> None:
+    def _close(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+class _Alone:
+    """A ``GpuFileDecoder``'s own GPU side, as one of the decoders of its ``SharedDecoder``."""
+
+    def __init__(self, owner: GpuFileDecoder):
+        self.owner = owner
+
+    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        return self.owner._decode(paths)
+
+    def terminate(self) -> None:
+        self.owner._terminate()
+
+    def close(self) -> None:
+        self.owner._close()
 
 
 def stack_pixels(rows: Sequence[Any]) -> Any:
@@ -700,3 +759,24 @@ def stack_pixels(rows: Sequence[Any]) -> Any:
 
     device = next(r.device for r in rows if isinstance(r, torch.Tensor))
     return torch.stack([r if isinstance(r, torch.Tensor) else torch.from_numpy(r).to(device) for r in rows])
+
+
+def both_decoder(
+    workers: int = 0,
+    window: int = 1,
+    known: frozenset[str] = frozenset(),
+    extractor: Any = None,
+    on_warning: Callable[[str], None] | None = None,
+    *,
+    cpu: Callable[[int], Decoder],
+    gpu: GpuDecoder | None = None,
+    **context: Any,
+) -> GpuFileDecoder:
+    """The GPU decoder and ``cpu(n)``, a CPU decoder of n processes (``pipeline.ProcessDecoder``), at once,
+    with n = ``workers - 1``: one core is left to the GPU side's reading threads and the model's thread.
+    Raises GpuDecodeUnavailable when GPU decoding cannot run (before any process is made)."""
+    threads = workers or available_cpus()
+    decoder = GpuFileDecoder(threads, window, known, extractor, on_warning, gpu=gpu)
+    processes = max(1, threads - 1)
+    decoder.share_with(cpu(processes), claim=max(64, 8 * processes), on_warning=on_warning)
+    return decoder

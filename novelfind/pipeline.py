@@ -9,10 +9,11 @@ Flow for a list of files (walk order):
   4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
      so an interrupted run loses at most the batch in flight.
 
-Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with
-Pillow in worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with
-nvImageCodec and the rest with Pillow (``gpu_decode.GpuFileDecoder``); ``auto``, the default, is
-``gpu`` when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
+Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with Pillow in
+worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with nvImageCodec and
+the rest with Pillow (``gpu_decode.GpuFileDecoder``, alone); ``auto``, the default, is the GPU decoder and
+Pillow processes at once, fed from one queue (:class:`SharedDecoder`: whichever is free takes the next
+files) when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
 class (or factory) with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
 extraction stages: ``local`` is :func:`extract` on this machine; ``ray`` spreads decoding and the model
 over a Ray cluster (``novelfind.engine_ray.extract``). An engine that runs elsewhere is a function with
@@ -52,6 +53,7 @@ from novelfind.extraction import (
     OnFailure,
     OnProgress,
     OnWarning,
+    SharedDecoder,  # noqa: F401 - the decoders' shared queue, used from here by callers
     Stage,
     decode_file,
 )
@@ -163,8 +165,14 @@ class ProcessDecoder:
 
     decode_one: Callable[[str], Decoded] = staticmethod(decode_file)  # what a worker runs on one path
 
-    def __init__(self, workers: int, window: int, known: frozenset[str] = frozenset(),
-                 timeout: float | None = None, **context: Any):
+    def __init__(
+        self,
+        workers: int,
+        window: int,
+        known: frozenset[str] = frozenset(),
+        timeout: float | None = None,
+        **context: Any,
+    ):
         self.workers = workers
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
@@ -180,8 +188,12 @@ class ProcessDecoder:
 
     def _start(self) -> ProcessPoolExecutor:
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=_mp_context(), initializer=_worker_init,
-                                            initargs=(os.getpid(), self.known, self._started()))
+            self.pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=_mp_context(),
+                initializer=_worker_init,
+                initargs=(os.getpid(), self.known, self._started()),
+            )
         return self.pool
 
     def _started(self) -> Any:
@@ -310,6 +322,9 @@ class ProcessDecoder:
             self.pool = None
 
 
+# --------------------------------------------------------------------------- several decoders at once
+
+
 # --------------------------------------------------------------------------- the stage
 
 
@@ -321,18 +336,26 @@ def auto_decoder(
     on_warning: OnWarning | None = None,
     **context: Any,
 ) -> Decoder:
-    """The "auto" decoder: ``gpu_decode.GpuFileDecoder`` when ``extractor`` runs on CUDA and nvImageCodec
-    is installed, else Pillow in worker processes (:class:`ProcessDecoder`).
+    """The "auto" decoder: when ``extractor`` runs on CUDA and nvImageCodec is installed, the GPU decoder
+    sharing the work with Pillow processes (``gpu_decode.both_decoder``; the GPU decoder alone when
+    ``workers`` is 0: few files to decode), else Pillow in worker processes (:class:`ProcessDecoder`).
 
     Without the library (an optional extra) this is silent; a library that fails its start-up check is
     reported once through ``on_warning`` and the scan decodes on the CPU. A CPU model never imports
     ``gpu_decode`` (nor torch through it).
     """
+    timeout = context.get("timeout")
     if str(getattr(extractor, "device", "cpu")).startswith("cuda"):
         from novelfind import gpu_decode
 
         if gpu_decode.library_installed():
             try:
+                if workers > 0:  # GPU and Pillow processes at once: whichever is free takes the next files
+
+                    def cpu(n: int) -> ProcessDecoder:
+                        return ProcessDecoder(n, max(1, window), known, timeout=timeout)
+
+                    return gpu_decode.both_decoder(workers, window, known, extractor, on_warning, cpu=cpu)
                 return gpu_decode.GpuFileDecoder(workers, window, known, extractor, on_warning)
             except gpu_decode.GpuDecodeUnavailable as e:
                 message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
@@ -340,7 +363,7 @@ def auto_decoder(
                     on_warning(message)
                 else:
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return ProcessDecoder(workers, window, known, timeout=context.get("timeout"))
+    return ProcessDecoder(workers, window, known, timeout=timeout)
 
 
 def extract(
@@ -381,12 +404,24 @@ def extract(
         raise ValueError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
     stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
     misses = stage.stat_hits()
+    settle = getattr(extractor, "settle", None)  # a device chosen by the work at hand (``--device auto``)
+    if settle is not None:
+        settle(len(misses))
     if misses:
+        start_loading = getattr(extractor, "start_loading", None)  # the model loads while decoding starts
+        if start_loading is not None:
+            start_loading()
         if workers is None:
             workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
         window = max(2 * batch_size, 4 * max(workers, 1))
         limit = {} if decode_timeout is None else {"timeout": decode_timeout}
-        decoding = load(DECODERS[decoder])(workers=workers, window=window, known=cache.known_digests(),
-                                           extractor=extractor, on_warning=on_warning, **limit)
+        decoding = load(DECODERS[decoder])(
+            workers=workers,
+            window=window,
+            known=cache.known_digests(),
+            extractor=extractor,
+            on_warning=on_warning,
+            **limit,
+        )
         stage.run(misses, decoding)
     return stage.result()

@@ -346,7 +346,7 @@ class _Scan:
         options = {
             "config": config,
             "dedup": p.dedup,
-            "device": self.solver_device(),
+            "device": self.solver_device(len(files)),
             "candidates": candidates if restricted else None,
         }
         try:
@@ -384,13 +384,14 @@ class _Scan:
             )
         return picks, int(ranking.duplicates_dropped)
 
-    def solver_device(self) -> str:
-        """Where the solver runs: ``device``; with an engine running the model elsewhere, ``device`` is the
-        workers', and the solver takes this machine's CUDA device when there is one."""
+    def solver_device(self, photos: int) -> str:
+        """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
+        elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
+        one and the ranking is large enough to pay for it (``features.resolve_device``)."""
         p = self.params
         if p.engine == "local" or p.device == "cpu":
-            return features.resolve_device(p.device)
-        return features.resolve_device("auto")
+            return features.resolve_device(p.device, photos)
+        return features.resolve_device("auto", photos)
 
     def points2d(self, extraction: Extraction) -> np.ndarray:
         """(N, 2): where the report's map puts each photo."""

@@ -7,6 +7,7 @@
     python scripts/bench_gpu.py model --out bench.json                      # MobileNet-V2 alone
     python scripts/bench_gpu.py ads --sizes 1000000 10000000 --out bench.json
     python scripts/bench_gpu.py rank --n 1000000 --out bench.json           # the default ranking
+    python scripts/bench_gpu.py cli DIR --small 192 --out bench.json        # `novelfind scan` itself
 
 Every subcommand merges its results into the JSON file given with --out as soon as each measurement is
 done (atomic rewrite), so a run killed by a time limit keeps what it finished. Without CUDA the same code
@@ -142,11 +143,19 @@ def cmd_make_jpegs(a) -> int:
     jobs = [(a.dir, s, a.copies, a.width, a.height) for s in range(a.distinct)]
     with multiprocessing.get_context("fork").Pool(a.procs) as pool:
         sizes = pool.map(_make_one, jobs, chunksize=1)
-    merge(a.out, "jpegs", {
-        "dir": str(a.dir), "distinct": a.distinct, "files": a.distinct * a.copies,
-        "size": f"{a.width}x{a.height}", "mean_mb": round(float(np.mean(sizes)) / 1e6, 2),
-        "generate_s": round(time.perf_counter() - t0, 1), "procs": a.procs,
-    })
+    merge(
+        a.out,
+        "jpegs",
+        {
+            "dir": str(a.dir),
+            "distinct": a.distinct,
+            "files": a.distinct * a.copies,
+            "size": f"{a.width}x{a.height}",
+            "mean_mb": round(float(np.mean(sizes)) / 1e6, 2),
+            "generate_s": round(time.perf_counter() - t0, 1),
+            "procs": a.procs,
+        },
+    )
     return 0
 
 
@@ -154,8 +163,23 @@ def cmd_make_jpegs(a) -> int:
 
 
 def _scan(root: Path, device: str, k: int, cache: Path, extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "novelfind", "scan", str(root), "--k", str(k), "--device", device,
-           "--format", "json", "--cache", str(cache), "-q", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "novelfind",
+        "scan",
+        str(root),
+        "--k",
+        str(k),
+        "--device",
+        device,
+        "--format",
+        "json",
+        "--cache",
+        str(cache),
+        "-q",
+        *extra,
+    ]
     t0 = time.perf_counter()
     run = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -197,19 +221,30 @@ def compare_scans(root: Path, k: int, feature: str = "logits") -> dict:
     sg = {Path(p["path"]).name: p["score"] for p in gpu["doc"]["picks"]}
     differ = [
         {"rank": i + 1, "cpu": a, "cuda": b, "cpu_score": sc.get(a), "cuda_score": sg.get(b)}
-        for i, (a, b) in enumerate(zip(pc, pg, strict=False)) if a != b
+        for i, (a, b) in enumerate(zip(pc, pg, strict=False))
+        if a != b
     ]
     return {
-        "files": len(files), "k": k, "feature": feature,
-        "same_picks_in_order": pc == pg, "same_pick_set": sorted(pc) == sorted(pg),
-        "picks_cpu": pc, "picks_cuda": pg, "differences": differ,
-        "vector_rel_l2": {"median": float(np.median(rel)), "p99": float(np.percentile(rel, 99)),
-                          "max": float(rel.max())},
+        "files": len(files),
+        "k": k,
+        "feature": feature,
+        "same_picks_in_order": pc == pg,
+        "same_pick_set": sorted(pc) == sorted(pg),
+        "picks_cpu": pc,
+        "picks_cuda": pg,
+        "differences": differ,
+        "vector_rel_l2": {
+            "median": float(np.median(rel)),
+            "p99": float(np.percentile(rel, 99)),
+            "max": float(rel.max()),
+        },
         "vector_abs_l2_median": float(np.median(np.linalg.norm(vg[ok] - vc[ok], axis=1))),
         "nearest_other_photo_median": float(np.median(nn)),
         "scan_wall_s": {"cpu": cpu["wall_s"], "cuda": gpu["wall_s"]},
-        "images_per_s_end_to_end": {"cpu": round(len(files) / cpu["wall_s"], 1),
-                                    "cuda": round(len(files) / gpu["wall_s"], 1)},
+        "images_per_s_end_to_end": {
+            "cpu": round(len(files) / cpu["wall_s"], 1),
+            "cuda": round(len(files) / gpu["wall_s"], 1),
+        },
         "failures": {"cpu": len(cpu["doc"].get("failures", [])), "cuda": len(gpu["doc"].get("failures", []))},
         "stderr_cuda": gpu["stderr"],
     }
@@ -239,8 +274,9 @@ def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> d
     original, gd.GpuFileDecoder = gd.GpuFileDecoder, Recorded  # the registry names it by attribute
     try:
         ex = build_extractor(device=DEVICE)
-        extract(files[:batch_size], ex, NullCache(), batch_size=batch_size, workers=workers,
-                decoder=decoder)  # warm-up: model, cuDNN autotuning, decoder start
+        extract(
+            files[:batch_size], ex, NullCache(), batch_size=batch_size, workers=workers, decoder=decoder
+        )  # warm-up: model, cuDNN autotuning, decoder start
         sync()
         t0 = time.perf_counter()
         res = extract(files, ex, NullCache(), batch_size=batch_size, workers=workers, decoder=decoder)
@@ -248,9 +284,16 @@ def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> d
         wall = time.perf_counter() - t0
     finally:
         gd.GpuFileDecoder = original
-    out = {"images": len(files), "ok": len(res.files), "failed": len(res.failures), "wall_s": round(wall, 2),
-           "images_per_s": round(len(files) / wall, 1), "batch_size": batch_size, "workers": workers,
-           "decoder": decoder}
+    out = {
+        "images": len(files),
+        "ok": len(res.files),
+        "failed": len(res.failures),
+        "wall_s": round(wall, 2),
+        "images_per_s": round(len(files) / wall, 1),
+        "batch_size": batch_size,
+        "workers": workers,
+        "decoder": decoder,
+    }
     if made:
         out["file_decoder"] = dict(made[-1].stats)  # gpu / pillow / known / failed
     return out
@@ -264,8 +307,11 @@ def _open_time() -> dict:
     gpu = gd.open_gpu_decoder("cuda")
     wall = time.perf_counter() - t0
     backend = gpu.backend
-    return {"seconds": round(wall, 3), "nvimgcodec": getattr(backend, "version", "?"),
-            "notes": getattr(backend, "notes", "")[:300]}
+    return {
+        "seconds": round(wall, 3),
+        "nvimgcodec": getattr(backend, "version", "?"),
+        "notes": getattr(backend, "notes", "")[:300],
+    }
 
 
 def _cpu_decode_rate(paths: list[str], workers: int) -> dict:
@@ -298,9 +344,15 @@ def _gpu_decode_rate(datas: list[bytes], batch: int, **backend) -> dict:
     for _ in range(3):
         [gd.inspect_jpeg(d) for d in datas[:batch]]
     inspect_ms = (time.perf_counter() - t1) / (3 * batch) * 1e3
-    return {"images": len(datas), "batch": batch, "wall_s": round(wall, 3),
-            "images_per_s": round(len(datas) / wall, 1), "fallbacks": gpu.stats["fallback"],
-            "inspect_ms_per_image_cpu": round(inspect_ms, 3), **{k: str(v) for k, v in backend.items()}}
+    return {
+        "images": len(datas),
+        "batch": batch,
+        "wall_s": round(wall, 3),
+        "images_per_s": round(len(datas) / wall, 1),
+        "fallbacks": gpu.stats["fallback"],
+        "inspect_ms_per_image_cpu": round(inspect_ms, 3),
+        **{k: str(v) for k, v in backend.items()},
+    }
 
 
 def _torchvision_rate(datas: list[bytes], batch: int) -> dict:
@@ -318,8 +370,13 @@ def _torchvision_rate(datas: list[bytes], batch: int) -> dict:
         decode_jpeg(tensors[s : s + batch], device="cuda")
     sync()
     wall = time.perf_counter() - t0
-    return {"images": len(datas), "batch": batch, "images_per_s": round(len(datas) / wall, 1),
-            "torchvision": torchvision.__version__, "note": "decode only, full resolution"}
+    return {
+        "images": len(datas),
+        "batch": batch,
+        "images_per_s": round(len(datas) / wall, 1),
+        "torchvision": torchvision.__version__,
+        "note": "decode only, full resolution",
+    }
 
 
 def cmd_throughput(a) -> int:
@@ -329,12 +386,22 @@ def cmd_throughput(a) -> int:
     paths = [str(f.path) for f in files]
     workers = a.workers
     datas = [Path(p).read_bytes() for p in paths[: a.decode_images]]
-    merge(a.out, "throughput_set", {"dir": str(a.dir), "images": len(files), "workers": workers,
-                                    "gpu_decode_library": gd.library_installed()})
+    merge(
+        a.out,
+        "throughput_set",
+        {
+            "dir": str(a.dir),
+            "images": len(files),
+            "workers": workers,
+            "gpu_decode_library": gd.library_installed(),
+        },
+    )
     guarded(a.out, "gpu_decoder_open_s", _open_time)
     # end to end through the extraction pipeline (NullCache: every file decoded and run)
     guarded(a.out, "e2e_cpu_decode_gpu_model", _extract_rate, files, "pillow", a.batch_size, workers)
     guarded(a.out, "e2e_gpu_decode_gpu_model", _extract_rate, files, "gpu", a.batch_size, workers)
+    # "auto" on CUDA: the GPU decoder and Pillow processes at once, one queue
+    guarded(a.out, "e2e_both_decoders_gpu_model", _extract_rate, files, "auto", a.batch_size, workers)
     # the parts
     guarded(a.out, "decode_cpu_processes", _cpu_decode_rate, paths, workers)
     guarded(a.out, "decode_gpu_default", _gpu_decode_rate, datas, 64)
@@ -347,6 +414,81 @@ def cmd_throughput(a) -> int:
     guarded(a.out, "decode_torchvision_gpu", _torchvision_rate, datas, 64)
     if a.batch_size != 64:
         guarded(a.out, "e2e_gpu_decode_gpu_model_batch64", _extract_rate, files, "gpu", 64, workers)
+    return 0
+
+
+# --------------------------------------------------------------------------- the CLI itself
+
+
+def _timed_scan(root: Path, device: str, cache: Path) -> dict:
+    """``novelfind scan`` in a fresh process with a fresh cache (every photo goes through the model):
+    wall seconds from process start to exit."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "novelfind",
+        "scan",
+        str(root),
+        "--k",
+        "5",
+        "--device",
+        device,
+        "--format",
+        "json",
+        "--cache",
+        str(cache),
+        "-q",
+    ]
+    t0 = time.perf_counter()
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if run.returncode not in (0, 3):
+        raise RuntimeError(f"scan --device {device} exited {run.returncode}: {run.stderr.strip()[-400:]}")
+    doc = json.loads(run.stdout)
+    return {"wall_s": round(wall, 3), "photos": doc["run"]["extracted"], "in_scan_s": doc["run"]["seconds"]}
+
+
+def cli_rates(small: Path, large: Path, devices: list[str], repeats: int) -> dict:
+    """Start-up seconds and marginal photos/s of ``novelfind scan`` per device: a small and a large scan,
+    each in a fresh process and cache; marginal rate = (large - small photos) / (large - small seconds),
+    start-up = small seconds - small photos / marginal rate (what is left at zero photos)."""
+    work = Path(tempfile.mkdtemp(prefix="novelfind-cli-"))
+    out: dict = {"small_dir": str(small), "large_dir": str(large), "repeats": repeats}
+    _timed_scan(small, "cpu", work / "warm.sqlite")  # once: the ONNX graph export, the page cache
+    for device in devices:
+        runs: dict[str, list[dict]] = {"small": [], "large": []}
+        for r in range(repeats):
+            for size, root in (("small", small), ("large", large)):
+                runs[size].append(_timed_scan(root, device, work / f"{device}-{size}-{r}.sqlite"))
+        best = {k: min(v, key=lambda x: x["wall_s"]) for k, v in runs.items()}
+        dn = best["large"]["photos"] - best["small"]["photos"]
+        dt = best["large"]["wall_s"] - best["small"]["wall_s"]
+        rate = dn / dt if dt > 0 else float("inf")
+        out[device] = {
+            "small": best["small"],
+            "large": best["large"],
+            "all_wall_s": {k: [x["wall_s"] for x in v] for k, v in runs.items()},
+            "marginal_photos_per_s": round(rate, 1),
+            "startup_s": round(best["small"]["wall_s"] - best["small"]["photos"] / rate, 2),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+        }
+    return out
+
+
+def cmd_cli(a) -> int:
+    small = a.small_dir
+    if small is None:  # the first --small files of DIR, hard-linked (or copied) into a folder of their own
+        import shutil
+
+        small = Path(tempfile.mkdtemp(prefix="novelfind-small-"))
+        for i, f in enumerate(walk_files(a.dir)[: a.small]):
+            dest = small / f"{i:05d}_{f.path.name}"
+            try:
+                os.link(f.path, dest)
+            except OSError:
+                shutil.copyfile(f.path, dest)
+    devices = a.devices or (["cpu", "cuda", "auto"] if CUDA else ["cpu", "auto"])
+    guarded(a.out, a.key, cli_rates, small, a.dir, devices, a.repeats)
     return 0
 
 
@@ -369,8 +511,12 @@ def _model_rate(batch: int, on_device: bool, feature: str, seconds: float = 2.0)
         n += batch
     sync()
     wall = time.perf_counter() - t0
-    return {"batch": batch, "input": "device tensor" if on_device else "host numpy (pinned copy)",
-            "feature": feature, "images_per_s": round(n / wall, 1)}
+    return {
+        "batch": batch,
+        "input": "device tensor" if on_device else "host numpy (pinned copy)",
+        "feature": feature,
+        "images_per_s": round(n / wall, 1),
+    }
 
 
 def cmd_model(a) -> int:
@@ -405,10 +551,17 @@ def _ads_time(n: int, m: int, k: int) -> dict:
     del x
     if CUDA:
         torch.cuda.empty_cache()
-    return {"n": n, "m": m, "k": k, "epochs": ADSConfig().epochs, "seconds": round(wall, 3),
-            "peak_gpu_gib": None if peak is None else round(peak, 2),
-            "features_gib": round(n * m * 4 / 2**30, 2),
-            "cpu_randperm_per_epoch_s": round(randperm, 3), "picked": int(len(res.ranking))}
+    return {
+        "n": n,
+        "m": m,
+        "k": k,
+        "epochs": ADSConfig().epochs,
+        "seconds": round(wall, 3),
+        "peak_gpu_gib": None if peak is None else round(peak, 2),
+        "features_gib": round(n * m * 4 / 2**30, 2),
+        "cpu_randperm_per_epoch_s": round(randperm, 3),
+        "picked": int(len(res.ranking)),
+    }
 
 
 def cmd_ads(a) -> int:
@@ -416,8 +569,11 @@ def cmd_ads(a) -> int:
     for n in a.sizes:
         free = torch.cuda.mem_get_info()[0] if CUDA else 2**40
         if n * a.m * 4 * 1.3 > free:
-            merge(a.out, f"ads_n{n}", {"skipped": f"{n}x{a.m} float32 needs more than the "
-                                                    f"{free / 2**30:.0f} GiB free"})
+            merge(
+                a.out,
+                f"ads_n{n}",
+                {"skipped": f"{n}x{a.m} float32 needs more than the {free / 2**30:.0f} GiB free"},
+            )
             continue
         guarded(a.out, f"ads_n{n}", _ads_time, n, a.m, a.k)
     return 0
@@ -454,9 +610,16 @@ def _rank_time(n: int, m: int, k: int) -> dict:
     ads(w, 2 * k, ADSConfig())
     sync()
     ads_s = time.perf_counter() - t0
-    return {"n": n, "m": m, "k": k, "seconds": round(total, 2), "ads_part_s_approx": round(ads_s, 3),
-            "make_features_s": round(made, 1), "picked": int(len(r.indices)),
-            "note": "rank(method='ads', device='cuda'): PCA and the density term on the CPU, ADS on the GPU"}
+    return {
+        "n": n,
+        "m": m,
+        "k": k,
+        "seconds": round(total, 2),
+        "ads_part_s_approx": round(ads_s, 3),
+        "make_features_s": round(made, 1),
+        "picked": int(len(r.indices)),
+        "note": "rank(method='ads', device='cuda'): PCA and the density term on the CPU, ADS on the GPU",
+    }
 
 
 def cmd_rank(a) -> int:
@@ -499,15 +662,63 @@ def _headline(bench: dict) -> dict:
 
     h = {"device": bench.get("machine", {}).get("gpu", "no GPU"), "jpegs": bench.get("jpegs")}
     for key in ("compare_example", "compare_12mp"):
-        h[key] = pick(key, "files", "same_picks_in_order", "same_pick_set", "differences", "vector_rel_l2",
-                      "nearest_other_photo_median", "images_per_s_end_to_end", "failures")
+        h[key] = pick(
+            key,
+            "files",
+            "same_picks_in_order",
+            "same_pick_set",
+            "differences",
+            "vector_rel_l2",
+            "nearest_other_photo_median",
+            "images_per_s_end_to_end",
+            "failures",
+        )
     for key in sorted(bench):
         if key.startswith(("e2e_", "decode_", "model_")):
             h[key] = pick(key, "images_per_s", "fallbacks", "file_decoder")
         elif key.startswith(("ads_n", "rank_default")):
             h[key] = pick(key, "seconds", "peak_gpu_gib", "cpu_randperm_per_epoch_s", "ads_part_s_approx")
     h["gpu_decoder_open_s"] = pick("gpu_decoder_open_s", "seconds", "nvimgcodec")
+    cli = bench.get("cli")
+    if isinstance(cli, dict):
+        h["cli"] = {
+            d: {k: v.get(k) for k in ("startup_s", "marginal_photos_per_s")} if isinstance(v, dict) else v
+            for d, v in cli.items()
+            if d in ("cpu", "cuda", "auto", "error")
+        }
     return {k: v for k, v in h.items() if v is not None}
+
+
+def _criteria(bench: dict) -> dict:
+    """The issue's marks for the GPU feed: the CLI's marginal rate on CUDA against the GPU decoder alone
+    (>= 0.9x) and against 500 photos/s; both decoders at once against the GPU decoder alone."""
+
+    def rate(key, field="images_per_s"):
+        v = bench.get(key)
+        return v.get(field) if isinstance(v, dict) else None
+
+    cli = bench.get("cli") if isinstance(bench.get("cli"), dict) else {}
+    cuda = cli.get("cuda") if isinstance(cli.get("cuda"), dict) else {}
+    marginal = cuda.get("marginal_photos_per_s")
+    decoder = rate("decode_gpu_default")
+    out: dict = {"cli_cuda_marginal_photos_per_s": marginal, "gpu_decoder_alone_photos_per_s": decoder}
+    if marginal and decoder:
+        out["cli_over_gpu_decoder"] = round(marginal / decoder, 3)
+        out["cli_at_least_0.9x_decoder"] = marginal >= 0.9 * decoder
+    if marginal:
+        out["cli_at_least_500_per_s"] = marginal >= 500
+    both, alone = rate("e2e_both_decoders_gpu_model"), rate("e2e_gpu_decode_gpu_model")
+    out["extract_both_decoders_photos_per_s"], out["extract_gpu_decoder_photos_per_s"] = both, alone
+    if both and decoder:
+        out["both_above_gpu_decoder_alone"] = both > decoder
+    rank = bench.get("rank_default_n1000000")
+    if isinstance(rank, dict) and "seconds" in rank:
+        out["rank_1m_cuda_s"] = rank["seconds"]
+        out["rank_1m_at_most_5_s"] = rank["seconds"] <= 5
+    ex = bench.get("compare_example")
+    if isinstance(ex, dict) and "same_picks_in_order" in ex:
+        out["example_same_picks_cpu_gpu"] = ex["same_picks_in_order"]
+    return out
 
 
 def cmd_summary(a) -> int:
@@ -523,8 +734,16 @@ def cmd_summary(a) -> int:
             bench = json.loads(a.bench.read_text())
         except ValueError as e:
             bench = {"unreadable": str(e)}
-    doc = {"cuda": CUDA, "dry_run": not CUDA, "elapsed_s": a.elapsed, "parts": parts,
-           "tests": _junit(a.junit), "headline": _headline(bench), "machine": machine()}
+    doc = {
+        "cuda": CUDA,
+        "dry_run": not CUDA,
+        "elapsed_s": a.elapsed,
+        "parts": parts,
+        "tests": _junit(a.junit),
+        "headline": _headline(bench),
+        "criteria": _criteria(bench),
+        "machine": machine(),
+    }
     tmp = a.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1, default=str))
     os.replace(tmp, a.out)
@@ -533,12 +752,15 @@ def cmd_summary(a) -> int:
         for p in parts:
             print(f"  {p['part']:<16} {p['status']:<22} {p['seconds']:>4}s")
         t = doc["tests"]
-        print(f"  tests: {t.get('tests')} run, {t.get('failures')} failed, {t.get('errors')} errors, "
-              f"{t.get('skipped')} skipped")
+        print(
+            f"  tests: {t.get('tests')} run, {t.get('failures')} failed, {t.get('errors')} errors, "
+            f"{t.get('skipped')} skipped"
+        )
         for bad in t.get("not_passed", [])[:8]:
             print(f"    {json.dumps(bad)[:160]}")
         for k, v in doc["headline"].items():
             print(f"  {k}: {json.dumps(v, default=str)[:230]}")
+        print(f"  criteria: {json.dumps(doc['criteria'], default=str)}")
     return 0
 
 
@@ -584,6 +806,13 @@ def main() -> int:
     p.add_argument("--n", type=int, default=1_000_000)
     p.add_argument("--m", type=int, default=1000)
     p.add_argument("--k", type=int, default=100)
+    p = add("cli", cmd_cli)
+    p.add_argument("dir", type=Path, help="the large set")
+    p.add_argument("--small", type=int, default=192, help="photos of DIR in the small set")
+    p.add_argument("--small-dir", type=Path, default=None, help="the small set (instead of --small)")
+    p.add_argument("--devices", nargs="+", default=None)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--key", default="cli")
     p = add("summary", cmd_summary)
     p.add_argument("--parts", type=Path, required=True)
     p.add_argument("--junit", type=Path, required=True)

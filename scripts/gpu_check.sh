@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # The GPU machine's one prepared run: install novelfind and the carried wheels without network, run the
-# CUDA tests, compare `novelfind scan --device cuda` with `--device cpu`, and benchmark. Results go into
-# OUTDIR as they are made; the whole run keeps to a deadline (GPU_CHECK_SECONDS, default 450 s).
+# CUDA tests, compare `novelfind scan --device cuda` with `--device cpu`, time the CLI itself, and
+# benchmark. Results go into OUTDIR as they are made; the whole run keeps to a deadline
+# (GPU_CHECK_SECONDS, default 540 s).
 #
-#   bash scripts/gpu_wheels.sh            # first, where pip works (see its header): fills .whl/
-#   bash scripts/gpu_check.sh OUTDIR      # on the GPU machine, with .whl/ copied next to the tree
+#   bash scripts/gpu_wheels.sh                       # first, where pip works (see its header): fills .whl/
+#   bash scripts/gpu_check.sh docs/bench/gpu-NAME    # on the GPU machine, with .whl/ copied next to the tree
 #
 # Without CUDA (a CPU machine) the same steps run at toy sizes on the CPU, every result marked
 # "no CUDA", to debug this script before GPU time is spent; `pip install -e .` is skipped there.
 # Each part runs under `timeout` within what is left of the deadline; a part that fails or runs out of
 # time is recorded and the next one runs. A rerun can pick parts (environment and install always run):
 #   GPU_CHECK_ONLY="cuda-tests throughput" GPU_CHECK_SECONDS=200 bash scripts/gpu_check.sh OUTDIR
-# Parts: cuda-tests compare-example compare-12mp throughput model ads rank.
+# Parts: cuda-tests compare-example compare-12mp cli host throughput model ads rank.
+#   cli         `novelfind scan` itself on 192 and on all 1,536 12 MP JPEGs, --device cpu, cuda and auto, each
+#               in a fresh process and cache: start-up seconds and marginal photos/s per device
+#   host        scripts/bench_host.py on the same files: the host's ceiling (stand-in decoder and model)
+#   throughput  pipeline.extract: CPU decoding, the GPU decoder alone, both at once ("auto" on CUDA), and
+#               the decoders alone
+# summary.json's "criteria" compares the CLI's marginal rate on CUDA with the GPU decoder alone.
 #
-# OUTDIR (5 files): summary.json (each part's status and seconds, the headline figures), gpu_check.log
-# (everything printed), pytest.xml (JUnit; measured differences as properties), bench_gpu.json (scan
-# comparisons and benchmarks), env.txt (GPU, driver, package versions).
+# OUTDIR (6 files): summary.json (each part's status and seconds, the headline figures, the criteria),
+# gpu_check.log (everything printed), pytest.xml (JUnit; measured differences as properties),
+# bench_gpu.json (scan comparisons, CLI timings and benchmarks), bench_host.json (the host's ceiling),
+# env.txt (GPU, driver, package versions).
 set -uo pipefail
 
 OUT=${1:?usage: gpu_check.sh OUTDIR}
@@ -31,16 +39,16 @@ exec > >(tee -a "$LOG") 2>&1
 
 HAS_CUDA=$("$PY" -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo 0)
 if [ "$HAS_CUDA" = 1 ]; then
-  BUDGET=${GPU_CHECK_SECONDS:-450}
+  BUDGET=${GPU_CHECK_SECONDS:-540}
   DISTINCT=192 COPIES=8 WIDTH=4000 HEIGHT=3000  # 1536 files of 12 MP (~6 GB), 192 different photos
   ADS_SIZES="1000000 10000000" ADS_M=1000 RANK_N=1000000 MODEL_BATCHES="32 128" MODEL_S=2
-  COMPARE_K=20 DECODE_IMAGES=256
+  COMPARE_K=20 DECODE_IMAGES=256 CLI_SMALL=192
 else
   echo "no CUDA: dry run of the script on the CPU at toy sizes (no figure from it means anything)"
   BUDGET=${GPU_CHECK_SECONDS:-1500}
   DISTINCT=4 COPIES=2 WIDTH=4000 HEIGHT=3000
   ADS_SIZES="2000 5000" ADS_M=64 RANK_N=3000 MODEL_BATCHES="4" MODEL_S=0.5
-  COMPARE_K=2 DECODE_IMAGES=4
+  COMPARE_K=2 DECODE_IMAGES=4 CLI_SMALL=2
 fi
 NPROC=$(nproc)
 WORK=${GPU_CHECK_WORK:-/tmp/novelfind-gpu-check}
@@ -170,7 +178,7 @@ echo "novelfind GPU check: $(git -C "$REPO" log -1 --format='%h %s' 2>/dev/null)
 part environment 30 check_environment
 part install 120 check_install
 # the 12 MP photos are made while the tests run (both need the CPUs only in part)
-if wanted compare-12mp || wanted throughput; then
+if wanted compare-12mp || wanted throughput || wanted cli || wanted host; then
   (
     timeout 180 $BENCH make-jpegs "$WORK/jpegs" --distinct $DISTINCT --copies $COPIES --procs "$NPROC" \
       --width $WIDTH --height $HEIGHT --out "$JSON" >"$WORK/make-jpegs.log" 2>&1
@@ -178,7 +186,7 @@ if wanted compare-12mp || wanted throughput; then
   ) &
 fi
 part cuda-tests 180 check_tests
-if wanted compare-12mp || wanted throughput; then
+if wanted compare-12mp || wanted throughput || wanted cli || wanted host; then
   part make-jpegs 150 check_jpegs_made
 fi
 if [ -d "$REPO/.whl/example" ] || ! wanted compare-example; then
@@ -187,6 +195,8 @@ else
   echo "=== compare-example: skipped, no .whl/example (scripts/gpu_wheels.sh makes it)"
 fi
 part compare-12mp 90 $BENCH compare "$WORK/jpegs/set0" --k $COMPARE_K --key compare_12mp --out "$JSON"
+part cli 150 $BENCH cli "$WORK/jpegs" --small $CLI_SMALL --out "$JSON"
+part host 60 "$PY" scripts/bench_host.py --dir "$WORK/jpegs" --repeats 3 --out "$OUT/bench_host.json"
 part throughput 150 $BENCH throughput "$WORK/jpegs" --workers "$NPROC" --decode-images $DECODE_IMAGES --out "$JSON"
 part model 60 $BENCH model --batches $MODEL_BATCHES --seconds $MODEL_S --out "$JSON"
 part ads 120 $BENCH ads --sizes $ADS_SIZES --m $ADS_M --k 100 --out "$JSON"

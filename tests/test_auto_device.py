@@ -1,0 +1,119 @@
+"""``--device auto`` is never the slower choice: CUDA only for work large enough to pay its start-up.
+
+CUDA's presence is monkeypatched (``features.cuda_available``); the models on either side are stand-ins
+where the point is which one runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from novelfind import features
+from novelfind.features import AutoDeviceExtractor, auto_cuda_min_photos, build_extractor, resolve_device
+from novelfind.pipeline import extract
+from tests.test_pipeline import DictCache, MeanColour, make_library
+
+
+def test_threshold_follows_the_start_up_and_the_rates():
+    # 16 cores: 240 photos/s on the CPU against 300 on the GPU path; 9.3 s more start-up on CUDA
+    assert auto_cuda_min_photos(16) == 11160  # 9.3 / (1/240 - 1/300)
+    assert auto_cuda_min_photos(4) == 698  # 9.3 / (1/60 - 1/300) = 697.5
+    assert auto_cuda_min_photos(20) is None  # the CPU decoders alone match the GPU path: never CUDA
+
+
+@pytest.mark.parametrize("cuda", [True, False])
+def test_auto_takes_cuda_only_from_the_threshold_on(monkeypatch, cuda):
+    monkeypatch.setattr(features, "cuda_available", lambda: cuda)
+    monkeypatch.setattr(features, "available_cpus", lambda: 4)
+    least = auto_cuda_min_photos()
+    assert least == 698
+    assert resolve_device("auto", least - 1) == "cpu"
+    assert resolve_device("auto", least) == ("cuda" if cuda else "cpu")
+    assert resolve_device("auto") == ("cuda" if cuda else "cpu")  # the work unknown: as before
+    assert resolve_device("cuda", 1) == "cuda" and resolve_device("cpu", 10**9) == "cpu"
+
+
+def test_build_extractor_defers_the_choice_to_the_scan(monkeypatch):
+    monkeypatch.setattr(features, "cuda_available", lambda: True)
+    monkeypatch.setattr(features, "available_cpus", lambda: 4)
+    ex = build_extractor(device="auto", backend="torch")
+    assert isinstance(ex, AutoDeviceExtractor)
+    assert ex.model_key == build_extractor(device="cpu", backend="torch").model_key
+    assert ex.device == "cuda"  # unsettled: as before
+    assert ex.settle(697) == "cpu" and ex.device == "cpu"
+    ex = build_extractor(device="auto", backend="torch")
+    assert ex.settle(698) == "cuda"
+    monkeypatch.setattr(features, "cuda_available", lambda: False)
+    assert not isinstance(build_extractor(device="auto", backend="torch"), AutoDeviceExtractor)
+
+
+class Recording(MeanColour):
+    def __init__(self, device: str):
+        super().__init__()
+        self.device = device
+
+
+def test_a_small_scan_stays_on_the_cpu_and_a_large_one_takes_cuda(tmp_path, monkeypatch):
+    """The pipeline settles the device once the cache has been asked: by the photos the model will see."""
+    monkeypatch.setattr(features, "cuda_available", lambda: True)
+    monkeypatch.setattr(features, "auto_cuda_min_photos", lambda cpus=None: 6)
+    files = make_library(tmp_path, 10)
+
+    def scan(subset):
+        cache = DictCache()
+        extract(files[:4], MeanColour(), cache, batch_size=4, workers=0)  # 4 in the cache already
+        cpu, cuda = Recording("cpu"), Recording("cuda")
+        ex = AutoDeviceExtractor(cpu, cuda)
+        res = extract(subset, ex, cache, batch_size=4, workers=0)
+        return ex, cpu, cuda, res
+
+    ex, cpu, cuda, res = scan(files[:9])  # 5 to extract: below the threshold
+    assert ex.device == "cpu" and (cpu.images, cuda.images) == (5, 0)
+    assert res.extracted == 5
+    ex, cpu, cuda, res = scan(files)  # 6 to extract: at the threshold
+    assert ex.device == "cuda" and (cpu.images, cuda.images) == (0, 6)
+    np.testing.assert_allclose(res.features[4:], MeanColour()(np.stack([_pixels(f) for f in files[4:]])))
+
+
+def _pixels(f):
+    from novelfind.pipeline import decode_file
+
+    return decode_file(str(f.path), frozenset()).pixels
+
+
+class Loading(MeanColour):
+    """Records when its model was asked to start loading, relative to the decoder's construction."""
+
+    def __init__(self, events: list[str]):
+        super().__init__()
+        self.events = events
+
+    def start_loading(self):
+        self.events.append("load")
+
+
+def test_the_model_loads_while_the_decoders_start_and_only_for_misses(tmp_path, monkeypatch):
+    from novelfind import pipeline
+
+    files = make_library(tmp_path, 6)
+    events: list[str] = []
+    real = pipeline.ProcessDecoder.__init__
+
+    def init(self, *args, **kwargs):
+        events.append("decoder")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline.ProcessDecoder, "__init__", init)
+    cache = DictCache()
+    extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")
+    assert events == ["load", "decoder"]
+    events.clear()
+    extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")  # all cached
+    assert events == []
+
+
+def test_a_model_that_fails_to_load_in_the_background_fails_at_its_first_call(tmp_path):
+    ex = features.TorchExtractor(tmp_path / "missing.pth")
+    ex.start_loading().join(timeout=120)
+    with pytest.raises(Exception, match="missing.pth|No such file"):
+        ex(np.zeros((1, 224, 224, 3), np.uint8))
