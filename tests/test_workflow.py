@@ -19,7 +19,7 @@ from PIL import Image
 from sidecars import read_sidecar
 
 import novelfind
-from novelfind import dirs, raw, xmp
+from novelfind import dirs, extras, xmp
 from novelfind.cli import cli
 from novelfind.ignore import IgnoreList
 
@@ -178,7 +178,7 @@ def test_a_damaged_raw_is_one_warning_like_any_bad_file(library, fake_extractor,
 def test_without_rawpy_a_raw_twin_stays_with_its_photo_and_a_lone_raw_is_left_out(
     library, fake_extractor, tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(raw, "_state", False)  # as if rawpy were not installed
+    monkeypatch.setitem(extras._loaded, "rawpy", ImportError("No module named 'rawpy'"))
     twins = add_raw_twins(library)
     lone = library["root"] / "DSC_0001.NEF"
     lone.write_bytes(b"raw data nobody can read here")
