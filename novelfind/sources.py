@@ -10,7 +10,9 @@ small protocol here, so the budget decides only how the vectors are read, never 
 - ``take(rows)``: the vectors of the given rows, in that order (a few thousand at a time: the exact
   neighbour searches read blocks of rows this way, so they can skip the blocks they do not need);
 - ``matrix``: the (N, M) array when there is one (None for a chunked source), for the code that reads
-  the rows of a matrix faster than through ``take``.
+  the rows of a matrix faster than through ``take``;
+- ``abs_max()``: max |x| over all rows (the ranking's check for NaN and its guard against float32
+  overflow; a chunked source reads every chunk once for it and raises ValueError for a NaN).
 
 ``MatrixSource`` wraps an array; ``ChunkedSource`` wraps two callables (the scan builds them on
 ``FeatureCache.rows_by_stat``). ``blocks`` re-cuts any source into blocks of a fixed size, so sums over

@@ -134,9 +134,9 @@ def test_matrix_and_chunks_give_the_same_ranking_past_the_exact_size(method, see
     x, planted = clusters_with_outliers(6000, 256, seed)
     assert len(x) > knn.EXACT_MAX_N
     want = rank(x, 40, method=method)
-    read: list = []
-    got = rank(_chunked(x, 500, read), 40, method=method)
+    got = rank(_chunked(x, 500), 40, method=method)
     _same(got, want)
+    _same(rank(MatrixSource(x), 40, method=method), want)  # the array's own source
     assert len(set(got.indices.tolist()) & set(planted.tolist())) >= 35
     nb, dist = ranking.nearest_neighbours(x, got.indices)  # exact, in the raw space
     assert got.neighbour.tolist() == nb.tolist()
@@ -195,8 +195,10 @@ def test_chunked_ranking_finds_outliers_that_differ_off_the_principal_axes(seed)
     space = pca.fit_space(x, ranking.WHITEN_DIMS)
     in_axes = knn.KnnScores.build(space.proj, ranking.KNN_K, exact_max_n=len(x)).values  # exact, 64 axes
     assert len(set(np.argsort(-in_axes)[:100].tolist()) & set(out.tolist())) < 20
-    r = rank(_chunked(x, 4096), 100, config=ranking_config(seed))
+    read: list = []
+    r = rank(_chunked(x, 4096, read), 100, config=ranking_config(seed))
     assert len(set(r.indices.tolist()) & set(out.tolist())) >= 95
+    assert sum(read) < 8 * len(x)  # rows read by take: the 4 cells' rows per cell, the top's blocks
 
 
 def ranking_config(seed: int):
