@@ -213,8 +213,8 @@ class Scores:
     space: Space | None = None  # the principal space the method computed, if it did
 
     @classmethod
-    def of(cls, values: np.ndarray, space: Space | None = None) -> Scores:
-        return cls(current=lambda: values, space=space)
+    def of(cls, values: np.ndarray) -> Scores:
+        return cls(current=lambda: values)
 
     @classmethod
     def of_density(cls, dens: KnnScores, space: Space | None) -> Scores:
