@@ -1,41 +1,122 @@
-"""Principal component analysis of a feature matrix, for the ranking's whitening and the report's map."""
+"""Principal component analysis of feature vectors: the ranking's whitening and search space, the
+report's map.
+
+One implementation for a matrix in memory and for vectors read from the cache in chunks
+(``novelfind.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so both give
+the same axes bit for bit. The axes come from the covariance (M x M, float64, accumulated from float32
+block products), whose eigenvectors ``numpy.linalg.eigh`` returns; each axis points where its largest
+loading is positive, so the result does not depend on the sign the eigensolver happens to return. Past
+``max_rows`` rows the covariance is estimated on that many evenly spaced rows (``spread``): at 100,000
+rows of 1000-d logits, 20,000 rows give the same subspace (principal angles' cosines above 0.99) for a
+fifth of the O(rows M^2) cost. Passes over the rows: one to fit (the mean of all rows, and the sampled
+rows gathered), one to project.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+
+from novelfind.sources import BLOCK, FeatureSource, as_source, blocks
+
+RELATIVE_FLOOR = 1e-6  # axes with less variance than this share of the largest carry only rounding
+
+
+@dataclass
+class Space:
+    """Each row's coordinates on the top principal axes and its distance from their subspace."""
+
+    proj: np.ndarray  # float32 (N, d) coordinates on the axes
+    var: np.ndarray  # float64 (d,) variance along each axis
+    resid: np.ndarray  # float32 (N,) norm of what the axes leave out of each (centred) row
+    mean: np.ndarray  # float32 (M,) mean of all rows
 
 
 def principal_axes(
-    x: np.ndarray, dims: int, chunk: int = 16384, rows: np.ndarray | None = None
+    x: np.ndarray | FeatureSource, dims: int, chunk: int = BLOCK, rows: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Principal axes of the rows of x (N, M) -> (axes float32 (M, d), variances (d,), mean (M,)).
 
     d = min(dims, M, n - 1) for the n rows used, less the axes with no variance (all rows identical: no
-    axis, shape (M, 0)). The covariance (M, M) is accumulated over row chunks, so memory stays
-    O(chunk M + M^2) and time O(n M^2); ``rows`` (indices) estimates it from those rows only (the mean
-    from all). Each axis points where its largest loading is positive, so the result does not depend on the
-    sign the eigensolver happens to return. ``x`` must be finite (not checked here).
+    axis, shape (M, 0)). The covariance (M, M) is accumulated over row blocks, so memory stays
+    O(chunk M + M^2) and time O(n M^2); ``rows`` (increasing indices) estimates it from those rows only
+    (the mean from all), gathered in the pass that takes the mean. ``x`` must be finite (not checked).
     """
-    n, m = x.shape
+    src = as_source(x)
+    m = src.dim
     use = None if rows is None else np.asarray(rows, dtype=np.int64)
-    count = n if use is None else len(use)
-    part = (lambda i: x[i : i + chunk]) if use is None else (lambda i: x[use[i : i + chunk]])  # noqa: E731
-    mean = x.mean(axis=0, dtype=np.float64).astype(np.float32)  # (M,) of all rows
+    total = np.zeros(m, dtype=np.float64)
+    gathered: list[np.ndarray] = []
+    for start, b in blocks(src, chunk):
+        total += b.sum(axis=0, dtype=np.float64)
+        if use is not None:
+            lo, hi = np.searchsorted(use, [start, start + len(b)])
+            gathered.append(b[use[lo:hi] - start])
+    mean = (total / src.n).astype(np.float32)  # (M,) of all rows
     cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
-    for i in range(0, count, chunk):
-        c = part(i) - mean  # (C, M) float32
+    if use is None:
+        count = src.n
+        parts = (b for _, b in blocks(src, chunk))
+    else:
+        count = len(use)
+        sample = np.concatenate(gathered) if gathered else np.zeros((0, m), np.float32)
+        parts = (sample[i : i + chunk] for i in range(0, count, chunk))
+    for part in parts:
+        c = part - mean  # (C, M) float32
         cov += c.T @ c
     cov /= max(count - 1, 1)
     evals, evecs = np.linalg.eigh(cov)  # ascending
     d = int(min(dims, m, max(count - 1, 1)))
     evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
-    keep = evals > evals[0] * 1e-6 if evals[0] > 0 else np.zeros(d, dtype=bool)
+    keep = evals > evals[0] * RELATIVE_FLOOR if evals[0] > 0 else np.zeros(d, dtype=bool)
     axes = evecs[:, keep]  # (M, d')
     signs = np.sign(axes[np.abs(axes).argmax(axis=0), np.arange(axes.shape[1])])  # (d',)
     return (axes * np.where(signs == 0, 1.0, signs)).astype(np.float32), evals[keep], mean
 
 
-def pca(x: np.ndarray, dims: int, chunk: int = 16384) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fit_space(
+    x: np.ndarray | FeatureSource, dims: int, chunk: int = BLOCK, max_rows: int | None = None
+) -> Space:
+    """The rows' coordinates on the top ``dims`` principal axes and their distances from the axes.
+
+    With ``max_rows`` and more rows than that, the axes come from ``max_rows`` evenly spaced rows
+    (``spread``). ``||a - b||^2`` is the squared distance of the projections plus ``||r_a - r_b||^2`` of
+    the residuals, which lies between ``(|r_a| - |r_b|)^2`` and ``(|r_a| + |r_b|)^2``: so the rows'
+    (projection, residual norm) bound every raw distance from below and from above without the raw
+    vectors. All rows identical: one zero axis.
+    """
+    src = as_source(x)
+    n = src.n
+    if max_rows is not None and n > max_rows:
+        sample = spread(n, max_rows)
+    elif src.matrix is None and max_rows is not None:
+        sample = np.arange(n)  # a source read in chunks: gathered while the mean is taken (one pass fewer)
+    else:
+        sample = None
+    axes, var, mean = principal_axes(src, dims, chunk, rows=sample)
+    if axes.shape[1] == 0:
+        axes, var = np.zeros((src.dim, 1), np.float32), np.ones(1)
+    proj = np.empty((n, axes.shape[1]), dtype=np.float32)  # (N, d)
+    resid = np.empty(n, dtype=np.float32)  # (N,)
+    shift, msq = mean @ axes, float(mean @ mean)  # so the rows need not be centred (copied) first
+    for i, c in blocks(src, chunk):  # c (C, M)
+        p = c @ axes - shift  # (C, d) = (c - mean) @ axes
+        proj[i : i + len(c)] = p
+        csq = np.einsum("ij,ij->i", c, c) - 2 * (c @ mean) + msq  # |c - mean|^2
+        resid[i : i + len(c)] = np.sqrt(np.maximum(csq - np.einsum("ij,ij->i", p, p), 0))
+    return Space(proj=proj, var=var, resid=resid, mean=mean)
+
+
+def principal_space(
+    x: np.ndarray | FeatureSource, dims: int, chunk: int = BLOCK, max_rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``fit_space`` as (projections float32 (N, d), variances (d,), residual norms float32 (N,))."""
+    s = fit_space(x, dims, chunk, max_rows)
+    return s.proj, s.var, s.resid
+
+
+def pca(x: np.ndarray, dims: int, chunk: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Principal axes of the rows of x (N, M) -> (projections float32 (N, d), variances (d,), mean (M,)).
 
     The axes of ``principal_axes`` on all rows; all rows identical gives one zero column. Memory
@@ -49,35 +130,6 @@ def pca(x: np.ndarray, dims: int, chunk: int = 16384) -> tuple[np.ndarray, np.nd
     for i in range(0, n, chunk):
         out[i : i + chunk] = (x[i : i + chunk] - mean) @ axes
     return out, var, mean
-
-
-def principal_space(
-    x: np.ndarray, dims: int, chunk: int = 16384, max_rows: int | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each row's coordinates on the top ``dims`` principal axes and its distance from their subspace.
-
-    -> (projections float32 (N, d), variances (d,), residual norms float32 (N,)). With ``max_rows`` and
-    more rows than that, the axes come from ``max_rows`` evenly spaced rows (``spread``): O(max_rows M^2)
-    instead of O(N M^2). ``||a - b||^2`` is the squared distance of the projections plus
-    ``||r_a - r_b||^2`` of the residuals, which is at least the squared difference of the residual norms:
-    so the distance between rows (projection, residual norm) is a lower bound of the raw one that still
-    separates a row lying far off the main axes.
-    """
-    n = x.shape[0]
-    sample = spread(n, max_rows) if max_rows is not None and n > max_rows else None
-    axes, var, mean = principal_axes(x, dims, chunk, rows=sample)
-    if axes.shape[1] == 0:
-        axes, var = np.zeros((x.shape[1], 1), np.float32), np.ones(1)
-    proj = np.empty((n, axes.shape[1]), dtype=np.float32)  # (N, d)
-    resid = np.empty(n, dtype=np.float32)  # (N,)
-    shift, msq = mean @ axes, float(mean @ mean)  # so the rows need not be centred (copied) first
-    for i in range(0, n, chunk):
-        c = x[i : i + chunk]  # (C, M)
-        p = c @ axes - shift  # (C, d) = (c - mean) @ axes
-        proj[i : i + chunk] = p
-        csq = np.einsum("ij,ij->i", c, c) - 2 * (c @ mean) + msq  # |c - mean|^2
-        resid[i : i + chunk] = np.sqrt(np.maximum(csq - np.einsum("ij,ij->i", p, p), 0))
-    return proj, var, resid
 
 
 def spread(n: int, m: int) -> np.ndarray:

@@ -1,22 +1,31 @@
 """Ranking methods: which K images are the most novel.
 
-``rank(features, k)`` returns the picks best first, each with its nearest other image.
+``rank(features, k)`` returns the picks best first, each with its nearest other image. ``features`` is
+an (N, M) array, or a source of vectors read in chunks (``novelfind.sources``): a library whose matrix
+passes the memory budget (``fits_in_memory``) is ranked from the feature cache that way. There is one
+ranking path over either source: the same PCA (``novelfind.pca``), the same scores, the same
+near-duplicate pass; the source decides only how the vectors are read. Ranked from a matrix and from
+the same vectors in chunks, the picks, their scores, neighbours and distances are the same (tested).
 
 Methods (``METHODS``):
 
 - ``ads`` (default): not ADS alone, but a blend of two scores. Approximate Densest Subgraph (paper
   Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
   spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
-  local-density term (mean distance to the ``KNN_K`` nearest neighbours). Whitening
+  local-density term (mean distance to the ``KNN_K`` nearest neighbours, raw features). Whitening
   makes subtle differences (a defect, a different digit) count next to the big ones; the density
   term keeps small clusters of ordinary pictures from looking novel. Sub-quadratic: ADS costs
   O(E N J d); the density term is exact for every row up to ``novelfind.knn.EXACT_MAX_N`` rows and,
   above, exact for the top of the ranking and certified (``novelfind.knn``: upper bounds from
   candidates found in the principal axes, the top made exact until no bound can reach it), so the
-  picks are those of the exact computation at any N.
-- ``ads-paper``: Algorithm 1 exactly as written, on the raw features.
+  picks are those of the exact computation at any N, from a matrix or from chunks. (An earlier
+  from-cache path measured the density in the 64 axes instead: it found 0 of 100 planted outliers
+  that differ off those axes; the raw-space density finds them.)
+- ``ads-paper``: Algorithm 1 exactly as written, on the raw features. It draws random partner rows of
+  the raw matrix every epoch, so it needs the matrix in memory (``read_in_chunks`` refuses it above
+  the budget, saying how much memory it would need).
 - ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features): the default's density
-  term alone, exact and certified in the same way.
+  term alone, exact and certified in the same way, from either source.
 
 The research baselines the benchmark compares against (exact power iteration, IsolationForest) live
 with it, in ``scripts/baselines.py``.
@@ -28,18 +37,24 @@ Near-duplicates: with ``dedup`` set, a candidate whose distance to a higher-rank
 ``dedup`` is dropped and the next candidate taken. Distances for this test are between L2-normalised
 feature vectors (0 = same direction, sqrt(2) = orthogonal), so the threshold does not depend on the
 feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
+
+Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps (2k for the default);
+``neighbours`` the number of nearest rows a density is the mean over (``KNN_K``).
 """
 
 from __future__ import annotations
 
-import math
+import numbers
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from novelfind.pca import pca, principal_space, spread
+from novelfind.errors import InputError
+from novelfind.pca import Space, fit_space, spread
+from novelfind.sources import ChunkedSource, FeatureSource, MatrixSource, ScaledSource, as_source
 
 if TYPE_CHECKING:
     from novelfind.knn import KnnScores
@@ -47,6 +62,8 @@ if TYPE_CHECKING:
 
 # torch (and the solver and novelfind.knn, which are torch code) is imported where it is used: the command
 # line and the cache commands import this module for METHODS and must start without paying for torch.
+
+__all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 METHODS = ("ads", "ads-paper", "knn")
 WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)
@@ -61,6 +78,46 @@ DEFAULT_DEDUP = 0.15
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
 SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
 
+# A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, read in
+# chunks, instead of from a matrix in memory. None: a third of the machine's memory (the in-memory ranking
+# needs about twice the matrix at its peak), and never less than 2 GiB (about 536,000 photos of 1000-d
+# logits). The scores are the same either way.
+MATRIX_BUDGET: int | None = None
+MATRIX_BUDGET_MIN = 2 << 30
+STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
+
+
+def matrix_budget() -> int:
+    """Bytes of float32 features ranked in memory (``MATRIX_BUDGET``, or a third of physical memory)."""
+    if MATRIX_BUDGET is not None:
+        return MATRIX_BUDGET
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, OSError, ValueError):
+        physical = 0
+    return max(MATRIX_BUDGET_MIN, physical // 3)
+
+
+def fits_in_memory(n: int, dim: int) -> bool:
+    """Whether the N x dim float32 features of a library are within ``matrix_budget()``."""
+    return n * dim * 4 <= matrix_budget()
+
+
+def read_in_chunks(method: str, n: int, dim: int) -> bool:
+    """Whether ``method`` should read a library's N x dim features from the cache in chunks (they pass
+    the memory budget). ``ads-paper`` cannot (it draws random rows of the matrix): InputError saying how
+    much memory it would need."""
+    if fits_in_memory(n, dim):
+        return False
+    if method == "ads-paper":
+        need, budget = n * dim * 4, matrix_budget()
+        raise InputError(
+            f"method {method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
+            f"GiB of float32, more than the {budget / 2**30:.1f} GiB novelfind holds); the default "
+            "method (ads) ranks a library of this size from the cache"
+        )
+    return True
+
 
 @dataclass
 class Ranking:
@@ -72,44 +129,40 @@ class Ranking:
     distance: np.ndarray  # float32 (K',) distance to it (raw feature space)
     duplicates_dropped: int = 0
     all_scores: np.ndarray | None = field(default=None, repr=False)  # float32 (N,) when the method scores all
+    # float32 (N, 2): every row's first two principal coordinates, where the ranking computed them (the
+    # default always; knn past EXACT_MAX_N; any method on a source read in chunks), for the report's map
+    map2d: np.ndarray | None = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------- building blocks
 
 
-def _check(features: np.ndarray, k: int) -> np.ndarray:
-    x = np.asarray(features)
-    if x.ndim != 2:
-        raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
-    if x.shape[0] == 0 or x.shape[1] == 0:
-        raise ValueError(f"features must be non-empty, got shape {x.shape}")
+def _check(features: np.ndarray | FeatureSource, k: int) -> tuple[FeatureSource, float]:
+    """The boundary's checks: -> (a source of float32 rows, max |x|)."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise ValueError(f"k must be an integer, got {k!r}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    x = x.astype(np.float32, copy=False)
-    if not np.isfinite(_abs_max(x)):
+    if isinstance(features, FeatureSource) and not isinstance(features, np.ndarray):
+        source = features
+        if source.n < 1 or source.dim < 1:
+            raise ValueError(f"features must be non-empty, got shape ({source.n}, {source.dim})")
+    else:
+        x = np.asarray(features)
+        if x.ndim != 2:
+            raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
+        if x.shape[0] == 0 or x.shape[1] == 0:
+            raise ValueError(f"features must be non-empty, got shape {x.shape}")
+        source = MatrixSource(x.astype(np.float32, copy=False))
+    scale = source.abs_max()  # a chunked source checks its values as it reads them
+    if not np.isfinite(scale):
+        x = source.matrix
         raise ValueError(f"features contain {int((~np.isfinite(x)).sum())} NaN or infinite values")
-    return x
-
-
-def _abs_max(x: np.ndarray) -> float:
-    """max |x| (NaN if x holds a NaN, inf if an infinity), with no temporary the size of x."""
-    lo, hi = float(x.min()), float(x.max())
-    return math.nan if math.isnan(lo) or math.isnan(hi) else max(-lo, hi)
-
-
-def whiten(
-    x: np.ndarray, dims: int = WHITEN_DIMS, chunk: int = 16384, floor: int | None = None
-) -> np.ndarray:
-    """Project onto the top ``dims`` principal axes, each scaled to unit variance -> float32 (N, d).
-
-    With ``floor`` = f, axis i is divided by sqrt(max(var_i, var_f)) instead: the loud axes are brought
-    down to the level of the f-th, the quieter ones keep their (smaller) spread.
-    """
-    proj, var, _ = pca(x, dims, chunk)
-    return _scale(proj, var, floor)
+    return source, scale
 
 
 def _scale(proj: np.ndarray, var: np.ndarray, floor: int | None) -> np.ndarray:
+    """Each axis divided by sqrt(max(var_i, var_floor)): the loud axes brought down to the floor-th."""
     if floor is not None:
         var = np.maximum(var, var[min(floor, len(var)) - 1])
     return (proj / np.sqrt(var).astype(np.float32)).astype(np.float32)
@@ -120,20 +173,14 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
     return x / np.maximum(nrm, 1e-12)
 
 
-def knn_scores(x: np.ndarray, k: int = KNN_K) -> np.ndarray:
-    """Mean distance of every row to its k nearest other rows -> float32 (N,). Exact: O(N^2 M)."""
-    from novelfind import knn
-
-    return knn.KnnScores.build(x, k, exact_max_n=x.shape[0]).values
-
-
-def nearest_neighbours(x: np.ndarray, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(x: np.ndarray | FeatureSource, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest other row of each pick (raw space), exact, one blocked pass -> (index, distance)."""
     from novelfind import knn
 
-    if x.shape[0] == 1 or len(picks) == 0:
+    src = as_source(x)
+    if src.n == 1 or len(picks) == 0:
         return np.full(len(picks), -1, dtype=np.int64), np.full(len(picks), np.nan, dtype=np.float32)
-    d, i = knn.knn_exact(x, picks.astype(np.int64), 1)
+    d, i = knn.knn_exact(src, picks.astype(np.int64), 1)
     return i[:, 0], d[:, 0].astype(np.float32)
 
 
@@ -163,18 +210,29 @@ class Scores:
     refine: Callable[[np.ndarray], None] | None = None
     density: KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
     stats: dict = field(default_factory=dict)
+    space: Space | None = None  # the principal space the method computed, if it did
 
     @classmethod
     def of(cls, values: np.ndarray) -> Scores:
         return cls(current=lambda: values)
 
+    @classmethod
+    def of_density(cls, dens: KnnScores, space: Space | None) -> Scores:
+        return cls(
+            current=lambda: dens.values,
+            exact=dens.exact,
+            refine=dens.make_exact,
+            density=dens,
+            stats=dens.stats,
+            space=space,
+        )
 
-def _ads_scores(x: np.ndarray, k: int, config: ADSConfig, device=None) -> np.ndarray:
-    """ADS weights as an (N,) score (zero outside the K-sparse support)."""
-    from novelfind.solver import ads
 
-    res = ads(x, k, config, device=device)
-    return np.asarray(res.weights, dtype=np.float32)
+def _ads_scores(x: np.ndarray, support: int, config: ADSConfig, device=None) -> np.ndarray:
+    """ADS weights as an (N,) score (zero outside the ``support``-sparse support)."""
+    from novelfind.solver import solve
+
+    return np.asarray(solve(x, support, config, device=device).weights, dtype=np.float32)
 
 
 def search_space(proj: np.ndarray, resid: np.ndarray) -> np.ndarray:
@@ -184,43 +242,58 @@ def search_space(proj: np.ndarray, resid: np.ndarray) -> np.ndarray:
     return np.hstack([proj, resid[:, None]])
 
 
-def density(x: np.ndarray, k: int = KNN_K, search: Callable[[], np.ndarray] | None = None) -> KnnScores:
-    """Mean distance of each row of x to its k nearest other rows (raw features): ``knn.KnnScores``.
+def principal(x: np.ndarray | FeatureSource) -> Space:
+    """The ranking's principal space of x: ``WHITEN_DIMS`` axes fitted on at most ``PCA_ROWS`` rows."""
+    return fit_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)
+
+
+def density(
+    x: np.ndarray | FeatureSource, neighbours: int = KNN_K, space: Space | None = None
+) -> tuple[KnnScores, Space | None]:
+    """Mean distance of each row of x to its ``neighbours`` nearest other rows (raw features), and the
+    principal space it used (None where it needed none): (``knn.KnnScores``, space).
 
     Exact for every row up to ``knn.EXACT_MAX_N`` rows; above, upper bounds from candidates found in
-    ``search()`` (default: ``search_space`` of x) and measured in x, made exact where asked.
+    the principal space (``search_space`` of ``space``, fitted here when not given), made exact where
+    asked. From a matrix the bounds are measured in x; from a source read in chunks, from the space.
     """
     from novelfind import knn
 
-    if x.shape[0] <= knn.EXACT_MAX_N:
-        return knn.KnnScores.build(x, k)
-    if search is None:
-        proj, _, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)
-        z = search_space(proj, resid)
-    else:
-        z = search()
-    return knn.KnnScores.build(x, k, search=z, search_is_lower=True)
+    src = as_source(x)
+    if src.n <= knn.EXACT_MAX_N:
+        centre = None if space is None else space.mean
+        return knn.KnnScores.build(src, neighbours, centre=centre), space
+    if space is None:
+        space = principal(src)
+    z = search_space(space.proj, space.resid)
+    dens = knn.KnnScores.build(src, neighbours, search=z, search_is_lower=True, centre=space.mean)
+    return dens, space
 
 
 def default_scores(
-    x: np.ndarray, k: int, config: ADSConfig, device=None, density_weight: float = DENSITY_WEIGHT
+    x: np.ndarray | FeatureSource,
+    k: int,
+    config: ADSConfig,
+    device=None,
+    density_weight: float = DENSITY_WEIGHT,
 ) -> Scores:
-    """The default's score for every image (higher = more novel).
+    """The default's score for every image (higher = more novel), for ``k`` picks.
 
     ADS runs on whitened features (``WHITEN_DIMS`` axes, the loudest brought down to the
-    ``WHITEN_FLOOR``-th) with a support of 2K, so near-duplicates can be replaced; inside the support
+    ``WHITEN_FLOOR``-th) with a support of 2k, so near-duplicates can be replaced; inside the support
     its weights rank the images. The density term is the mean distance to the ``KNN_K`` nearest
     neighbours in the raw feature space (``density``). Both are robustly standardised, the density with
     the median and MAD of ``SCALE_ROWS`` evenly spaced rows (all rows for smaller N), and blended.
     The density is exact for every row up to ``knn.EXACT_MAX_N`` rows; above, an upper bound outside the
     rows ``refine`` made exact (the blend grows with the density, so a bound on one bounds the other).
     """
-    n = x.shape[0]
+    src = as_source(x)
+    n = src.n
     if n == 1:
         return Scores.of(np.ones(1, dtype=np.float32))
-    proj, var, resid = principal_space(x, WHITEN_DIMS, max_rows=PCA_ROWS)  # (N, d), (d,), (N,)
-    w = _scale(proj, var, WHITEN_FLOOR)  # (N, d)
-    dens = density(x, KNN_K, search=lambda: search_space(proj, resid))
+    space = principal(src)  # (N, d) coordinates, (d,) variances, (N,) residuals
+    w = _scale(space.proj, space.var, WHITEN_FLOOR)  # (N, d)
+    dens, _ = density(src, KNN_K, space)
     support = min(n, max(2 * k, k + KNN_K))
     a = _ads_scores(w, support, config, device)  # (N,) sparse
     active = a > 0
@@ -238,15 +311,15 @@ def default_scores(
     def current() -> np.ndarray:
         return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
 
-    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats)
-
-
-def knn_method_scores(x: np.ndarray, k: int = KNN_K) -> Scores:
-    """The ``knn`` method: mean distance to the k nearest other rows, raw features (``density``)."""
-    dens = density(x, k)
     return Scores(
-        current=lambda: dens.values, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
+        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats, space=space
     )
+
+
+def knn_method_scores(x: np.ndarray | FeatureSource, neighbours: int = KNN_K) -> Scores:
+    """The ``knn`` method: mean distance to the ``neighbours`` nearest other rows, raw features."""
+    dens, space = density(x, neighbours)
+    return Scores.of_density(dens, space)
 
 
 # --------------------------------------------------------------------------- main entry
@@ -317,14 +390,14 @@ def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | No
 
 
 class _UnitRows:
-    """The rows of x scaled to unit length, made when read (``dedup_order`` reads a few; a normalised
-    copy of a 1M x 1000 library would be another 4 GB)."""
+    """The rows of a source scaled to unit length, made when read (``dedup_order`` reads a few; a
+    normalised copy of a 1M x 1000 library would be another 4 GB)."""
 
-    def __init__(self, x: np.ndarray) -> None:
-        self.x, self.shape, self.dtype = x, x.shape, x.dtype
+    def __init__(self, source: FeatureSource) -> None:
+        self.source, self.shape, self.dtype = source, (source.n, source.dim), np.dtype(np.float32)
 
     def __getitem__(self, rows) -> np.ndarray:
-        return l2_normalise(self.x[rows])
+        return l2_normalise(self.source.take(np.asarray(rows, dtype=np.int64)))
 
 
 def _candidate_mask(candidates, n: int) -> np.ndarray | None:
@@ -349,19 +422,27 @@ def _candidate_mask(candidates, n: int) -> np.ndarray | None:
     return mask
 
 
-def method_scores(x: np.ndarray, k: int, method: str, config: ADSConfig, device=None) -> Scores:
-    """Score every image with ``method`` (higher = more novel); see ``Scores``."""
+def method_scores(
+    x: np.ndarray | FeatureSource,
+    k: int,
+    method: str,
+    config: ADSConfig,
+    device=None,
+    support: int | None = None,
+) -> Scores:
+    """Score every image with ``method`` for ``k`` picks (higher = more novel); see ``Scores``.
+    ``support``: the ADS support of ``ads-paper`` (default k)."""
     if method == "ads":
         return default_scores(x, k, config, device)
     if method == "ads-paper":
-        return Scores.of(_ads_scores(x, k, config, device))
+        return Scores.of(_ads_scores(as_source(x).matrix, support or k, config, device))
     if method == "knn":
         return knn_method_scores(x, KNN_K)
     raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
 def rank(
-    features: np.ndarray,
+    features: np.ndarray | FeatureSource,
     k: int,
     *,
     method: str = "ads",
@@ -372,12 +453,13 @@ def rank(
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
-    ``features``: any real (N, M) array (converted to float32), one row per image. ``method``: one of
-    ``METHODS``: ``"ads"`` (default: ADS on whitened features blended with a k-NN density score),
-    ``"ads-paper"`` (the paper's Algorithm 1 alone, on the raw features) or ``"knn"`` (mean distance to
-    the 10 nearest neighbours). ``config``: the ADS solver's settings (``ADSConfig()``: the paper's E, J,
-    alpha, beta and seed 0); the same seed on the same device gives the same ranking. ``device``: where
-    the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
+    ``features``: any real (N, M) array (converted to float32), one row per image, or a source of such
+    rows read in chunks (``ChunkedSource``; the same ranking, see the module docstring). ``method``: one
+    of ``METHODS``: ``"ads"`` (default: ADS on whitened features blended with a k-NN density score),
+    ``"ads-paper"`` (the paper's Algorithm 1 alone, on the raw features; a matrix only) or ``"knn"``
+    (mean distance to the 10 nearest neighbours). ``config``: the ADS solver's settings (``ADSConfig()``:
+    the paper's E, J, alpha, beta and seed 0); the same seed on the same device gives the same ranking.
+    ``device``: where the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
 
     ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
     L2-normalised features); None means ``DEFAULT_DEDUP`` (0.15), 0 turns it off. When fewer than k
@@ -393,7 +475,8 @@ def rank(
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
     ``duplicates_dropped``. Raises ValueError for a shape other than (N, M) with N, M >= 1, NaN or
-    infinite values, k < 1, a negative ``dedup``, an unknown method or bad ``candidates``.
+    infinite values, k < 1, a negative ``dedup``, an unknown method, ``ads-paper`` on a source read
+    in chunks, or bad ``candidates``.
 
     Example::
 
@@ -403,9 +486,11 @@ def rank(
         >>> int(novelfind.rank(x, 3).indices[0])
         7
     """
-    x = _check(features, k)
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    source, scale = _check(features, k)
+    if method == "ads-paper" and source.matrix is None:
+        raise ValueError("method ads-paper draws random rows of the feature matrix: it needs it in memory")
     if dedup is None:
         dedup = DEFAULT_DEDUP
     if not dedup >= 0:
@@ -414,20 +499,32 @@ def rank(
         from novelfind.solver import ADSConfig
 
         config = ADSConfig()
-    n = x.shape[0]
-    cand = _candidate_mask(candidates, n)  # bool (N,) or None
+    return _rank(source, scale, k, method, config, dedup, device, _candidate_mask(candidates, source.n))
+
+
+def _rank(
+    source: FeatureSource,
+    scale: float,
+    k: int,
+    method: str,
+    config: ADSConfig,
+    dedup: float,
+    device,
+    cand: np.ndarray | None,
+) -> Ranking:
+    """``rank`` on checked input: the source, max |x| and the candidates as a bool mask (or None)."""
+    n = source.n
     k_eff = min(k, n if cand is None else int(cand.sum()))
     if k_eff == 0:
         empty_i, empty_f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
         return Ranking(indices=empty_i, scores=empty_f, neighbour=empty_i.copy(), distance=empty_f.copy())
     # every method but the paper's is scale-free: far outside float32's comfortable range, work on
-    # x / max|x| so squares neither overflow nor vanish (a copy of x, so only there)
-    scale = _abs_max(x)
+    # x / max|x| so squares neither overflow nor vanish (a copy of a matrix, so only there)
     rescale = scale > 0 and not 2.0**-20 <= scale <= 2.0**20
-    xs = x / np.float32(scale) if rescale else x  # (N, M)
-    xm = x if method == "ads-paper" else xs
-    xn = _UnitRows(xs) if dedup else xs  # rows made unit length when dedup reads them
-    support = min(k, n)  # the support the scores use does not depend on the candidates
+    xs = ScaledSource(source, scale) if rescale else source  # (N, M)
+    xm = source if method == "ads-paper" else xs
+    xn = _UnitRows(xs)  # rows made unit length when dedup reads them
+    support = min(k, n)  # ads-paper's support: it does not depend on the candidates
     walked: dict = {}
 
     def walk(order: np.ndarray) -> int:
@@ -437,7 +534,7 @@ def rank(
         return len(picks) + dropped if len(picks) == k_eff else len(order)
 
     while True:
-        scored = method_scores(xm, support, method, config, device)
+        scored = method_scores(xm, min(k, n), method, config, device, support=support)
         if scored.exact is None:
             scores = scored.current()  # (N,)
             order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
@@ -473,7 +570,15 @@ def rank(
         nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
     else:
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
-    dist = (dist.astype(np.float64) * (scale if rescale else 1.0)).astype(np.float32)  # back to raw units
+    unit = scale if rescale else 1.0
+    dist = (dist.astype(np.float64) * unit).astype(np.float32)  # back to raw units
+    space = scored.space
+    if space is None and source.matrix is None:  # the report's map of a library read in chunks
+        space = fit_space(xs, 2)
+    map2d = None
+    if space is not None:
+        cols = space.proj[:, :2].astype(np.float64) * unit
+        map2d = np.pad(cols, ((0, 0), (0, 2 - cols.shape[1]))).astype(np.float32)
     return Ranking(
         indices=picks,
         scores=scores[picks].astype(np.float32),
@@ -481,4 +586,5 @@ def rank(
         distance=dist,
         duplicates_dropped=dropped,
         all_scores=scores,
+        map2d=map2d,
     )

@@ -57,7 +57,7 @@ class ScanResult:
     :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
     float32 their vectors, row i for ``files[i]`` (rank them again another way with
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
-    (``MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
+    (``novelfind.ranking.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     """
 
     picks: list[Pick]

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -44,26 +43,6 @@ from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 
-# A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, chunk by
-# chunk, instead of in memory. None: a third of the machine's memory (the in-memory ranking needs about
-# twice the matrix at its peak), and never less than 2 GiB (about 536,000 photos of 1000-d logits).
-# In memory the density term is exact on the raw vectors; from the cache it is measured in the 64 axes.
-MATRIX_BUDGET: int | None = None
-MATRIX_BUDGET_MIN = 2 << 30
-
-
-def matrix_budget() -> int:
-    """Bytes of float32 features ranked in memory (``MATRIX_BUDGET``, or a third of physical memory)."""
-    if MATRIX_BUDGET is not None:
-        return MATRIX_BUDGET
-    try:
-        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, OSError, ValueError):
-        physical = 0
-    return max(MATRIX_BUDGET_MIN, physical // 3)
-
-
-STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 # --------------------------------------------------------------------------- the scan
 
@@ -153,7 +132,7 @@ class _Scan:
         self.on_failure = on_failure
         self.started = time.monotonic()
         self.failures: list[Failure] = []
-        self.projection: np.ndarray | None = None  # (N, 64) when the vectors were ranked from the cache
+        self.projection: np.ndarray | None = None  # (N, 2) the ranking's principal map, where it made one
 
     def run(self) -> ScanResult:
         p = self.params
@@ -301,19 +280,12 @@ class _Scan:
     # -- rank
 
     def streamed(self, n: int, dim: int) -> bool:
-        """Whether the vectors of ``n`` photos are too many to hold (``MATRIX_BUDGET``): then they stay in
-        the cache, and the default ranking reads them back in chunks (:func:`novelfind.stream.rank_streamed`).
-        The other methods need them all in memory: InputError, saying how much."""
-        need, budget = n * dim * 4, matrix_budget()
-        if need <= budget:
-            return False
-        if self.params.method != "ads":
-            raise InputError(
-                f"method {self.params.method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
-                f"GiB of float32, more than the {budget / 2**30:.1f} GiB novelfind holds); the default "
-                "method (ads) ranks a library of this size from the cache"
-            )
-        return True
+        """Whether the vectors of ``n`` photos pass the memory budget (``novelfind.ranking.read_in_chunks``):
+        then they stay in the cache and the ranking reads them back in chunks. ``ads-paper`` needs them all
+        in memory: InputError, saying how much."""
+        from novelfind import ranking
+
+        return ranking.read_in_chunks(self.params.method, n, dim)
 
     def rank(
         self,
@@ -328,9 +300,8 @@ class _Scan:
         Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
         if not len(candidates):
             return [], 0
-        from novelfind.ranking import rank
+        from novelfind import ranking
         from novelfind.solver import ADSConfig
-        from novelfind.stream import rank_streamed
 
         p = self.params
         self.progress("rank", 0, 1)
@@ -343,30 +314,33 @@ class _Scan:
             restarts=p.restarts,
         )
         files = extraction.files
-        options = {
-            "config": config,
-            "dedup": p.dedup,
-            "device": self.solver_device(len(files)),
-            "candidates": candidates if restricted else None,
-        }
+        if extraction.features is not None:
+            source: Any = extraction.features
+        else:
+            source = ranking.ChunkedSource(
+                chunks=lambda: store.rows_by_stat(files, ranking.STREAM_CHUNK),
+                take=lambda rows: np.concatenate(
+                    list(store.rows_by_stat(files.take(rows), ranking.STREAM_CHUNK))
+                ),
+                n=len(files),
+            )
         try:
-            if extraction.features is not None:
-                ranking = rank(extraction.features, p.k, method=p.method, **options)
-            else:
-
-                def chunks() -> Iterator[np.ndarray]:
-                    return store.rows_by_stat(files, STREAM_CHUNK)
-
-                def rows(indices: np.ndarray) -> np.ndarray:
-                    return np.concatenate(list(store.rows_by_stat(files.take(indices), STREAM_CHUNK)))
-
-                ranking, self.projection = rank_streamed(chunks, rows, len(files), p.k, **options)
+            result = ranking.rank(
+                source,
+                p.k,
+                method=p.method,
+                config=config,
+                dedup=p.dedup,
+                device=self.solver_device(len(files)),
+                candidates=candidates if restricted else None,
+            )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
+        self.projection = result.map2d
         self.progress("rank", 1, 1)
         picks = []
         for index, score, neighbour, distance in zip(
-            ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
+            result.indices, result.scores, result.neighbour, result.distance, strict=True
         ):
             f = files[int(index)]
             found = int(neighbour) >= 0
@@ -382,7 +356,7 @@ class _Scan:
                     also=tuple(twin.path for twin in read[int(index)].also),
                 )
             )
-        return picks, int(ranking.duplicates_dropped)
+        return picks, int(result.duplicates_dropped)
 
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
@@ -394,8 +368,8 @@ class _Scan:
         return features.resolve_device("auto", photos)
 
     def points2d(self, extraction: Extraction) -> np.ndarray:
-        """(N, 2): where the report's map puts each photo."""
-        return pca_2d(extraction.features) if self.projection is None else self.projection[:, :2]
+        """(N, 2): where the report's map puts each photo (the ranking's principal map when it made one)."""
+        return pca_2d(extraction.features) if self.projection is None else self.projection
 
     # -- reporting
 

@@ -94,7 +94,15 @@ def ads(features: Any, k: int, config: ADSConfig = ADSConfig(), *, device: Any =
     or k < 1.
     """
     x = _as_tensor(features, device)  # (N, M), any real dtype
-    n, k = _check(tuple(x.shape), k)
+    _check(tuple(x.shape), k)
+    return solve(x, k, config)
+
+
+def solve(features: Any, k: int, config: ADSConfig, *, device: Any = None) -> ADSResult:
+    """``ads`` without its checks: ``features`` a finite real (N, M) array or tensor, N, M, k >= 1. For the
+    callers inside the package (``novelfind.ranking``), which check their input at their own boundary."""
+    x = _as_tensor(features, device)  # (N, M)
+    k = min(int(k), x.shape[0])
     mu, sq = _centred_stats(x)  # (M,) float32, (N,) float32
     threads = torch.get_num_threads()
     workers = threads if x.device.type == "cpu" else 1

@@ -157,7 +157,7 @@ class StageClock:
 
 def instrument() -> StageClock:
     clock = StageClock()
-    clock.wrap(ranking, "principal_space", "pca")
+    clock.wrap(ranking, "principal", "pca")
     clock.wrap(knn, "knn_cells", "candidate search")
     clock.wrap(knn.KnnScores, "make_exact", "exact rows")
     clock.wrap(ranking, "_ads_scores", "ads")
@@ -227,6 +227,21 @@ def run_case(case: dict) -> dict:
 # ---------------------------------------------------------------------------- alternatives
 
 
+def drop_self(d2: np.ndarray, idx: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """From k+1 faiss results per row (row i's own index possibly among them) keep k that are not row i."""
+    n = len(idx)
+    own = idx == np.arange(n)[:, None]  # (N, k+1)
+    # drop the row's own entry, or the last one if it was not found (then k+1 others were as close)
+    drop = np.where(own.any(1), own.argmax(1), idx.shape[1] - 1)  # (N,)
+    keep = np.ones(idx.shape, dtype=bool)
+    keep[np.arange(n), drop] = False
+    d2 = d2[keep].reshape(n, k)
+    idx = idx[keep].reshape(n, k)
+    dist = np.sqrt(np.maximum(d2, 0)).astype(np.float32)
+    dist[idx < 0] = np.inf
+    return dist, idx
+
+
 def alternatives(path: Path, sample: int = 2048) -> list[dict]:
     """Ways of computing the density term (mean distance to the 10 nearest rows, raw features), at one N."""
     import faiss
@@ -259,11 +274,14 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
         print(f"alternative {name}: {secs:.1f} s, share {row['share']:.2f}", file=sys.stderr, flush=True)
         return row
 
+    def exact_scores(rows: np.ndarray) -> np.ndarray:  # every row exact: O(N^2 M)
+        return knn.KnnScores.build(rows, kk, exact_max_n=len(rows)).values
+
     def brute():
-        return ranking.knn_scores(x, kk), None, {}
+        return exact_scores(x), None, {}
 
     def in_space(space):
-        return lambda: (ranking.knn_scores(space, kk), None, {})
+        return lambda: (exact_scores(space), None, {})
 
     def raw(idx):  # distances in the raw features to the rows found, sorted (chunked)
         out = np.empty(idx.shape, dtype=np.float32)
@@ -279,7 +297,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
         index.add(np.ascontiguousarray(space))
         index.hnsw.efSearch = 64
         d2, idx = index.search(np.ascontiguousarray(space), kk + 1)
-        _, i = knn._drop_self(d2, idx, kk)
+        _, i = drop_self(d2, idx, kk)
         return raw(i), i, {"settings": settings}
 
     def ivf(probe: int = 8):
@@ -290,7 +308,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
         index.add(z)
         index.nprobe = probe
         d2, idx = index.search(z, kk + 1)
-        _, i = knn._drop_self(d2, idx, kk)
+        _, i = drop_self(d2, idx, kk)
         return raw(i), i, {"settings": f"65-d search space, nlist {nlist}, nprobe {probe}; raw distances"}
 
     def cells():

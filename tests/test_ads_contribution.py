@@ -20,15 +20,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from novelfind.knn import KnnScores
+from novelfind.pca import fit_space
 from novelfind.ranking import (
     DEFAULT_DEDUP,
+    KNN_K,
     WHITEN_DIMS,
     WHITEN_FLOOR,
+    _scale,
     dedup_order,
     default_scores,
-    knn_scores,
     l2_normalise,
-    whiten,
 )
 from novelfind.solver import ADSConfig
 
@@ -71,7 +73,9 @@ def hits():
             x = _data(kind, ds)
             # the density term does not depend on the solver seed: one run per dataset, repeated per seed
             no_ads = _hits(default_scores(x, K, ADSConfig(seed=0), density_weight=1.0).current(), x)
-            knn_w = _hits(knn_scores(whiten(x, WHITEN_DIMS, floor=WHITEN_FLOOR)), x)
+            space = fit_space(x, WHITEN_DIMS)
+            whitened = _scale(space.proj, space.var, WHITEN_FLOOR)
+            knn_w = _hits(KnnScores.build(whitened, KNN_K, exact_max_n=N).values, x)
             for s in ADS_SEEDS:
                 cfg = ADSConfig(seed=s)
                 h["default"].append(_hits(default_scores(x, K, cfg).current(), x))

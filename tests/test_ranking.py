@@ -159,20 +159,6 @@ def test_dedup_refills_ads_paper_to_k():
     assert len(set(r.indices.tolist()) & set(range(6))) == 1
 
 
-def test_whiten_gives_unit_variance():
-    rng = np.random.default_rng(0)
-    x = (rng.normal(size=(2000, 50)) @ rng.normal(size=(50, 50))).astype(np.float32)
-    w = rank_mod.whiten(x, 8, chunk=300)
-    assert w.shape == (2000, 8)
-    cov = np.cov(w.T)
-    np.testing.assert_allclose(cov, np.eye(8), atol=1e-3)
-
-
-def test_whiten_constant_rows():
-    w = rank_mod.whiten(np.ones((5, 3), dtype=np.float32))
-    assert np.all(w == 0)
-
-
 def test_same_seed_same_ranking():
     x, _ = blob_with_outliers(seed=5)
     a = rank(x, 5, config=ADSConfig(seed=2))
@@ -248,9 +234,9 @@ def test_candidates_ads_paper_widens_support_geometrically(monkeypatch):
     supports = []
     real = rank_mod.method_scores
 
-    def spy(xm, k, method, config, device=None):
-        supports.append(k)
-        return real(xm, k, method, config, device)
+    def spy(xm, k, method, config, device=None, support=None):
+        supports.append(support)
+        return real(xm, k, method, config, device, support=support)
 
     monkeypatch.setattr(rank_mod, "method_scores", spy)
     r = rank(x, 10, method="ads-paper", candidates=mask)
