@@ -368,8 +368,9 @@ class _Scan:
         return features.resolve_device("auto", photos)
 
     def points2d(self, extraction: Extraction) -> np.ndarray:
-        """(N, 2): where the report's map puts each photo (the ranking's principal map when it made one)."""
-        return pca_2d(extraction.features) if self.projection is None else self.projection
+        """(N, 2): where the report's map puts each photo: the top two principal axes of the vectors, or of
+        the ranking's projection when the vectors stayed in the cache (the same PCA, fitted from chunks)."""
+        return pca_2d(extraction.features) if extraction.features is not None else self.projection
 
     # -- reporting
 
