@@ -135,6 +135,25 @@ for _vn, _vs in _R3_VIEWS.items():
             for _c in (3, 5):
                 CANDIDATES[f"{_base}-ads{_c}"] = M.fused_method(_vs, _ks, _fu, shortlist=_c)
                 CANDIDATES[f"{_base}-ads{_c}g2"] = M.fused_method(_vs, _ks, _fu, shortlist=_c, gamma=2)
+for _vn, _vs in {"ub16": ("ub16",), "ub13": ("ub13",), "po+ub16": ("po", "ub16")}.items():
+    CANDIDATES[f"r3-{_vn}"] = M.fused_method(_vs)
+    CANDIDATES[f"r3-{_vn}-mk"] = M.fused_method(_vs, KS_WIDE)
+# several k fused by max (a photo odd at any scale), with and without cleaning and ADS
+for _kn, _ks in {"-mkmax": KS_WIDE, "-mk20max": (10, 20, 50), "-k10k50max": (10, 50)}.items():
+    for _vn, _vs in {"po": ("po",), "po+b16": ("po", "b16")}.items():
+        for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5), "-cl5x1": (0.05, 1)}.items():
+            _name = f"r3-{_vn}{_kn}{_cn}"
+            CANDIDATES[_name] = M.fused_method(_vs, _ks, clean=_cl, kfuse="max")
+            for _c in (3, 5):
+                CANDIDATES[f"{_name}-ads{_c}"] = M.fused_method(
+                    _vs, _ks, clean=_cl, shortlist=_c, kfuse="max"
+                )
+                CANDIDATES[f"{_name}-ads{_c}g2"] = M.fused_method(
+                    _vs, _ks, clean=_cl, shortlist=_c, gamma=2, kfuse="max"
+                )
+for _k in (20, 50):
+    for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5), "-cl5x1": (0.05, 1)}.items():
+        CANDIDATES[f"r3-po-k{_k}{_cn}"] = M.fused_method(("po",), (_k,), clean=_cl)
 METHODS = {**ABLATIONS, **CANDIDATES}
 BASELINE = "knn-cos@po"  # the best single baseline: paired differences are taken against it
 

@@ -415,6 +415,8 @@ def view(f: dict, name: str) -> np.ndarray:
     means and stds mean-centred, ``zb<block>`` the same with every column standardised first."""
 
     def make() -> np.ndarray:
+        if name.startswith("ub"):  # uncentred
+            return l2n(_mid_block(f, int(name[2:])))
         if name in ("po", "lo"):
             return l2n(np.asarray(f["pooled" if name == "po" else "logits"], dtype=np.float32))
         if name in ("poc", "loc"):
@@ -484,9 +486,11 @@ def fused_score(
     ks: tuple[int, ...] = (KNN_K,),
     fuse: str = "mean",
     clean: tuple[float, int] | None = None,
+    kfuse: str = "mean",
 ) -> np.ndarray:
-    """Rank-fused k-NN score: for every view and k the score's rank percentile, fused by ``fuse`` over
-    the views (after the mean over the ks of each view). ``clean`` = (fraction, rounds): cleaning pass."""
+    """Rank-fused k-NN score: for every view and k the score's rank percentile, fused over the ks of a
+    view by ``kfuse``, then over the views by ``fuse`` ("mean" or "max"). ``clean`` = (fraction, rounds):
+    the cleaning pass (``cleaned_score``)."""
     per_view = []
     for v in views:
         if clean is None:
@@ -497,13 +501,17 @@ def fused_score(
             ]
         if len(views) == 1 and len(ks) == 1:
             return parts[0]  # one score: its own order (identical to the baseline for views=("po",))
-        per_view.append(np.mean([rank_pct(p) for p in parts], axis=0))
-    stack = np.stack(per_view)  # (V, N)
-    if fuse == "mean":
+        per_view.append(_fuse(np.stack([rank_pct(p) for p in parts]), kfuse))
+    return _fuse(np.stack(per_view), fuse)
+
+
+def _fuse(stack: np.ndarray, how: str) -> np.ndarray:
+    """(S, N) rank percentiles -> (N,): their mean, or their max (ties of the max broken by the mean)."""
+    if how == "mean":
         return stack.mean(0)
-    if fuse == "max":  # ties of the max broken by the mean
+    if how == "max":
         return stack.max(0) + 1e-3 * stack.mean(0)
-    raise ValueError(f"fuse must be 'mean' or 'max', got {fuse!r}")
+    raise ValueError(f"fusion must be 'mean' or 'max', got {how!r}")
 
 
 def fused_method(
@@ -514,6 +522,7 @@ def fused_method(
     shortlist: float | None = None,
     ads_views: tuple[str, ...] | None = None,
     gamma: float = 0.0,
+    kfuse: str = "mean",
 ) -> Callable:
     """Rank-fused k-NN (``fused_score``); with ``shortlist`` = c, ADS (Algorithm 1) chooses the K picks
     among the c x K best-scored images: the K whose mutual distances (in ``ads_views`` concatenated,
@@ -521,7 +530,7 @@ def fused_method(
     rank percentile ** gamma (odd photos weigh more). The rest follow in score order."""
 
     def run(f: dict, k: int, seed: int) -> Scored:
-        score = fused_score(f, views, ks, fuse, clean)
+        score = fused_score(f, views, ks, fuse, clean, kfuse)
         if shortlist is None:
             return _finish(score, f, k)
         n = len(score)
