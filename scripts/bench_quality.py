@@ -154,6 +154,26 @@ for _kn, _ks in {"-mkmax": KS_WIDE, "-mk20max": (10, 20, 50), "-k10k50max": (10,
 for _k in (20, 50):
     for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5), "-cl5x1": (0.05, 1)}.items():
         CANDIDATES[f"r3-po-k{_k}{_cn}"] = M.fused_method(("po",), (_k,), clean=_cl)
+# small k (a photo seen once), the usual k and a wide one (a group of odd photos), fused by mean rank
+for _kn, _ks in {
+    "-k1": (1,),
+    "-k3": (3,),
+    "-k1k10k100": (1, 10, 100),
+    "-k3k10k100": (3, 10, 100),
+    "-k1k10k30k100": (1, 10, 30, 100),
+    "-k1k10t30": (1, 10, "t30"),
+    "-k1k10k50": (1, 10, 50),
+    "-k1k5k10k20k50k100": (1, 5, 10, 20, 50, 100),
+}.items():
+    for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5)}.items():
+        _name = f"r3-po{_kn}{_cn}"
+        CANDIDATES[_name] = M.fused_method(("po",), _ks, clean=_cl)
+        for _c in (3, 5):
+            for _g in (2, 4, 8):
+                CANDIDATES[f"{_name}-ads{_c}g{_g}"] = M.fused_method(
+                    ("po",), _ks, clean=_cl, shortlist=_c, gamma=_g
+                )
+    CANDIDATES[f"r3-po+b16{_kn}-max"] = M.fused_method(("po", "b16"), _ks, fuse="max")
 METHODS = {**ABLATIONS, **CANDIDATES}
 BASELINE = "knn-cos@po"  # the best single baseline: paired differences are taken against it
 

@@ -445,12 +445,15 @@ def rank_pct(v: np.ndarray) -> np.ndarray:
     return rankdata(v) / len(v)
 
 
-def knn_score(f: dict, name: str, k: int) -> np.ndarray:
+def knn_score(f: dict, name: str, k: int | str) -> np.ndarray:
+    """Mean distance to the k nearest others in view ``name``; k = "t<j>": the distance to the j-th."""
     d, _ = view_knn(f, name)
+    if isinstance(k, str):
+        return d[:, min(int(k[1:]), d.shape[1]) - 1].copy()
     return d[:, : min(k, d.shape[1])].mean(1)
 
 
-def cleaned_score(f: dict, name: str, k: int, frac: float, rounds: int) -> np.ndarray:
+def cleaned_score(f: dict, name: str, k: int | str, frac: float, rounds: int) -> np.ndarray:
     """k-NN score with a cleaning pass: each round sets the top ``frac`` of the still clean rows aside and
     re-scores the clean rows against the clean rows only; at the end the set-aside rows are scored against
     the clean rest. A group of similar odd photos stops being its own neighbourhood once it is aside."""
@@ -464,11 +467,12 @@ def cleaned_score(f: dict, name: str, k: int, frac: float, rounds: int) -> np.nd
         top = idx[np.argsort(-score[idx], kind="stable")[:step]]
         clean[top] = False
         ref = np.flatnonzero(clean)
-        d, _ = knn(x[ref], k)  # clean rows against the other clean rows
+        kk = int(k[1:]) if isinstance(k, str) else k
+        d, _ = knn(x[ref], kk)  # clean rows against the other clean rows
+        da = _knn_to(x[~clean], x[ref], kk)  # the set-aside rows against the clean rows
         score = np.empty(n)
-        score[ref] = d.mean(1)
-        aside = np.flatnonzero(~clean)
-        score[aside] = _knn_to(x[aside], x[ref], k).mean(1)
+        score[ref] = d[:, -1] if isinstance(k, str) else d.mean(1)
+        score[~clean] = da[:, -1] if isinstance(k, str) else da.mean(1)
     return score
 
 
@@ -483,7 +487,7 @@ def _knn_to(q: np.ndarray, ref: np.ndarray, k: int) -> np.ndarray:
 def fused_score(
     f: dict,
     views: tuple[str, ...] = ("po",),
-    ks: tuple[int, ...] = (KNN_K,),
+    ks: tuple[int | str, ...] = (KNN_K,),
     fuse: str = "mean",
     clean: tuple[float, int] | None = None,
     kfuse: str = "mean",
@@ -516,7 +520,7 @@ def _fuse(stack: np.ndarray, how: str) -> np.ndarray:
 
 def fused_method(
     views: tuple[str, ...] = ("po",),
-    ks: tuple[int, ...] = (KNN_K,),
+    ks: tuple[int | str, ...] = (KNN_K,),
     fuse: str = "mean",
     clean: tuple[float, int] | None = None,
     shortlist: float | None = None,
