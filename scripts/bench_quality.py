@@ -169,7 +169,7 @@ for _kn, _ks in {
         _name = f"r3-po{_kn}{_cn}"
         CANDIDATES[_name] = M.fused_method(("po",), _ks, clean=_cl)
         for _c in (3, 5):
-            for _g in (2, 4, 8):
+            for _g in (0, 2, 4, 8, 16):
                 CANDIDATES[f"{_name}-ads{_c}g{_g}"] = M.fused_method(
                     ("po",), _ks, clean=_cl, shortlist=_c, gamma=_g
                 )
@@ -270,11 +270,17 @@ def summarise(
     summary: dict = {}
     base = baseline if baseline in methods else None
     head = "| method | " + " | ".join(names) + " | mean F1 | mean AP | coverage |"
-    head += f" ΔF1 vs {base} [95% CI] |" if base else ""
-    lines = [head, "|---" * (len(names) + 4 + bool(base)) + "|"]
+    head += f" ΔF1 vs {base} [95% CI] | Δcoverage [95% CI] |" if base else ""
+    lines = [head, "|---" * (len(names) + 4 + 2 * bool(base)) + "|"]
     for m in methods:
         cells = []
-        per_seed: dict[str, dict[int, list[float]]] = {"f1": {}, "ap": {}, "coverage": {}, "d_f1": {}}
+        per_seed: dict[str, dict[int, list[float]]] = {
+            "f1": {},
+            "ap": {},
+            "coverage": {},
+            "d_f1": {},
+            "d_coverage": {},
+        }
         for s in names:
             rs = [r for r in rows if r["method"] == m and r["set"] == s]
             vals = {key: np.array([r.get(key, np.nan) for r in rs]) for key in ("f1", "ap", "coverage")}
@@ -294,6 +300,7 @@ def summarise(
                     cell["d_coverage"] = paired([m_cov[i] - b_cov[i] for i in both])
                     for i in both:
                         per_seed["d_f1"].setdefault(i, []).append(m_f1[i] - b_f1[i])
+                        per_seed["d_coverage"].setdefault(i, []).append(m_cov[i] - b_cov[i])
             summary.setdefault(m, {})[s] = cell
             cells.append(f"{cell['f1']:.2f}±{cell['f1_sd']:.2f}")
         mean: dict = {}
@@ -308,13 +315,13 @@ def summarise(
             + f" | {mean['coverage']:.3f} |"
         )
         if base:
-            full = [np.mean(v) for v in per_seed["d_f1"].values() if len(v) == len(names)]
-            if full:
-                mean["d_f1"] = paired(full)
-                d = mean["d_f1"]
-                line += f" {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] |"
-            else:
-                line += " |"
+            for key in ("d_f1", "d_coverage"):
+                full = [np.mean(v) for v in per_seed[key].values() if len(v) == len(names)]
+                if full:
+                    mean[key] = d = paired(full)
+                    line += f" {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] |"
+                else:
+                    line += " |"
         summary[m]["_mean"] = mean
         lines.append(line)
     return "\n".join(lines), summary
@@ -333,8 +340,21 @@ def main() -> None:
     )
     ap.add_argument("--methods", default=",".join(ABLATIONS))
     ap.add_argument("--baseline", default=BASELINE, help="paired differences against this method")
+    ap.add_argument(
+        "--report",
+        default=None,
+        help="JSON of an earlier run: print its table again (--methods, --baseline), computing nothing",
+    )
     ap.add_argument("--out", default=None, help="JSON output (default bench_quality_<split>.json)")
     a = ap.parse_args()
+    if a.report:
+        earlier = json.loads(Path(a.report).read_text())
+        chosen = a.methods.split(",") if a.methods != ",".join(ABLATIONS) else earlier["methods"]
+        missing = [m for m in [*chosen, a.baseline] if m not in earlier["methods"]]
+        if missing:
+            ap.error(f"not in {a.report}: {', '.join(missing)}")
+        print(summarise(earlier["rows"], earlier["sets"], chosen, a.baseline)[0])
+        return
     names = list(sets.SPLITS[a.split])
     if a.sets:
         want = a.sets.split(",")
