@@ -8,14 +8,19 @@ shipped MobileNet-V2 (``scripts/quality/extract.py``, cached under $NOVELFIND_DA
 Protocol: choose anything (methods, constants, features) on ``--split dev`` (and ``dev-library``); run
 ``--split test`` and ``test-library`` only to report. Scores per set and seed: F1 at K = number of planted
 novelties (the picks after near-duplicate removal) and average precision over the method's full order
-(a method that scores only a K-sparse support has the rest in random order). Tables give mean +- standard
-deviation over the seeds (independent draws); the summary line averages the sets per seed first.
+(a method that scores only a K-sparse support has the rest in random order), and group coverage: of the
+labelled novelty groups (``LabelledSet.novelty_groups``: a batch of screenshots or pages, a digit class, a
+source picture; a planted fault is its own group) the share with at least one of the K picks. Tables give
+mean +- standard deviation over the seeds (independent draws); the summary line averages the sets per seed
+first, and the paired differences in mean F1 and coverage against ``--baseline`` (default knn-cos@po) come
+with a 95 % t-interval over the draws.
 
     python scripts/bench_quality.py --split dev                      # the ablation table on dev, 5 draws
     python scripts/bench_quality.py --split test --out test.json     # the reported table
     python scripts/bench_quality.py --split test-library --seeds 1   # 30,000-picture sets
     python scripts/bench_quality.py --split test --first-seed 3 --seeds 2 --add-to test.json  # 2 more draws
     python scripts/bench_quality.py --split dev --methods default,knn,scaled-g2
+    python scripts/bench_quality.py --report docs/bench/quality-dev-r3-final.json --baseline r3-po-k1k10k50
 
 Methods: ``ABLATIONS`` (the table) and ``CANDIDATES`` (research on dev); shipped methods are called
 through novelfind's ranking API (``quality.methods.api_rank``), so a new default is measured the same way.
