@@ -61,6 +61,9 @@ ABLATIONS = {
     "knn": M.shipped("knn"),  # mean distance to 10 nearest neighbours, raw logits
     "knn-cos": M.knn_method("cos:logits"),
     "knn-cos@po": M.knn_method("cos:pooled"),  # the dev split's best (k = 10, cosine, pooled features)
+    # round three's recommendation (docs/bench/quality-dev-r3.md): cosine k-NN on pooled vectors at k = 3, 10
+    # and 50, rank percentiles fused by the mean, plain top K; measured on dev as r3-po-k3k10k50
+    "knn-cos-multik": M.fused_method(("po",), (3, 10, 50)),
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
 }
