@@ -8,14 +8,19 @@ shipped MobileNet-V2 (``scripts/quality/extract.py``, cached under $NOVELFIND_DA
 Protocol: choose anything (methods, constants, features) on ``--split dev`` (and ``dev-library``); run
 ``--split test`` and ``test-library`` only to report. Scores per set and seed: F1 at K = number of planted
 novelties (the picks after near-duplicate removal) and average precision over the method's full order
-(a method that scores only a K-sparse support has the rest in random order). Tables give mean +- standard
-deviation over the seeds (independent draws); the summary line averages the sets per seed first.
+(a method that scores only a K-sparse support has the rest in random order), and group coverage: of the
+labelled novelty groups (``LabelledSet.novelty_groups``: a batch of screenshots or pages, a digit class, a
+source picture; a planted fault is its own group) the share with at least one of the K picks. Tables give
+mean +- standard deviation over the seeds (independent draws); the summary line averages the sets per seed
+first, and the paired differences in mean F1 and coverage against ``--baseline`` (default knn-cos@po) come
+with a 95 % t-interval over the draws.
 
     python scripts/bench_quality.py --split dev                      # the ablation table on dev, 5 draws
     python scripts/bench_quality.py --split test --out test.json     # the reported table
     python scripts/bench_quality.py --split test-library --seeds 1   # 30,000-picture sets
     python scripts/bench_quality.py --split test --first-seed 3 --seeds 2 --add-to test.json  # 2 more draws
     python scripts/bench_quality.py --split dev --methods default,knn,scaled-g2
+    python scripts/bench_quality.py --report docs/bench/quality-dev-r3-final.json --baseline r3-po-k1k10k50
 
 Methods: ``ABLATIONS`` (the table) and ``CANDIDATES`` (research on dev); shipped methods are called
 through novelfind's ranking API (``quality.methods.api_rank``), so a new default is measured the same way.
@@ -56,6 +61,9 @@ ABLATIONS = {
     "knn": M.shipped("knn"),  # mean distance to 10 nearest neighbours, raw logits
     "knn-cos": M.knn_method("cos:logits"),
     "knn-cos@po": M.knn_method("cos:pooled"),  # the dev split's best (k = 10, cosine, pooled features)
+    # round three's recommendation (docs/bench/quality-dev-r3.md): cosine k-NN on pooled vectors at k = 3, 10
+    # and 50, rank percentiles fused by the mean, plain top K; measured on dev as r3-po-k3k10k50
+    "knn-cos-multik": M.fused_method(("po",), (3, 10, 50)),
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
 }
@@ -104,13 +112,100 @@ CANDIDATES["knn-cosf64@po"] = M.knn_method("cos:pooled", white="f64_32")
 CANDIDATES["ads-cos@po"] = M.ads_alone("cos:pooled", white=None)
 CANDIDATES["blend-w0.25@lo"] = M.blend(wd=0.25)
 CANDIDATES["blend-w0.75@lo"] = M.blend(wd=0.75)
+
+# Round three (dev): views fused by rank, several neighbourhood sizes, a cleaning pass, ADS on a shortlist.
+# Names: views joined by "+" (po pooled as shipped, poc centred, b13/b16 mid blocks, zb: standardised
+# columns); "-mk" k in KS_WIDE rank-fused, "-k<k>" one k; "-max" max fusion; "-cl<pct>x<rounds>" cleaning;
+# "-ads<c>" ADS picks K out of the c x K best ("g2": odd photos weigh more in its graph).
+KS_WIDE = (5, 10, 20, 50, 100)
+_R3_VIEWS = {
+    "po": ("po",),
+    "poc": ("poc",),
+    "b13": ("b13",),
+    "b16": ("b16",),
+    "zb16": ("zb16",),
+    "po+b16": ("po", "b16"),
+    "po+b13+b16": ("po", "b13", "b16"),
+    "po+zb13+zb16": ("po", "zb13", "zb16"),
+    "po+lo": ("po", "lo"),
+}
+for _vn, _vs in _R3_VIEWS.items():
+    for _kn, _ks in {"": (M.KNN_K,), "-mk": KS_WIDE, "-k50": (50,), "-mk20": (10, 20, 50)}.items():
+        for _fu in ("mean", "max") if len(_vs) > 1 else ("mean",):
+            _base = f"r3-{_vn}{_kn}" + ("-max" if _fu == "max" else "")
+            CANDIDATES[_base] = M.fused_method(_vs, _ks, _fu)
+            for _cl in ((0.01, 1), (0.01, 5), (0.05, 1), (0.02, 3)):
+                _cn = f"{_base}-cl{round(_cl[0] * 100)}x{_cl[1]}"
+                CANDIDATES[_cn] = M.fused_method(_vs, _ks, _fu, clean=_cl)
+                for _c in (3, 5):
+                    CANDIDATES[f"{_cn}-ads{_c}"] = M.fused_method(_vs, _ks, _fu, _cl, shortlist=_c)
+                    CANDIDATES[f"{_cn}-ads{_c}g2"] = M.fused_method(_vs, _ks, _fu, _cl, shortlist=_c, gamma=2)
+            for _c in (3, 5):
+                CANDIDATES[f"{_base}-ads{_c}"] = M.fused_method(_vs, _ks, _fu, shortlist=_c)
+                CANDIDATES[f"{_base}-ads{_c}g2"] = M.fused_method(_vs, _ks, _fu, shortlist=_c, gamma=2)
+for _vn, _vs in {"ub16": ("ub16",), "ub13": ("ub13",), "po+ub16": ("po", "ub16")}.items():
+    CANDIDATES[f"r3-{_vn}"] = M.fused_method(_vs)
+    CANDIDATES[f"r3-{_vn}-mk"] = M.fused_method(_vs, KS_WIDE)
+# several k fused by max (a photo odd at any scale), with and without cleaning and ADS
+for _kn, _ks in {"-mkmax": KS_WIDE, "-mk20max": (10, 20, 50), "-k10k50max": (10, 50)}.items():
+    for _vn, _vs in {"po": ("po",), "po+b16": ("po", "b16")}.items():
+        for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5), "-cl5x1": (0.05, 1)}.items():
+            _name = f"r3-{_vn}{_kn}{_cn}"
+            CANDIDATES[_name] = M.fused_method(_vs, _ks, clean=_cl, kfuse="max")
+            for _c in (3, 5):
+                CANDIDATES[f"{_name}-ads{_c}"] = M.fused_method(
+                    _vs, _ks, clean=_cl, shortlist=_c, kfuse="max"
+                )
+                CANDIDATES[f"{_name}-ads{_c}g2"] = M.fused_method(
+                    _vs, _ks, clean=_cl, shortlist=_c, gamma=2, kfuse="max"
+                )
+for _k in (20, 50):
+    for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5), "-cl5x1": (0.05, 1)}.items():
+        CANDIDATES[f"r3-po-k{_k}{_cn}"] = M.fused_method(("po",), (_k,), clean=_cl)
+# small k (a photo seen once), the usual k and a wide one (a group of odd photos), fused by mean rank
+for _kn, _ks in {
+    "-k1": (1,),
+    "-k3": (3,),
+    "-k1k10k100": (1, 10, 100),
+    "-k3k10k100": (3, 10, 100),
+    "-k1k10k30k100": (1, 10, 30, 100),
+    "-k1k10t30": (1, 10, "t30"),
+    "-k1k10k50": (1, 10, 50),
+    "-k1k5k10k20k50k100": (1, 5, 10, 20, 50, 100),
+    "-k3k10k50": (3, 10, 50),
+    "-k5k10k50": (5, 10, 50),
+    "-k3k10k30k100": (3, 10, 30, 100),
+    "-k5k10k100": (5, 10, 100),
+    "-k10k50": (10, 50),
+    "-k10k100": (10, 100),
+    "-k5k20k100": (5, 20, 100),
+    "-k3k10k50k100": (3, 10, 50, 100),
+}.items():
+    for _cn, _cl in {"": None, "-cl2x3": (0.02, 3), "-cl1x5": (0.01, 5)}.items():
+        _name = f"r3-po{_kn}{_cn}"
+        CANDIDATES[_name] = M.fused_method(("po",), _ks, clean=_cl)
+        for _c in (3, 5):
+            for _g in (0, 2, 4, 8, 16):
+                CANDIDATES[f"{_name}-ads{_c}g{_g}"] = M.fused_method(
+                    ("po",), _ks, clean=_cl, shortlist=_c, gamma=_g
+                )
+    CANDIDATES[f"r3-po+b16{_kn}-max"] = M.fused_method(("po", "b16"), _ks, fuse="max")
 METHODS = {**ABLATIONS, **CANDIDATES}
+BASELINE = "knn-cos@po"  # the best single baseline: paired differences are taken against it
 
 
 def f1_at_k(picks: np.ndarray, labels: np.ndarray) -> float:
     k = int(labels.sum())
     hit = int(labels[picks[:k]].sum())
     return 0.0 if hit == 0 else 2 * hit / (len(picks[:k]) + k)
+
+
+def coverage(picks: np.ndarray, groups: np.ndarray, k: int) -> float:
+    """Share of the labelled novelty groups (``groups`` >= 0, ``LabelledSet.novelty_groups``) with at
+    least one pick among the first k."""
+    total = np.unique(groups[groups >= 0])
+    hit = np.unique(groups[picks[:k]])
+    return float(len(hit[hit >= 0]) / max(len(total), 1))
 
 
 def average_precision(order: np.ndarray, labels: np.ndarray) -> float:
@@ -139,6 +234,9 @@ def evaluate(names: list[str], seeds: list[int], methods: list[str], log=sys.std
             f = extract.features(name, seed)
             labels = f["labels"].astype(bool)
             k = int(labels.sum())
+            groups = sets.build(name, seed).novelty_groups
+            if not np.array_equal(groups >= 0, labels):
+                raise RuntimeError(f"{name} seed {seed}: the set's plan differs from its cached features")
             for m in methods:
                 t = time.perf_counter()
                 s = METHODS[m](f, k, seed)
@@ -151,6 +249,8 @@ def evaluate(names: list[str], seeds: list[int], methods: list[str], log=sys.std
                         "n": len(labels),
                         "k": k,
                         "f1": f1_at_k(s.picks, labels),
+                        "coverage": coverage(s.picks, groups, k),
+                        "groups": int(len(np.unique(groups[groups >= 0]))),
                         "ap": average_precision(full_order(s, len(labels), seed), labels),
                         "seconds": dt,
                     }
@@ -159,44 +259,87 @@ def evaluate(names: list[str], seeds: list[int], methods: list[str], log=sys.std
     return rows
 
 
-def summarise(rows: list[dict], names: list[str], methods: list[str]) -> tuple[str, dict]:
-    """Markdown table (F1 mean +- sd per set, then mean F1 and AP over sets) and the same as a dict."""
+def paired(diffs: list[float]) -> dict:
+    """Mean of paired differences over draws and its 95 % t-interval (half-width 0 with one draw)."""
+    from scipy.stats import t as student
+
+    d = np.asarray(diffs, dtype=np.float64)
+    half = float(student.ppf(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else 0.0
+    return {
+        "mean": float(d.mean()),
+        "lo": float(d.mean() - half),
+        "hi": float(d.mean() + half),
+        "draws": len(d),
+    }
+
+
+def _per_seed(rows: list[dict], m: str, s: str, key: str) -> dict[int, float]:
+    return {r["seed"]: r.get(key, float("nan")) for r in rows if r["method"] == m and r["set"] == s}
+
+
+def summarise(
+    rows: list[dict], names: list[str], methods: list[str], baseline: str | None = BASELINE
+) -> tuple[str, dict]:
+    """Markdown table (F1 mean +- sd per set, then mean F1, AP and coverage over sets, and the paired
+    difference in mean F1 against ``baseline`` with its 95 % interval over draws) and the same as a dict.
+    Per set and method the dict also holds the paired F1 and coverage differences against the baseline."""
     summary: dict = {}
-    head = "| method | " + " | ".join(names) + " | mean F1 | mean AP |"
-    lines = [head, "|---" * (len(names) + 3) + "|"]
+    base = baseline if baseline in methods else None
+    head = "| method | " + " | ".join(names) + " | mean F1 | mean AP | coverage |"
+    head += f" ΔF1 vs {base} [95% CI] | Δcoverage [95% CI] |" if base else ""
+    lines = [head, "|---" * (len(names) + 4 + 2 * bool(base)) + "|"]
     for m in methods:
         cells = []
-        per_seed_f1: dict[int, list[float]] = {}
-        per_seed_ap: dict[int, list[float]] = {}
+        per_seed: dict[str, dict[int, list[float]]] = {
+            "f1": {},
+            "ap": {},
+            "coverage": {},
+            "d_f1": {},
+            "d_coverage": {},
+        }
         for s in names:
             rs = [r for r in rows if r["method"] == m and r["set"] == s]
-            f1 = np.array([r["f1"] for r in rs])
-            ap = np.array([r["ap"] for r in rs])
+            vals = {key: np.array([r.get(key, np.nan) for r in rs]) for key in ("f1", "ap", "coverage")}
             for r in rs:
-                per_seed_f1.setdefault(r["seed"], []).append(r["f1"])
-                per_seed_ap.setdefault(r["seed"], []).append(r["ap"])
-            summary.setdefault(m, {})[s] = {
-                "f1": float(f1.mean()),
-                "f1_sd": float(f1.std(ddof=1)) if len(f1) > 1 else 0.0,
-                "ap": float(ap.mean()),
-                "ap_sd": float(ap.std(ddof=1)) if len(ap) > 1 else 0.0,
-                "draws": len(rs),
-            }
-            cells.append(f"{f1.mean():.2f}±{summary[m][s]['f1_sd']:.2f}")
-        mf = np.array([np.mean(v) for v in per_seed_f1.values()])
-        ma = np.array([np.mean(v) for v in per_seed_ap.values()])
-        summary[m]["_mean"] = {
-            "f1": float(mf.mean()),
-            "f1_sd": float(mf.std(ddof=1)) if len(mf) > 1 else 0.0,
-            "ap": float(ma.mean()),
-            "ap_sd": float(ma.std(ddof=1)) if len(ma) > 1 else 0.0,
-        }
-        sm = summary[m]["_mean"]
-        lines.append(
+                for key in ("f1", "ap", "coverage"):
+                    per_seed[key].setdefault(r["seed"], []).append(r.get(key, np.nan))
+            cell = {"draws": len(rs)}
+            for key, v in vals.items():
+                cell[key] = float(v.mean())
+                cell[key + "_sd"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+            if base:
+                b_f1, m_f1 = _per_seed(rows, base, s, "f1"), _per_seed(rows, m, s, "f1")
+                b_cov, m_cov = _per_seed(rows, base, s, "coverage"), _per_seed(rows, m, s, "coverage")
+                both = sorted(set(b_f1) & set(m_f1))
+                if both:
+                    cell["d_f1"] = paired([m_f1[i] - b_f1[i] for i in both])
+                    cell["d_coverage"] = paired([m_cov[i] - b_cov[i] for i in both])
+                    for i in both:
+                        per_seed["d_f1"].setdefault(i, []).append(m_f1[i] - b_f1[i])
+                        per_seed["d_coverage"].setdefault(i, []).append(m_cov[i] - b_cov[i])
+            summary.setdefault(m, {})[s] = cell
+            cells.append(f"{cell['f1']:.2f}±{cell['f1_sd']:.2f}")
+        mean: dict = {}
+        for key in ("f1", "ap", "coverage"):
+            v = np.array([np.mean(x) for x in per_seed[key].values()])
+            mean[key] = float(v.mean())
+            mean[key + "_sd"] = float(v.std(ddof=1)) if len(v) > 1 else 0.0
+        line = (
             f"| {m} | "
             + " | ".join(cells)
-            + f" | {sm['f1']:.3f}±{sm['f1_sd']:.3f} | {sm['ap']:.3f}±{sm['ap_sd']:.3f} |"
+            + f" | {mean['f1']:.3f}±{mean['f1_sd']:.3f} | {mean['ap']:.3f}±{mean['ap_sd']:.3f}"
+            + f" | {mean['coverage']:.3f} |"
         )
+        if base:
+            for key in ("d_f1", "d_coverage"):
+                full = [np.mean(v) for v in per_seed[key].values() if len(v) == len(names)]
+                if full:
+                    mean[key] = d = paired(full)
+                    line += f" {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] |"
+                else:
+                    line += " |"
+        summary[m]["_mean"] = mean
+        lines.append(line)
     return "\n".join(lines), summary
 
 
@@ -212,8 +355,22 @@ def main() -> None:
         help="JSON of an earlier run of the same split: its rows for other draws are kept (more draws)",
     )
     ap.add_argument("--methods", default=",".join(ABLATIONS))
+    ap.add_argument("--baseline", default=BASELINE, help="paired differences against this method")
+    ap.add_argument(
+        "--report",
+        default=None,
+        help="JSON of an earlier run: print its table again (--methods, --baseline), computing nothing",
+    )
     ap.add_argument("--out", default=None, help="JSON output (default bench_quality_<split>.json)")
     a = ap.parse_args()
+    if a.report:
+        earlier = json.loads(Path(a.report).read_text())
+        chosen = a.methods.split(",") if a.methods != ",".join(ABLATIONS) else earlier["methods"]
+        missing = [m for m in [*chosen, a.baseline] if m not in earlier["methods"]]
+        if missing:
+            ap.error(f"not in {a.report}: {', '.join(missing)}")
+        print(summarise(earlier["rows"], earlier["sets"], chosen, a.baseline)[0])
+        return
     names = list(sets.SPLITS[a.split])
     if a.sets:
         want = a.sets.split(",")
@@ -240,10 +397,10 @@ def main() -> None:
             if r["set"] in names and r["method"] in methods and (r["set"], r["seed"]) not in done
         ] + rows
     n_seeds = len({r["seed"] for r in rows})
-    table, summary = summarise(rows, names, methods)
+    table, summary = summarise(rows, names, methods, a.baseline)
     print(
-        f"F1 at K (mean ± sd over {n_seeds} draws); mean F1 / AP over sets (± sd over draws), "
-        f"split {a.split}\n"
+        f"F1 at K (mean ± sd over {n_seeds} draws); mean F1 / AP over sets (± sd over draws), coverage "
+        f"(share of novelty groups with a pick in the top K), paired ΔF1; split {a.split}\n"
     )
     print(table)
     out = {
@@ -251,6 +408,7 @@ def main() -> None:
         "sets": names,
         "seeds": n_seeds,
         "methods": methods,
+        "baseline": a.baseline,
         "pins": pins.digest(),  # the pinned sources the sets were built from (scripts/quality/sources.lock)
         "rows": rows,
         "summary": summary,

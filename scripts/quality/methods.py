@@ -390,3 +390,162 @@ def ads_rerank(
         return _finish(score, f, k)
 
     return run
+
+
+# --------------------------------------------------------------------------- round three: views, k, cleaning
+
+# Mid-level statistics in ``f["mid"]`` (extract.MID_BLOCKS): per block the channel means, then the stds.
+MID_CHANNELS = {3: 24, 6: 32, 10: 64, 13: 96, 16: 160}
+KS_MAX = 100  # largest neighbourhood measured; every smaller k is a prefix of the same neighbour lists
+
+
+def _mid_block(f: dict, block: int) -> np.ndarray:
+    """Block ``block``'s channel means and stds (N, 2C) out of the concatenated mid statistics."""
+    start = 0
+    for b, c in MID_CHANNELS.items():
+        if b == block:
+            return np.asarray(f["mid"][:, start : start + 2 * c], dtype=np.float32)
+        start += 2 * c
+    raise ValueError(f"no mid statistics for block {block}; blocks: {sorted(MID_CHANNELS)}")
+
+
+def view(f: dict, name: str) -> np.ndarray:
+    """One view of an image, rows L2-normalised: ``po`` the pooled vector as shipped (cosine k-NN's
+    space), ``poc`` pooled mean-centred, ``lo`` / ``loc`` logits, ``b<block>`` a mid block's channel
+    means and stds mean-centred, ``zb<block>`` the same with every column standardised first."""
+
+    def make() -> np.ndarray:
+        if name.startswith("ub"):  # uncentred
+            return l2n(_mid_block(f, int(name[2:])))
+        if name in ("po", "lo"):
+            return l2n(np.asarray(f["pooled" if name == "po" else "logits"], dtype=np.float32))
+        if name in ("poc", "loc"):
+            x = np.asarray(f["pooled" if name == "poc" else "logits"], dtype=np.float32)
+        elif name.startswith("zb"):
+            x = _mid_block(f, int(name[2:]))
+            x = x / np.maximum(x.std(0), 1e-6)
+        elif name.startswith("b"):
+            x = _mid_block(f, int(name[1:]))
+        else:
+            raise ValueError(f"unknown view {name!r}")
+        return l2n(x - x.mean(0))
+
+    return _memo(f, ("view", name), make)
+
+
+def view_knn(f: dict, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Distances (N, KS_MAX) ascending and indices of every row's nearest others in view ``name``."""
+    return _memo(f, ("view-knn", name), lambda: knn(view(f, name), KS_MAX))
+
+
+def rank_pct(v: np.ndarray) -> np.ndarray:
+    """Rank percentiles in (0, 1]: the scale-free form in which scores of views and k are fused."""
+    from scipy.stats import rankdata
+
+    return rankdata(v) / len(v)
+
+
+def knn_score(f: dict, name: str, k: int | str) -> np.ndarray:
+    """Mean distance to the k nearest others in view ``name``; k = "t<j>": the distance to the j-th."""
+    d, _ = view_knn(f, name)
+    if isinstance(k, str):
+        return d[:, min(int(k[1:]), d.shape[1]) - 1].copy()
+    return d[:, : min(k, d.shape[1])].mean(1)
+
+
+def cleaned_score(f: dict, name: str, k: int | str, frac: float, rounds: int) -> np.ndarray:
+    """k-NN score with a cleaning pass: each round sets the top ``frac`` of the still clean rows aside and
+    re-scores the clean rows against the clean rows only; at the end the set-aside rows are scored against
+    the clean rest. A group of similar odd photos stops being its own neighbourhood once it is aside."""
+    x = view(f, name)
+    n = len(x)
+    clean = np.ones(n, dtype=bool)
+    score = knn_score(f, name, k)
+    step = max(1, int(round(frac * n)))
+    for _ in range(rounds):
+        idx = np.flatnonzero(clean)
+        top = idx[np.argsort(-score[idx], kind="stable")[:step]]
+        clean[top] = False
+        ref = np.flatnonzero(clean)
+        kk = int(k[1:]) if isinstance(k, str) else k
+        d, _ = knn(x[ref], kk)  # clean rows against the other clean rows
+        da = _knn_to(x[~clean], x[ref], kk)  # the set-aside rows against the clean rows
+        score = np.empty(n)
+        score[ref] = d[:, -1] if isinstance(k, str) else d.mean(1)
+        score[~clean] = da[:, -1] if isinstance(k, str) else da.mean(1)
+    return score
+
+
+def _knn_to(q: np.ndarray, ref: np.ndarray, k: int) -> np.ndarray:
+    """Distances (len(q), k) ascending from each query row to its k nearest reference rows."""
+    qt, rt = torch.from_numpy(np.ascontiguousarray(q)), torch.from_numpy(np.ascontiguousarray(ref))
+    d2 = (qt * qt).sum(1)[:, None] + (rt * rt).sum(1)[None, :] - 2 * qt @ rt.T
+    v, _ = torch.topk(d2, min(k, len(ref)), dim=1, largest=False)
+    return v.clamp_min(0).sqrt().numpy().astype(np.float64)
+
+
+def fused_score(
+    f: dict,
+    views: tuple[str, ...] = ("po",),
+    ks: tuple[int | str, ...] = (KNN_K,),
+    fuse: str = "mean",
+    clean: tuple[float, int] | None = None,
+    kfuse: str = "mean",
+) -> np.ndarray:
+    """Rank-fused k-NN score: for every view and k the score's rank percentile, fused over the ks of a
+    view by ``kfuse``, then over the views by ``fuse`` ("mean" or "max"). ``clean`` = (fraction, rounds):
+    the cleaning pass (``cleaned_score``)."""
+    per_view = []
+    for v in views:
+        if clean is None:
+            parts = [knn_score(f, v, k) for k in ks]
+        else:
+            parts = [
+                _memo(f, ("clean", v, k, clean), lambda v=v, k=k: cleaned_score(f, v, k, *clean)) for k in ks
+            ]
+        if len(views) == 1 and len(ks) == 1:
+            return parts[0]  # one score: its own order (identical to the baseline for views=("po",))
+        per_view.append(_fuse(np.stack([rank_pct(p) for p in parts]), kfuse))
+    return _fuse(np.stack(per_view), fuse)
+
+
+def _fuse(stack: np.ndarray, how: str) -> np.ndarray:
+    """(S, N) rank percentiles -> (N,): their mean, or their max (ties of the max broken by the mean)."""
+    if how == "mean":
+        return stack.mean(0)
+    if how == "max":
+        return stack.max(0) + 1e-3 * stack.mean(0)
+    raise ValueError(f"fusion must be 'mean' or 'max', got {how!r}")
+
+
+def fused_method(
+    views: tuple[str, ...] = ("po",),
+    ks: tuple[int | str, ...] = (KNN_K,),
+    fuse: str = "mean",
+    clean: tuple[float, int] | None = None,
+    shortlist: float | None = None,
+    ads_views: tuple[str, ...] | None = None,
+    gamma: float = 0.0,
+    kfuse: str = "mean",
+) -> Callable:
+    """Rank-fused k-NN (``fused_score``); with ``shortlist`` = c, ADS (Algorithm 1) chooses the K picks
+    among the c x K best-scored images: the K whose mutual distances (in ``ads_views`` concatenated,
+    default the scoring views) weigh most; with gamma > 0 on the graph D'_ij = w_i D_ij w_j, w = score
+    rank percentile ** gamma (odd photos weigh more). The rest follow in score order."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        score = fused_score(f, views, ks, fuse, clean, kfuse)
+        if shortlist is None:
+            return _finish(score, f, k)
+        n = len(score)
+        m = min(n, int(round(shortlist * k)))
+        cand = np.argsort(-score, kind="stable")[:m]
+        x = np.hstack([view(f, v)[cand] for v in (ads_views or views)])  # (m, sum of view dims)
+        w = rank_pct(score)[cand] ** gamma if gamma > 0 else None
+        a = ads_weights(x, min(m, k), seed, w)
+        out = rank_pct(score)  # in (0, 1]
+        act = a > 0
+        out[cand[act]] = 2.0 + a[act] / a[act].max()  # the ADS picks first, by weight
+        return _finish(out, f, k)
+
+    return run

@@ -69,6 +69,16 @@ class LabelledSet:
         return [it.kind for it in self.items]
 
     @property
+    def novelty_groups(self) -> np.ndarray:
+        """Group id per item for the coverage metric, -1 for an ordinary picture (``novelty_group``)."""
+        names: dict[str, int] = {}
+        out = np.full(len(self.items), -1, dtype=np.int64)
+        for i, it in enumerate(self.items):
+            if it.label:
+                out[i] = names.setdefault(novelty_group(it, i), len(names))
+        return out
+
+    @property
     def k(self) -> int:
         return int(self.labels.sum())
 
@@ -88,6 +98,18 @@ class LabelledSet:
     def images(self) -> Iterator[Image.Image]:
         for i in range(len(self)):
             yield self.image(i)
+
+
+def novelty_group(it: Item, i: int) -> str:
+    """What one labelled novelty group is, for coverage (the share of groups with a pick in the top K):
+    all screenshots or document pages of a set are one batch; a digit class is one group; a planted
+    defect or failed shot is its own group (the fault is the novelty, not the scene under it); any
+    other novelty is grouped by its source picture (the same subject shot again is one group)."""
+    if it.kind.startswith(("code/", "doc/")):
+        return "text-batch"
+    if getattr(it.make, "__name__", "") in ("faulty", "defective"):
+        return f"item-{i}"
+    return it.kind
 
 
 # --------------------------------------------------------------------------- rendering
