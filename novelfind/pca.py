@@ -41,8 +41,9 @@ def principal_axes(
     d = min(dims, M, n - 1) for the n rows used, less the axes with no variance (all rows identical: no
     axis, shape (M, 0)). The covariance (M, M) is accumulated over row blocks, so memory stays
     O(chunk M + M^2) and time O(n M^2); with fewer rows than dimensions (n < M) the axes come from the
-    (n, n) Gram matrix instead (``_gram_axes``), O(n^2 M); ``rows`` (increasing indices) estimates it from those rows only
-    (the mean from all), gathered in the pass that takes the mean. ``x`` must be finite (not checked).
+    (n, n) Gram matrix instead (``_gram_axes``), O(n^2 M); ``rows`` (increasing indices) estimates it
+    from those rows only (the mean from all), gathered in the pass that takes the mean. ``x`` must be
+    finite (not checked).
     """
     src = as_source(x)
     m = src.dim
