@@ -21,7 +21,7 @@ from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from novelfind import features
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
@@ -32,6 +32,9 @@ from novelfind.ranking import DEFAULT_DEDUP, METHODS
 from novelfind.report import FORMATS, PLACE_MODES
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword
+
+if TYPE_CHECKING:
+    from novelfind.solver import ADSConfig
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,19 @@ class ScanParameters:
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
+
+    def solver_config(self) -> ADSConfig:
+        """The ADS solver's settings of this scan (``novelfind.solver.ADSConfig``)."""
+        from novelfind.solver import ADSConfig  # the solver is torch code: imported when a scan ranks
+
+        return ADSConfig(
+            epochs=self.epochs,
+            partners=self.partners,
+            lr=self.lr,
+            momentum=self.momentum,
+            seed=self.seed,
+            restarts=self.restarts,
+        )
 
     def outputs(self) -> list[Path]:
         """What this run writes, absolute and sorted (the order their locks are taken in)."""

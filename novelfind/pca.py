@@ -40,8 +40,10 @@ def principal_axes(
 
     d = min(dims, M, n - 1) for the n rows used, less the axes with no variance (all rows identical: no
     axis, shape (M, 0)). The covariance (M, M) is accumulated over row blocks, so memory stays
-    O(chunk M + M^2) and time O(n M^2); ``rows`` (increasing indices) estimates it from those rows only
-    (the mean from all), gathered in the pass that takes the mean. ``x`` must be finite (not checked).
+    O(chunk M + M^2) and time O(n M^2); with fewer rows than dimensions (n < M) the axes come from the
+    (n, n) Gram matrix instead (``_gram_axes``), O(n^2 M); ``rows`` (increasing indices) estimates it
+    from those rows only (the mean from all), gathered in the pass that takes the mean. ``x`` must be
+    finite (not checked).
     """
     src = as_source(x)
     m = src.dim
@@ -54,7 +56,6 @@ def principal_axes(
             lo, hi = np.searchsorted(use, [start, start + len(b)])
             gathered.append(b[use[lo:hi] - start])
     mean = (total / src.n).astype(np.float32)  # (M,) of all rows
-    cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
     if use is None:
         count = src.n
         parts = (b for _, b in blocks(src, chunk))
@@ -62,13 +63,17 @@ def principal_axes(
         count = len(use)
         sample = np.concatenate(gathered) if gathered else np.zeros((0, m), np.float32)
         parts = (sample[i : i + chunk] for i in range(0, count, chunk))
-    for part in parts:
-        c = part - mean  # (C, M) float32
-        cov += c.T @ c
-    cov /= max(count - 1, 1)
-    evals, evecs = np.linalg.eigh(cov)  # ascending
     d = int(min(dims, m, max(count - 1, 1)))
-    evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
+    if count < m:  # fewer rows than dimensions: the same axes from the (n, n) Gram matrix, far cheaper
+        evals, evecs = _gram_axes(np.concatenate([part - mean for part in parts]), d)
+    else:
+        cov = np.zeros((m, m), dtype=np.float64)  # (M, M)
+        for part in parts:
+            c = part - mean  # (C, M) float32
+            cov += c.T @ c
+        evals, evecs = np.linalg.eigh(cov)  # ascending
+        evals, evecs = evals[::-1][:d], evecs[:, ::-1][:, :d]  # (d,), (M, d)
+    evals = evals / max(count - 1, 1)
     keep = evals > evals[0] * RELATIVE_FLOOR if evals[0] > 0 else np.zeros(d, dtype=bool)
     axes = evecs[:, keep]  # (M, d')
     signs = np.sign(axes[np.abs(axes).argmax(axis=0), np.arange(axes.shape[1])])  # (d',)
@@ -136,3 +141,17 @@ def spread(n: int, m: int) -> np.ndarray:
     """min(n, m) evenly spaced row indices of n rows (int64, increasing): a sample with no seed."""
     m = min(n, m)
     return (np.arange(m) * (n / m)).astype(np.int64)
+
+
+def _gram_axes(c: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top ``d`` eigenpairs of the scatter ``c.T @ c`` of centred rows c (n, M) with n < M, from the
+    (n, n) Gram matrix ``c @ c.T``, which has the same nonzero eigenvalues: an eigenvector u of the Gram
+    matrix gives the axis ``c.T @ u / sqrt(eigenvalue)``. O(n^2 M + n^3) instead of O(n M^2 + M^3): for
+    the 80 photos of a small library, milliseconds instead of a 1000 x 1000 eigendecomposition (2.7 s of
+    a 4-photo scan's 5.5 s on a busy 2-core machine). Eigenvalues descending, axes (M, d) unit length."""
+    c64 = c.astype(np.float64)
+    evals, u = np.linalg.eigh(c64 @ c64.T)  # ascending, (n,), (n, n)
+    evals, u = evals[::-1][:d], u[:, ::-1][:, :d]
+    axes = c64.T @ u  # (M, d), column norms sqrt(eigenvalue)
+    norms = np.linalg.norm(axes, axis=0)
+    return np.maximum(evals, 0.0), axes / np.where(norms > 0, norms, 1.0)

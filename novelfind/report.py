@@ -59,6 +59,29 @@ class Pick:
         return utc_datetime(self.mtime_ns)
 
 
+def picks_of(ranking: Any, files: Sequence[Any], photos: Sequence[Any]) -> list[Pick]:
+    """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
+    best first; ``photos[i].also`` are row i's other files (a RAW + JPEG pair)."""
+    picks = []
+    for index, score, neighbour, distance in zip(
+        ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
+    ):
+        f, found = files[int(index)], int(neighbour) >= 0
+        picks.append(
+            Pick(
+                rank=len(picks) + 1,
+                score=float(score),
+                path=f.path,
+                size=f.size,
+                mtime_ns=f.mtime_ns,
+                neighbour=files[int(neighbour)].path if found else None,
+                distance=float(distance) if found else None,
+                also=tuple(twin.path for twin in photos[int(index)].also),
+            )
+        )
+    return picks
+
+
 class Failure(NamedTuple):
     """A file that could not be read, and why (one line)."""
 

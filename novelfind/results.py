@@ -3,6 +3,10 @@ reports on the way, and the run record of the JSON formats (``docs/output-schema
 
 from __future__ import annotations
 
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,3 +99,28 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         "duplicates_dropped": counts.duplicates_dropped,
         "seconds": round(seconds, 3),
     }
+
+
+@contextmanager
+def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
+    """Route Python warnings and the package's log records to ``on_warning``, one line each."""
+
+    class Handler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            on_warning(record.getMessage())
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        on_warning(str(message))
+
+    logger = logging.getLogger("novelfind")
+    handler = Handler(logging.WARNING)
+    logger.addHandler(handler)
+    propagate, logger.propagate = logger.propagate, False
+    previous = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = previous
+        logger.removeHandler(handler)
+        logger.propagate = propagate

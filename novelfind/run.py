@@ -16,18 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import logging
 import time
 import warnings
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
-from datetime import datetime
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from novelfind import features, walk
+from novelfind import features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.htmlreport import pca_2d
@@ -37,8 +35,8 @@ from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pipeline import ENGINES, Extraction, FeatureStore, load
-from novelfind.report import Failure, Pick
-from novelfind.results import Counts, Progress, ScanResult, run_record
+from novelfind.report import Failure, Pick, picks_of
+from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
@@ -142,7 +140,7 @@ class _Scan:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
         with ExitStack() as stack:
             if self.on_warning is not None:
-                stack.enter_context(_warnings_to(self.on_warning))
+                stack.enter_context(warnings_to(self.on_warning))
             for target in p.outputs():
                 stack.enter_context(self.lock(target))
             # find
@@ -155,7 +153,8 @@ class _Scan:
                 backend=p.backend,
                 weights=p.weights,
             )
-            streamed = self.streamed(len(photos), extractor.dim)
+            # the memory budget decides how the ranking reads the vectors: in memory, or from the cache
+            streamed = ranking.read_in_chunks(p.method, len(photos), extractor.dim)
             store = stack.enter_context(
                 open_store(
                     p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
@@ -170,7 +169,7 @@ class _Scan:
                     read.groups, known_digests=store.digests_by_stat, on_warning=self.warn
                 )
             # rank
-            candidates = np.flatnonzero(_candidates(extraction.files, p.since) & ~ignored)  # int64 rows
+            candidates = np.flatnonzero(extraction.files.modified_since(p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
             picks, dropped = self.rank(extraction, read, candidates, restricted, store)
             counts = Counts(
@@ -279,14 +278,6 @@ class _Scan:
 
     # -- rank
 
-    def streamed(self, n: int, dim: int) -> bool:
-        """Whether the vectors of ``n`` photos pass the memory budget (``novelfind.ranking.read_in_chunks``):
-        then they stay in the cache and the ranking reads them back in chunks. ``ads-paper`` needs them all
-        in memory: InputError, saying how much."""
-        from novelfind import ranking
-
-        return ranking.read_in_chunks(self.params.method, n, dim)
-
     def rank(
         self,
         extraction: Extraction,
@@ -300,19 +291,8 @@ class _Scan:
         Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
         if not len(candidates):
             return [], 0
-        from novelfind import ranking
-        from novelfind.solver import ADSConfig
-
         p = self.params
         self.progress("rank", 0, 1)
-        config = ADSConfig(
-            epochs=p.epochs,
-            partners=p.partners,
-            lr=p.lr,
-            momentum=p.momentum,
-            seed=p.seed,
-            restarts=p.restarts,
-        )
         files = extraction.files
         if extraction.features is not None:
             source: Any = extraction.features
@@ -329,7 +309,7 @@ class _Scan:
                 source,
                 p.k,
                 method=p.method,
-                config=config,
+                config=p.solver_config(),
                 dedup=p.dedup,
                 device=self.solver_device(len(files)),
                 candidates=candidates if restricted else None,
@@ -338,25 +318,7 @@ class _Scan:
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.projection = result.map2d
         self.progress("rank", 1, 1)
-        picks = []
-        for index, score, neighbour, distance in zip(
-            result.indices, result.scores, result.neighbour, result.distance, strict=True
-        ):
-            f = files[int(index)]
-            found = int(neighbour) >= 0
-            picks.append(
-                Pick(
-                    rank=len(picks) + 1,
-                    score=float(score),
-                    path=f.path,
-                    size=f.size,
-                    mtime_ns=f.mtime_ns,
-                    neighbour=files[int(neighbour)].path if found else None,
-                    distance=float(distance) if found else None,
-                    also=tuple(twin.path for twin in read[int(index)].also),
-                )
-            )
-        return picks, int(result.duplicates_dropped)
+        return picks_of(result, files, read), int(result.duplicates_dropped)
 
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
@@ -401,36 +363,3 @@ class _Scan:
 
     def seconds(self) -> float:
         return time.monotonic() - self.started
-
-
-def _candidates(files: FileList, since: datetime | None) -> np.ndarray:
-    """bool (N,): the rows that may be picked: all, or those modified at or after ``since``."""
-    if since is None:
-        return np.ones(len(files), bool)
-    cutoff_ns = int(since.timestamp() * 1e9)
-    return files.mtimes_ns >= cutoff_ns
-
-
-@contextmanager
-def _warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
-    """Route Python warnings and the package's log records to ``on_warning``, one line each."""
-
-    class Handler(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            on_warning(record.getMessage())
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        on_warning(str(message))
-
-    logger = logging.getLogger("novelfind")
-    handler = Handler(logging.WARNING)
-    logger.addHandler(handler)
-    propagate, logger.propagate = logger.propagate, False
-    previous = warnings.showwarning
-    warnings.showwarning = show
-    try:
-        yield
-    finally:
-        warnings.showwarning = previous
-        logger.removeHandler(handler)
-        logger.propagate = propagate

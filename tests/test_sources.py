@@ -67,6 +67,22 @@ def test_principal_space_from_chunks_is_the_in_memory_one_bit_for_bit(max_rows, 
         np.testing.assert_allclose(want.proj * signs, ref, atol=1e-3 * float(np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("n", [5, 60, 119, 120, 400])  # fewer rows than the 120 dimensions: the Gram path
+def test_principal_axes_from_few_rows_are_those_of_the_covariance(n):
+    x = _features(n, 120, n, 40.0)
+    axes, var, mean = pca.principal_axes(x, 64)
+    c = x.astype(np.float64) - x.mean(axis=0)
+    evals, evecs = np.linalg.eigh(c.T @ c / (n - 1))  # the reference: the full (M, M) covariance
+    d = min(64, n - 1)
+    assert axes.shape == (120, d) and var.shape == (d,)
+    np.testing.assert_allclose(var, evals[::-1][:d], rtol=1e-5, atol=1e-5 * evals.max())
+    want = evecs[:, ::-1][:, :d]
+    want = want * np.sign(want[np.abs(want).argmax(axis=0), np.arange(d)])  # the same sign rule
+    top = min(d, 16)  # the well separated axes (float32 products blur the smallest ones)
+    np.testing.assert_allclose(axes[:, :top], want[:, :top], atol=1e-3)
+    np.testing.assert_allclose(np.linalg.norm(axes, axis=0), 1.0, rtol=1e-6)
+
+
 def test_blocks_cut_any_chunking_into_the_same_blocks():
     x = np.arange(50 * 3, dtype=np.float32).reshape(50, 3)
     for rows in (1, 7, 16, 50, 64):
