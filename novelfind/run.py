@@ -31,6 +31,7 @@ import numpy as np
 from novelfind import features, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
+from novelfind.extraction import featured
 from novelfind.htmlreport import pca_2d
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
@@ -176,12 +177,12 @@ class _Scan:
                 backend=p.backend,
                 weights=p.weights,
             )
-            streamed = self.streamed(len(photos), extractor.dim)
-            store = stack.enter_context(
-                open_store(
-                    p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
-                )
+            # the stage keeps the stored vectors (pooled, also for logits), so those set the memory
+            streamed = self.streamed(len(photos), getattr(extractor, "stored_dim", extractor.dim))
+            opened = open_store(
+                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
             )
+            store = featured(stack.enter_context(opened), extractor)  # read back as the feature asked for
             # extract
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]

@@ -128,8 +128,9 @@ def test_lazy_and_model_key_independent_of_backend(real_weights, model_dir):
     b = build_extractor(backend="torch", device="cpu")
     c = build_extractor(feature="pooled", backend="torch", device="cpu")
     assert a._session is None and b._net is None  # nothing built yet
-    assert a.model_key == b.model_key == model_key_for("logits")
-    assert c.model_key != a.model_key and "pooled" in c.model_key
+    # one stored vector (the pooled one) serves every feature: one key, which names its layout
+    assert a.model_key == b.model_key == c.model_key == model_key_for() and ":pooled-v1:" in c.model_key
+    assert a.stored_dim == c.stored_dim == 1280
     assert (a.dim, c.dim) == (1000, 1280)
     with pytest.raises(ValueError, match="feature must be one of"):
         build_extractor(feature="fc7")
