@@ -92,7 +92,7 @@ def photos(tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def local_results(photos, model_cache):
-    """What the local engine makes of each file: (digest, vector) or (None, reason)."""
+    """What the local engine makes of each file: (digest, stored vector: the pooled one) or (None, reason)."""
     from novelfind.features import build_extractor
     from novelfind.pipeline import decode_file
 
@@ -103,7 +103,7 @@ def local_results(photos, model_cache):
         if decoded.digest is None:
             out.append((None, decoded.reason))
         else:
-            out.append((decoded.digest, extractor(decoded.pixels[None])[0]))
+            out.append((decoded.digest, extractor.encode(decoded.pixels[None])[0]))
     return out
 
 
