@@ -271,3 +271,25 @@ def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weig
         info = store.info()
     # one vector per distinct photo (skimage's cat is chelsea: 5), under the one key
     assert (info["files"], info["entries"], list(info["models"])) == (6, 5, [model_key_for()])
+
+
+def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
+    import pickle
+
+    import torch
+
+    want = torch.load(str(real_weights), map_location="cpu", weights_only=True)  # the legacy format
+    torch.save({k: want[k] for k in list(want)[:5] + ["classifier.1.bias"]}, tmp_path / "zip.pth")
+    for path, names in (
+        (real_weights, list(want)),
+        (tmp_path / "zip.pth", list(want)[:5] + ["classifier.1.bias"]),
+    ):
+        got = features.read_weights(path)
+        assert list(got) == names
+        for name in names:
+            np.testing.assert_array_equal(got[name], want[name].numpy())
+            assert got[name].shape == tuple(want[name].shape)
+    evil = tmp_path / "evil.pth"
+    torch.save({"w": torch.zeros(2), "x": os.getcwd}, evil)  # a function: not a state dict
+    with pytest.raises(pickle.UnpicklingError, match=r"unexpected \w+\.getcwd"):
+        features.read_weights(evil)
