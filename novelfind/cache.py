@@ -48,10 +48,11 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
-# Pages of a new cache file. A row lives on one page unless it overflows, so 4 KiB pages held one 2.6 KB
-# float16 vector each (4.4 KB a photo for 10,000 photos); 16 KiB pages hold six (3.0 KB a photo). float32
-# vectors (5.2 KB) take 5.8 KB a photo either way. Files made with other pages keep them.
-PAGE_BYTES = 16384
+# Pages of a cache file created for float16 vectors. A row lives on one page unless it overflows, so
+# SQLite's 4 KiB pages hold one 2.6 KB float16 vector each (4.4 KB a photo for 10,000 photos); 16 KiB pages
+# hold six (3.0 KB a photo). float32 vectors (5.2 KB) take 5.8 KB a photo with either, so a float32 cache
+# keeps the default. A file keeps the pages it was created with.
+FLOAT16_PAGE_BYTES = 16384
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
 UPGRADE_CHUNK = 900  # vectors renamed per transaction by ``upgrade`` (keeps the WAL small); < 999 variables
 # How vectors are stored. A blob's length says which (dim * 2 or dim * 4 bytes), so one cache may hold
@@ -349,7 +350,8 @@ class FeatureCache:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
-            conn.execute(f"PRAGMA page_size = {PAGE_BYTES}")  # a new file only (set before WAL); else a no-op
+            if self.dtype == "float16":  # takes effect on a new file only (before WAL); else a no-op
+                conn.execute(f"PRAGMA page_size = {FLOAT16_PAGE_BYTES}")
             self._check_health(conn)
             self._check_ours(*self._header(conn))  # before anything writes to a file that may not be ours
             # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback

@@ -185,5 +185,14 @@ def test_one_vector_per_photo_in_the_cache_dtype(tmp_path, dtype):
     files = library(tmp_path / "lib", 3)
     with FeatureCache(tmp_path / "c.sqlite", NEW, dtype=dtype) as store:
         extract(files, PooledFake(), store, workers=0)
-    rows = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT model_key, length(data) FROM vectors")
-    assert sorted(rows.fetchall()) == [(NEW, 6 * (2 if dtype == "float16" else 4))] * 3
+    conn = sqlite3.connect(tmp_path / "c.sqlite")
+    rows = conn.execute("SELECT model_key, length(data) FROM vectors").fetchall()
+    assert sorted(rows) == [(NEW, 6 * (2 if dtype == "float16" else 4))] * 3
+    # a file made for float16 vectors has pages that hold several of them; float32 keeps SQLite's default
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == (16384 if dtype == "float16" else 4096)
+    conn.close()
+    with FeatureCache(tmp_path / "c.sqlite", NEW, dtype="float32" if dtype == "float16" else "float16"):
+        pass  # opened in the other dtype: the file keeps its pages
+    conn = sqlite3.connect(tmp_path / "c.sqlite")
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == (16384 if dtype == "float16" else 4096)
+    conn.close()
