@@ -227,7 +227,7 @@ class Stage:
             self._warn(f"{err}; its vectors of an earlier version are left as they are")
         if again:
             self._warn(
-                f"note: {again:,} photo{'s are' if again != 1 else ' is'} extracted again: the cache held "
+                f"{again:,} photo{'s are' if again != 1 else ' is'} extracted again: the cache held "
                 "only their classifier output, and novelfind now keeps the pooled vector (one per photo)"
             )
 

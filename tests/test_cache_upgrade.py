@@ -140,7 +140,7 @@ def test_a_cache_of_the_earlier_version_is_upgraded_or_extracted_again_with_one_
         assert store.info()["models"] == {NEW: 6}  # upgraded, re-extracted; the old entries dropped
     assert (res.from_cache, res.extracted, model.images) == (3, 3, 3)
     assert notes == [
-        "note: 2 photos are extracted again: the cache held only their classifier output, and novelfind "
+        "2 photos are extracted again: the cache held only their classifier output, and novelfind "
         "now keeps the pooled vector (one per photo)"
     ]
     assert res.features.shape == (6, 2)
@@ -196,3 +196,23 @@ def test_one_vector_per_photo_in_the_cache_dtype(tmp_path, dtype):
     conn = sqlite3.connect(tmp_path / "c.sqlite")
     assert conn.execute("PRAGMA page_size").fetchone()[0] == (16384 if dtype == "float16" else 4096)
     conn.close()
+
+
+def test_the_command_line_says_it_once_on_stderr(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    import novelfind.features
+    from novelfind.cli import cli
+
+    files = library(tmp_path / "lib", 6)
+    model = PooledFake()
+    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: model)
+    cache = tmp_path / "c.sqlite"
+    write_old(cache, OLD_LOGITS, [(f, np.full(2, SENTINEL)) for f in files[:4]])
+    result = CliRunner().invoke(cli, ["scan", str(tmp_path / "lib"), "--k", "2", "--cache", str(cache)])
+    assert result.exit_code == 0, result.stderr
+    assert [line for line in result.stderr.splitlines() if "extracted again" in line] == [
+        "warning: 4 photos are extracted again: the cache held only their classifier output, and novelfind "
+        "now keeps the pooled vector (one per photo)"
+    ]
+    assert len(result.stdout.splitlines()) == 2 and "extracted again" not in result.stdout
