@@ -48,7 +48,13 @@ SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
 BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
+# Pages of a cache file created for float16 vectors. A row lives on one page unless it overflows, so
+# SQLite's 4 KiB pages hold one 2.6 KB float16 vector each (4.4 KB a photo for 10,000 photos); 16 KiB pages
+# hold six (3.0 KB a photo). float32 vectors (5.2 KB) take 5.8 KB a photo with either, so a float32 cache
+# keeps the default. A file keeps the pages it was created with.
+FLOAT16_PAGE_BYTES = 16384
 _CHUNK = 500  # paths per "IN (...)" query; well below SQLite's 999-variable floor
+UPGRADE_CHUNK = 900  # vectors renamed per transaction by ``upgrade`` (keeps the WAL small); < 999 variables
 # How vectors are stored. A blob's length says which (dim * 2 or dim * 4 bytes), so one cache may hold
 # both and no schema change was needed: a float32 cache keeps working, its vectors are read as they
 # are, and new ones are written in the cache's dtype.
@@ -66,7 +72,7 @@ CREATE TABLE IF NOT EXISTS files (
 CREATE INDEX IF NOT EXISTS files_digest ON files(digest);
 CREATE TABLE IF NOT EXISTS vectors (
     digest    TEXT NOT NULL,
-    model_key TEXT NOT NULL,        -- weights hash + feature kind + preprocessing version
+    model_key TEXT NOT NULL,        -- weights hash + what the vector holds + preprocessing version
     dim       INTEGER NOT NULL,
     data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
     PRIMARY KEY (digest, model_key)
@@ -344,6 +350,8 @@ class FeatureCache:
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
+            if self.dtype == "float16":  # takes effect on a new file only (before WAL); else a no-op
+                conn.execute(f"PRAGMA page_size = {FLOAT16_PAGE_BYTES}")
             self._check_health(conn)
             self._check_ours(*self._header(conn))  # before anything writes to a file that may not be ours
             # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
@@ -620,7 +628,82 @@ class FeatureCache:
             raise self._read_error(err) from None
         return [found.get(d) for d in digests]
 
+    def model_keys(self) -> dict[str, int]:
+        """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
+        try:
+            with self._lock:
+                return dict(self._conn.execute("SELECT model_key, dim FROM models").fetchall())
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+
+    def count_by_stat(self, files: Sequence[ImageFile], model_key: str) -> int:
+        """How many of ``files`` (unchanged since read) have a vector under ``model_key``, any model's."""
+        stats = _stat_keys(files)
+        found: set[tuple[bytes, int, int]] = set()
+        sql = (
+            "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+        )
+        try:
+            with self._lock:
+                found.update(self._select_in(sql, (model_key,), (p for p, _, _ in stats)))
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return sum(1 for record in stats if record in found)
+
     # -- writes --------------------------------------------------------------------------------
+
+    def upgrade(self, former: str) -> int:
+        """Give the vectors stored under ``former`` (an older name of what ``model_key`` names: the same
+        vectors) this cache's key, ``UPGRADE_CHUNK`` at a time, one transaction each; a digest this key
+        has already keeps its vector. Returns the vectors renamed. The old key is gone afterwards. Vectors
+        of another length are left alone (two kinds are never mixed). CacheWriteError when it cannot write.
+        """
+        key = self._require_key()
+        keys = self.model_keys()
+        if former == key or former not in keys or keys.get(key, keys[former]) != keys[former]:
+            return 0
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        renamed = 0
+        try:
+            with self._lock:
+                rowids = [
+                    r
+                    for (r,) in self._conn.execute("SELECT rowid FROM vectors WHERE model_key = ?", (former,))
+                ]
+            for start in range(0, len(rowids), UPGRADE_CHUNK):
+                chunk = rowids[start : start + UPGRADE_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                with self._lock, self._write() as conn:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO models (model_key, dim, first_seen) VALUES (?, ?, ?)",
+                        (key, keys[former], now),
+                    )
+                    renamed += conn.execute(
+                        "UPDATE OR IGNORE vectors SET model_key = ? "
+                        f"WHERE model_key = ? AND rowid IN ({marks})",
+                        (key, former, *chunk),
+                    ).rowcount
+                    conn.execute(
+                        f"DELETE FROM vectors WHERE model_key = ? AND rowid IN ({marks})", (former, *chunk)
+                    )
+            with self._lock, self._write() as conn:
+                conn.execute("DELETE FROM vectors WHERE model_key = ?", (former,))  # written meanwhile
+                conn.execute("DELETE FROM models WHERE model_key = ?", (former,))
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot upgrade the feature cache {self.path}: {err}") from None
+        return renamed
+
+    def drop_model(self, model_key: str) -> int:
+        """Forget every vector stored under ``model_key`` (vectors this version cannot use); returns how
+        many. Their space is reused by the next vectors (``prune`` gives it back to the disk)."""
+        try:
+            with self._lock, self._write() as conn:
+                dropped = conn.execute("DELETE FROM vectors WHERE model_key = ?", (model_key,)).rowcount
+                conn.execute("DELETE FROM models WHERE model_key = ?", (model_key,))
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+        return dropped
 
     def stored(self, vectors: np.ndarray) -> np.ndarray:
         """``vectors`` (1-D, or one per row) as this cache will give them back: float32, rounded to the

@@ -91,13 +91,14 @@ class ResultBatch:
     - unreadable: ``digests[i]`` is None and ``reasons[i]`` says why, word for word what the local engine
       says.
 
-    Vectors are as the model produced them: the driver applies the same finite-values check to them as to
-    a local batch.
+    Vectors are as the model produced them, the pooled vectors the cache keeps (``extraction.Stage`` makes
+    the feature asked for from them): the driver applies the same finite-values check to them as to a
+    local batch.
     """
 
     positions: np.ndarray  # int64 (B,): index into the paths given to run()
     digests: list[str | None]  # blake2b-128 hex of the file's bytes; None where unreadable
-    vectors: np.ndarray  # float32 (B, dim); zero rows where has_vector is False
+    vectors: np.ndarray  # float32 (B, 1280) pooled; zero rows where has_vector is False
     has_vector: np.ndarray  # bool (B,)
     reasons: list[str | None]  # why a file is unreadable; None elsewhere
     nodes: list[str]  # Ray node id of the worker that read each file
@@ -174,7 +175,7 @@ class _ExtractWorker:
                 "install the same version on every node"
             )
         self.extractor = _worker_extractor(spec)
-        self.dim = int(self.extractor.dim)
+        self.dim = int(self.extractor.stored_dim)  # the stored vector (pooled), whatever the feature
         self.known: Collection[str] = (
             ray.get(known_ref) if isinstance(known_ref, ray.ObjectRef) else known_ref
         )
@@ -206,7 +207,7 @@ class _ExtractWorker:
         if todo:
             stacked = np.stack(pixels)  # (B', 224, 224, 3) uint8
             assert stacked.shape[1:] == (INPUT_SIZE, INPUT_SIZE, 3)
-            vectors[todo] = np.asarray(self.extractor(stacked), dtype=np.float32)  # (B', dim)
+            vectors[todo] = np.asarray(self.extractor.encode(stacked), dtype=np.float32)  # (B', dim)
             has_vector[todo] = True
         return {
             "pos": np.asarray(batch["pos"], np.int64),
@@ -347,7 +348,7 @@ class RayEngine:
         stall_timeout: float = STALL_TIMEOUT_S,
         model_cache_dir: Path | None = None,
     ):
-        from novelfind.features import FEATURE_DIMS, model_key_for
+        from novelfind.features import FEATURE_DIMS, POOLED_DIM, model_key_for
 
         if feature not in FEATURE_DIMS:
             raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
@@ -365,8 +366,8 @@ class RayEngine:
         self.connect_timeout = connect_timeout
         self.stall_timeout = stall_timeout
         self.model_cache_dir = model_cache_dir
-        self.model_key = model_key_for(feature)
-        self.dim = FEATURE_DIMS[feature]
+        self.model_key = model_key_for()  # the workers make the stored (pooled) vector for every feature
+        self.dim = POOLED_DIM
         self._ray: Any = None
         self._owns_ray = False
         self._spec: _ModelSpec | None = None
@@ -606,15 +607,23 @@ def extract(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     feature = getattr(extractor, "feature", None)
     if feature is None:
-        raise ValueError("the Ray engine runs the package's MobileNet-V2: give it an extractor from "
-                         "features.build_extractor")
+        raise ValueError(
+            "the Ray engine runs the package's MobileNet-V2: give it an extractor from "
+            "features.build_extractor"
+        )
     stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
     misses = stage.stat_hits()
     if not misses:
         return stage.result()
     device = "cuda" if device.startswith("cuda") else device
-    with RayEngine(address, feature=feature, device=device, weights=getattr(extractor, "weights", None),
-                   batch_size=batch_size, model_cache_dir=getattr(extractor, "cache_dir", None)) as engine:
+    with RayEngine(
+        address,
+        feature=feature,
+        device=device,
+        weights=getattr(extractor, "weights", None),
+        batch_size=batch_size,
+        model_cache_dir=getattr(extractor, "cache_dir", None),
+    ) as engine:
         if engine.model_key != extractor.model_key:
             raise ValueError(
                 f"the cluster's model {engine.model_key} is not the driver's {extractor.model_key}"

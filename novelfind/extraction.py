@@ -26,6 +26,7 @@ from novelfind.raw import read_any_for_model
 from novelfind.walk import FileList
 
 STAT_CHUNK = 2048  # files per cache stat lookup
+HEAD_CHUNK = 8192  # stored vectors turned into features at a time (bounds the temporary copy)
 MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
 
 OnFailure = Callable[[Path, str], None]
@@ -38,7 +39,9 @@ class Extraction:
     """What the extraction stage returns."""
 
     files: FileList  # ImageFile records: successfully featurised, in walk order
-    features: np.ndarray | None  # float32 (N, dim), row i <-> files[i]; None when not kept (in the cache)
+    # float32 (N, dim) features (``extractor.dim``: logits computed from the stored pooled vectors), row i
+    # <-> files[i]; None when not kept (in the cache: read them back through :func:`featured`)
+    features: np.ndarray | None
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
     from_cache: int = 0  # vectors found by stat or by digest
     extracted: int = 0  # vectors made by the model in this run
@@ -132,6 +135,10 @@ class Stage:
     vectors elsewhere drives it with what comes back: :meth:`stat_hits` first (the misses by index), then
     per result :meth:`take_vector` (made by the model), :meth:`take_known` (bytes already cached) or
     :meth:`fail`, and :meth:`commit` once per batch (one cache transaction), :meth:`progress` as it likes.
+
+    What is stored and kept is what the extractor's ``encode`` makes (``stored_dim`` long: the pooled
+    vector, one per photo); :meth:`result` turns it into the feature asked for (``head``). An extractor
+    without ``encode`` stores what it returns.
     """
 
     def __init__(
@@ -150,7 +157,8 @@ class Stage:
         self.stored: Callable[[np.ndarray], np.ndarray] | None = getattr(cache, "stored", None)
         self.on_progress, self.on_failure, self.on_warning = on_progress, on_failure, on_warning
         n = len(files)
-        self.dim = int(extractor.dim)
+        self.encode: Callable[[Any], np.ndarray] = getattr(extractor, "encode", extractor)
+        self.dim = int(getattr(extractor, "stored_dim", extractor.dim))  # the stored vector's length
         # (N, dim): row i <-> files[i]; the only big buffer, and only when the vectors are kept here
         self.matrix = np.empty((n, self.dim), np.float32) if keep_vectors else None
         self.done = np.zeros(n, bool)  # row i filled
@@ -167,7 +175,10 @@ class Stage:
     # -- step 1: stat hits
 
     def stat_hits(self) -> list[int]:
-        """Fill every row the cache has by (path, size, mtime); the rest (the misses) by index."""
+        """Fill every row the cache has by (path, size, mtime); the rest (the misses) by index.
+
+        First a cache written by an earlier version is brought up to date (:meth:`upgrade`)."""
+        retired = self.upgrade()
         for start in range(0, len(self.files), STAT_CHUNK):
             chunk = self.files.take(range(start, min(start + STAT_CHUNK, len(self.files))))
             if self.matrix is None:  # the vectors stay in the cache: only whether it has them
@@ -178,7 +189,47 @@ class Stage:
                     self._fill(start + j, vec)
         self.from_cache = int(self.done.sum())
         self.progress()
-        return np.flatnonzero(~self.done).tolist()
+        misses = np.flatnonzero(~self.done).tolist()
+        if retired:
+            self.retire(retired, misses)
+        return misses
+
+    def upgrade(self) -> list[str]:
+        """Vectors an earlier version stored under another name for what the extractor stores
+        (``former.same``) get the extractor's key; returns the keys of another kind the cache holds
+        (``former.other``: the classifier output alone), which :meth:`retire` drops after the lookup."""
+        former = getattr(self.extractor, "former", None)
+        model_keys = getattr(self.cache, "model_keys", None)
+        if former is None or model_keys is None:
+            return []
+        try:
+            held = model_keys()
+            for key in former.same:
+                if key in held:
+                    self.cache.upgrade(key)
+        except CacheError as err:
+            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+            return []
+        return [key for key in former.other if key in held]
+
+    def retire(self, keys: list[str], misses: list[int]) -> None:
+        """Say how many of the ``misses`` are extracted again because the cache held only vectors of another
+        kind for them (one notice), then drop those vectors: this version never reads them."""
+        again = 0
+        try:
+            for key in keys:
+                for start in range(0, len(misses), STAT_CHUNK):
+                    chunk = self.files.take(misses[start : start + STAT_CHUNK])
+                    again += self.cache.count_by_stat(chunk, key)
+            for key in keys:
+                self.cache.drop_model(key)
+        except CacheError as err:
+            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+        if again:
+            self._warn(
+                f"{again:,} photo{'s are' if again != 1 else ' is'} extracted again: the cache held "
+                "only their classifier output, and novelfind now keeps the pooled vector (one per photo)"
+            )
 
     # -- steps 2-4 on this machine: decode, reuse by digest, infer in batches
 
@@ -216,7 +267,7 @@ class Stage:
         """Run the model on the batch and write it, with the waiting moved files, in one transaction."""
         if self.batch:
             pixels = self.stack([b[2] for b in self.batch])  # (B, 224, 224, 3) uint8
-            out = np.asarray(self.extractor(pixels), dtype=np.float32)  # (B, dim)
+            out = np.asarray(self.encode(pixels), dtype=np.float32)  # (B, dim)
             if out.shape != (len(self.batch), self.dim):
                 raise RuntimeError(f"extractor returned {out.shape}, expected {(len(self.batch), self.dim)}")
             for (i, digest, _), vec in zip(self.batch, out, strict=True):
@@ -269,11 +320,13 @@ class Stage:
             self.cache.put_many(rows)
         except CacheError as err:
             self.cache_writable = False
-            message = f"{err}; going on without caching"
-            if self.on_warning is not None:
-                self.on_warning(message)
-            else:
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._warn(f"{err}; going on without caching")
+
+    def _warn(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(message)
+        else:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
 
     def progress(self) -> None:
         """The one place progress is reported: files resolved (found, extracted or failed) so far."""
@@ -297,6 +350,9 @@ class Stage:
         features = self.matrix
         if features is not None and len(keep) < len(self.files):
             features = features[keep]  # (N_ok, dim)
+        head = getattr(self.extractor, "head", None)
+        if features is not None and head is not None:
+            features = _apply(head, features)  # (N_ok, extractor.dim)
         return Extraction(
             files=self.files if len(keep) == len(self.files) else self.files.take(keep),
             features=features,
@@ -304,6 +360,38 @@ class Stage:
             from_cache=self.from_cache,
             extracted=self.extracted,
         )
+
+
+def _apply(head: Callable[[np.ndarray], np.ndarray], stored: np.ndarray) -> np.ndarray:
+    """float32 (N, dim) features from (N, stored_dim) stored vectors, ``HEAD_CHUNK`` rows at a time."""
+    parts = [
+        np.asarray(head(stored[s : s + HEAD_CHUNK]), np.float32) for s in range(0, len(stored), HEAD_CHUNK)
+    ]
+    return np.concatenate(parts) if parts else np.asarray(head(stored), np.float32)
+
+
+class FeaturedStore:
+    """A store whose ``rows_by_stat`` gives the features ``extractor`` makes (its ``head`` applied to the
+    stored vectors): what ranking from the cache reads. Everything else is the store's own."""
+
+    def __init__(self, store: Any, extractor: Extractor):
+        self.store, self.extractor = store, extractor
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def rows_by_stat(self, files: Sequence[Any], chunk: int = STAT_CHUNK) -> Iterator[np.ndarray]:
+        head = self.extractor.head  # type: ignore[attr-defined]
+        for rows in self.store.rows_by_stat(files, chunk):
+            yield np.asarray(head(rows), np.float32)  # (C, dim)
+
+
+def featured(store: Any, extractor: Extractor) -> Any:
+    """``store``, or when the extractor's feature is computed from what is stored (logits from the pooled
+    vector) a :class:`FeaturedStore` over it, so that reading vectors back gives the features."""
+    if getattr(extractor, "head", None) is None:
+        return store
+    return FeaturedStore(store, extractor)
 
 
 # how long a stopping SharedDecoder waits for each decoder's thread (a running decode's grace, plus slack)

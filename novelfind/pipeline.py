@@ -382,7 +382,9 @@ def extract(
 ) -> Extraction:
     """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
 
-    ``extractor``: the model, uint8 (B, 224, 224, 3) -> float32 (B, extractor.dim). ``workers``:
+    ``extractor``: the model, uint8 (B, 224, 224, 3) -> float32 (B, extractor.dim); the package's store
+    their ``encode`` output (the pooled vector) and give ``features`` through their ``head`` (logits,
+    say), as :class:`extraction.Stage` says. ``workers``:
     decode processes (None = one per core, 0 = decode in this process). ``decoder``: a ``DECODERS``
     name. Bad files are reported through ``on_failure(path, reason)`` as they happen and listed in
     ``failures``; they are never cached. ``on_progress(done, total)`` follows the files resolved
@@ -392,7 +394,8 @@ def extract(
 
     ``keep_vectors`` False: for a library whose N x dim matrix should not sit in memory. The vectors
     go to the cache only (``features`` is None); a file the cache has is checked without reading its
-    vector (``has_many_by_stat``). The caller reads them back from the cache, in chunks.
+    vector (``has_many_by_stat``). The caller reads them back from the cache, in chunks
+    (through ``extraction.featured(store, extractor)``, which applies the ``head``).
 
     ``decode_timeout``: seconds a decoding process may spend on one file (None: ``DECODE_TIMEOUT_S``).
     """

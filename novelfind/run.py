@@ -28,6 +28,7 @@ import numpy as np
 from novelfind import features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
+from novelfind.extraction import featured
 from novelfind.htmlreport import pca_2d
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
@@ -153,13 +154,14 @@ class _Scan:
                 backend=p.backend,
                 weights=p.weights,
             )
-            # the memory budget decides how the ranking reads the vectors: in memory, or from the cache
-            streamed = ranking.read_in_chunks(p.method, len(photos), extractor.dim)
-            store = stack.enter_context(
-                open_store(
-                    p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
-                )
+            # the memory budget decides how the ranking reads the vectors (in memory, or from the cache); the
+            # stage keeps the stored vectors (pooled, also for logits), so those set the memory
+            stored_dim = getattr(extractor, "stored_dim", extractor.dim)
+            streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
+            opened = open_store(
+                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
             )
+            store = featured(stack.enter_context(opened), extractor)  # read back as the feature asked for
             # extract
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]

@@ -305,7 +305,7 @@ def phase_rescan(folder: Path) -> dict:
     from novelfind.features import model_key_for
     from novelfind.pipeline import extract
 
-    key = model_key_for("logits")
+    key = model_key_for()
     cache_path = folder.parent / "rescan-features.sqlite"
     files = _image_files(folder)
     cache = _open_cache(cache_path, key)
@@ -315,13 +315,13 @@ def phase_rescan(folder: Path) -> dict:
         rows = []
         for f in files:
             digest = hashlib.blake2b(f.path.read_bytes(), digest_size=16).hexdigest()
-            rows.append((f, digest, rng.normal(size=1000).astype(np.float32)))
+            rows.append((f, digest, rng.normal(size=1280).astype(np.float32)))
         for s in range(0, len(rows), 1000):
             cache.put_many(rows[s : s + 1000])
     _close(cache)
 
     class NoModel:
-        model_key, dim = key, 1000
+        model_key, dim = key, 1280
 
         def __call__(self, batch):  # pragma: no cover - would mean a miss
             raise AssertionError("re-scan ran the model")

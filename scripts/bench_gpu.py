@@ -193,7 +193,7 @@ def _cached_vectors(cache: Path, files: list, feature: str) -> np.ndarray:
     from novelfind.cache import FeatureCache
     from novelfind.features import model_key_for
 
-    with FeatureCache(cache, model_key_for(feature)) as c:
+    with FeatureCache(cache, model_key_for()) as c:  # the pooled vectors, whatever the feature
         vecs = c.get_many_by_stat(files)
     dim = next(v.shape[0] for v in vecs if v is not None)
     return np.stack([v if v is not None else np.full(dim, np.nan, np.float32) for v in vecs])

@@ -17,7 +17,7 @@ so walking, decoding, caching and ranking are measured without the model; ``real
 
 **Archive** (``--archive``): millions of photos, all in the cache, as a nightly re-scan of a big archive
 meets them. Under ``--dir``, a tree of N empty ``.jpg`` files (1,000 per folder) stands in for the
-photos, and the feature cache gets one synthetic 1000-d vector per file, written through
+photos, and the feature cache gets one synthetic 1280-d vector per file, written through
 ``FeatureCache.put_many`` under the real model's key, as a first scan would have stored it: 64 latent
 factors plus noise, and one file in 10,007 a planted outlier (four times the noise). Both are made once
 and reused (the cache for 3M serves the 1M run too: a scan of the first 1,000 folders). Then the real
@@ -206,7 +206,7 @@ def scan_command(extractor: str, folders: list[Path], cache: Path, out: Path, ar
 
 # --------------------------------------------------------------------------- archive mode
 
-ARCHIVE_DIM = 1000  # MobileNet-V2 logits
+ARCHIVE_DIM = 1280  # what the cache keeps: MobileNet-V2 pooled vectors (a scan ranks logits from them)
 LATENT = 64
 PLANT_EVERY = 10_007  # one planted outlier per this many files
 WRITE_CHUNK = 8192
@@ -233,12 +233,12 @@ def ensure_tree(root: Path, n: int) -> None:
 
 
 def archive_vectors(start: int, stop: int) -> np.ndarray:
-    """(C, 1000) float32 rows start..stop: latent factors through a fixed mixing plus noise, like logits;
+    """(C, 1280) float32 rows start..stop: latent factors through a fixed mixing plus noise;
     rows with i % PLANT_EVERY == 5 carry four times the noise (the planted outliers)."""
     mix = np.random.default_rng(0).standard_normal((LATENT, ARCHIVE_DIM), dtype=np.float32) * 0.5
     rng = np.random.default_rng(start)
     z = rng.standard_normal((stop - start, LATENT), dtype=np.float32)  # (C, 64)
-    noise = rng.standard_normal((stop - start, ARCHIVE_DIM), dtype=np.float32) * 0.3  # (C, 1000)
+    noise = rng.standard_normal((stop - start, ARCHIVE_DIM), dtype=np.float32) * 0.3  # (C, 1280)
     noise[np.arange(start, stop) % PLANT_EVERY == 5] *= 4.0
     return z @ mix + noise
 
@@ -252,7 +252,7 @@ def child_write(root: str, cache_path: str, n: int) -> dict:
     from novelfind.features import model_key_for
 
     gen = put = 0.0
-    with FeatureCache(cache_path, model_key_for("logits")) as cache:
+    with FeatureCache(cache_path, model_key_for()) as cache:
         have = cache.info()["files"]
         for s in range(have - have % WRITE_CHUNK, n, WRITE_CHUNK):
             e = min(n, s + WRITE_CHUNK)

@@ -92,7 +92,7 @@ def photos(tmp_path_factory) -> list[str]:
 
 @pytest.fixture(scope="module")
 def local_results(photos, model_cache):
-    """What the local engine makes of each file: (digest, vector) or (None, reason)."""
+    """What the local engine makes of each file: (digest, stored vector: the pooled one) or (None, reason)."""
     from novelfind.features import build_extractor
     from novelfind.pipeline import decode_file
 
@@ -103,7 +103,7 @@ def local_results(photos, model_cache):
         if decoded.digest is None:
             out.append((None, decoded.reason))
         else:
-            out.append((decoded.digest, extractor(decoded.pixels[None])[0]))
+            out.append((decoded.digest, extractor.encode(decoded.pixels[None])[0]))
     return out
 
 
@@ -176,8 +176,15 @@ def _same_scan(got, want) -> None:
 def test_scan_with_the_ray_engine_ranks_as_the_local_engine(cluster, library, local_scan, tmp_path):
     cache = tmp_path / "features.sqlite"
     events = []
-    result = novelfind.scan(library, 10, engine="ray", ray_address=cluster.address, cache=cache,
-                            batch_size=8, on_progress=events.append)
+    result = novelfind.scan(
+        library,
+        10,
+        engine="ray",
+        ray_address=cluster.address,
+        cache=cache,
+        batch_size=8,
+        on_progress=events.append,
+    )
     _same_scan(result, local_scan)
     assert (result.counts.extracted, result.counts.from_cache, result.counts.failed) == (81, 0, 3)
     done = [e.done for e in events if e.stage == "extract"]
@@ -201,13 +208,32 @@ def test_scan_with_the_ray_engine_ranks_as_the_local_engine(cluster, library, lo
 
 def _cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "novelfind", *args], capture_output=True, env=env,
-                          encoding="utf-8", errors="surrogateescape", timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "novelfind", *args],
+        capture_output=True,
+        env=env,
+        encoding="utf-8",
+        errors="surrogateescape",
+        timeout=timeout,
+    )
 
 
 def test_the_command_line_prints_only_results_on_stdout(cluster, library, local_scan, tmp_path):
-    done = _cli("scan", str(library), "--k", "10", "--engine", "ray", "--ray-address", cluster.address,
-                "--cache", str(tmp_path / "c.sqlite"), "--format", "paths", "-q")
+    done = _cli(
+        "scan",
+        str(library),
+        "--k",
+        "10",
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+        "--format",
+        "paths",
+        "-q",
+    )
     assert done.returncode == ExitCode.PARTIAL, done.stderr
     want = encode_output(local_scan.to_text("paths")).decode("utf-8", "surrogateescape")
     assert done.stdout == want and len(want.splitlines()) == 10
@@ -229,8 +255,18 @@ def test_an_unreachable_cluster_ends_the_command_with_one_line_and_exit_code_1(l
 
 
 def test_a_ray_scan_that_succeeds_prints_no_ray_log_lines(cluster, library, tmp_path):
-    done = _cli("scan", str(library), "--k", "3", "--engine", "ray", "--ray-address", cluster.address,
-                "--cache", str(tmp_path / "c.sqlite"))
+    done = _cli(
+        "scan",
+        str(library),
+        "--k",
+        "3",
+        "--engine",
+        "ray",
+        "--ray-address",
+        cluster.address,
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+    )
     assert done.returncode == ExitCode.PARTIAL, done.stderr
     ray_log = re.compile(r"\[\d{4}-\d\d-\d\d [\d:,]+ [EWIF] ")  # [2026-11-26 12:37:46,268 E 9004 9547]
     assert [line for line in done.stderr.splitlines() if ray_log.match(line)] == []
@@ -270,8 +306,9 @@ def test_an_address_that_is_not_a_ray_head_is_one_line_on_the_command_line(libra
     _ray()
     with _SilentListener() as port:
         address = f"127.0.0.1:{port}"
-        done = _cli("scan", str(library), "--engine", "ray", "--ray-address", address, "--no-cache",
-                    timeout=240)
+        done = _cli(
+            "scan", str(library), "--engine", "ray", "--ray-address", address, "--no-cache", timeout=240
+        )
     assert done.returncode == ExitCode.ERROR
     assert done.stdout == ""
     lines = done.stderr.splitlines()
@@ -298,9 +335,25 @@ def test_a_driver_killed_mid_scan_keeps_its_batches_and_the_next_run_resumes(clu
     cache = tmp_path / "features.sqlite"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     driver = subprocess.Popen(
-        [sys.executable, "-m", "novelfind", "scan", str(root), "--engine", "ray", "--ray-address",
-         cluster.address, "--cache", str(cache), "--batch-size", "2", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        [
+            sys.executable,
+            "-m",
+            "novelfind",
+            "scan",
+            str(root),
+            "--engine",
+            "ray",
+            "--ray-address",
+            cluster.address,
+            "--cache",
+            str(cache),
+            "--batch-size",
+            "2",
+            "-q",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 400
@@ -424,8 +477,15 @@ def test_a_node_lost_during_a_scan_changes_nothing_in_its_result(cluster, librar
             cluster.remove_node(cluster.workers.pop(0))  # kills its raylet, its actor and its block
 
     try:
-        result = novelfind.scan(library, 10, engine="ray", ray_address=cluster.address, batch_size=4,
-                                cache=tmp_path / "c.sqlite", on_progress=on_progress)
+        result = novelfind.scan(
+            library,
+            10,
+            engine="ray",
+            ray_address=cluster.address,
+            batch_size=4,
+            cache=tmp_path / "c.sqlite",
+            on_progress=on_progress,
+        )
     finally:
         cluster.workers.append(cluster.add_node(num_cpus=1, object_store_memory=OBJECT_STORE))
         cluster.wait_for_nodes()

@@ -128,8 +128,9 @@ def test_lazy_and_model_key_independent_of_backend(real_weights, model_dir):
     b = build_extractor(backend="torch", device="cpu")
     c = build_extractor(feature="pooled", backend="torch", device="cpu")
     assert a._session is None and b._net is None  # nothing built yet
-    assert a.model_key == b.model_key == model_key_for("logits")
-    assert c.model_key != a.model_key and "pooled" in c.model_key
+    # one stored vector (the pooled one) serves every feature: one key, which names its layout
+    assert a.model_key == b.model_key == c.model_key == model_key_for() and ":pooled-v1:" in c.model_key
+    assert a.stored_dim == c.stored_dim == 1280
     assert (a.dim, c.dim) == (1000, 1280)
     with pytest.raises(ValueError, match="feature must be one of"):
         build_extractor(feature="fc7")
@@ -229,3 +230,66 @@ def test_torch_extractor_takes_a_tensor_batch(real_weights, photos):
 
 def test_threads_default_to_available_cores():
     assert features.available_cpus() == len(os.sched_getaffinity(0))
+
+
+# ----------------------------------------------------------------------------- one stored vector
+
+
+def test_logits_from_the_pooled_vector_are_the_networks_own(real_weights, photos):
+    import torch
+
+    net = features._build_torch_net(real_weights, pooled=False)  # features -> pool -> Dropout -> Linear
+    with torch.inference_mode():
+        own = net(torch.from_numpy(photos)).numpy()  # (12, 1000)
+    ex = build_extractor(feature="logits", backend="torch", device="cpu")
+    pooled = ex.encode(photos)  # (12, 1280): what the cache keeps
+    got = ex(photos)  # (12, 1000): computed from it
+    assert pooled.shape == (12, 1280) and got.shape == own.shape == (12, 1000)
+    np.testing.assert_array_equal(got, ex.head(pooled))
+    rel = np.abs(got - own).max(axis=1) / np.abs(own).max(axis=1)  # per photo
+    assert rel.max() < 1e-4, rel
+    assert ex.head is features.load_classifier(real_weights)  # read once
+
+
+def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weights, tmp_path, photos):
+    from PIL import Image
+
+    import novelfind
+
+    root = tmp_path / "lib"
+    root.mkdir()
+    for i, img in enumerate(photos[::2]):
+        Image.fromarray(img).save(root / f"{i}.png")
+    cache = tmp_path / "c.sqlite"
+    first = novelfind.scan(root, 2, feature="logits", backend="torch", cache=cache)
+    second = novelfind.scan(root, 2, feature="pooled", backend="torch", cache=cache)
+    assert (first.counts.extracted, second.counts.extracted, second.counts.from_cache) == (6, 0, 6)
+    assert first.features.shape == (6, 1000) and second.features.shape == (6, 1280)
+    classifier = features.load_classifier(real_weights)
+    np.testing.assert_allclose(classifier(second.features), first.features, rtol=1e-5, atol=1e-4)
+    with novelfind.Cache.open(cache) as store:
+        info = store.info()
+    # one vector per distinct photo (skimage's cat is chelsea: 5), under the one key
+    assert (info["files"], info["entries"], list(info["models"])) == (6, 5, [model_key_for()])
+
+
+def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
+    import pickle
+
+    import torch
+
+    want = torch.load(str(real_weights), map_location="cpu", weights_only=True)  # the legacy format
+    torch.save({k: want[k] for k in list(want)[:5] + ["classifier.1.bias"]}, tmp_path / "zip.pth")
+    for path, names in (
+        (real_weights, list(want)),
+        (tmp_path / "zip.pth", list(want)[:5] + ["classifier.1.bias"]),
+    ):
+        got = features.read_weights(path)
+        assert list(got) == names
+        for name in names:
+            np.testing.assert_array_equal(got[name], want[name].numpy())
+            assert got[name].shape == tuple(want[name].shape)
+    evil = tmp_path / "evil.pth"
+    torch.save({"w": torch.zeros(2), "x": os.getcwd}, evil)  # a function: not a state dict
+    with pytest.raises(pickle.UnpicklingError, match=r"unexpected \w+\.getcwd"):
+        features.read_weights(evil)
