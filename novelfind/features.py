@@ -792,17 +792,24 @@ def build_extractor(
     return _FallbackExtractor(OnnxExtractor(path, feature, threads=threads, cache_dir=cache_dir), torch_ex)
 
 
-class AutoDeviceExtractor(_Features):
+class AutoDeviceExtractor:
     """``--device auto`` on a machine with CUDA: the CPU extractor or the CUDA one, whichever the scan at
     hand makes faster. The pipeline calls :meth:`settle` with the number of photos the model will see
     once the cache has been asked (``resolve_device``'s rule); unsettled, it runs on CUDA. Neither
-    model is built before it is used; both give vectors under one ``model_key``."""
+    model is built before it is used; both give vectors under one ``model_key``, and what describes the
+    vectors (key, lengths, the head that makes the feature from the stored vector) is the CPU one's."""
 
     def __init__(self, cpu: Extractor, cuda: Extractor):
         self._cpu, self._cuda = cpu, cuda
         self._chosen: Any = None
-        self.feature, self.weights = cpu.feature, cpu.weights  # type: ignore[attr-defined]
-        self._kind()
+        self.model_key, self.dim = cpu.model_key, cpu.dim
+        self.stored_dim = getattr(cpu, "stored_dim", cpu.dim)
+        self.feature, self.weights = getattr(cpu, "feature", None), getattr(cpu, "weights", None)
+        self.former = getattr(cpu, "former", None)
+
+    @property
+    def head(self) -> Classifier | None:
+        return getattr(self._cpu, "head", None)
 
     def settle(self, photos: int) -> str:
         """Choose the device for a scan whose model will see ``photos`` photos; returns it."""
@@ -823,7 +830,15 @@ class AutoDeviceExtractor(_Features):
         start = getattr(self._chosen if self._chosen is not None else self._cuda, "start_loading", None)
         return start() if start is not None else None
 
-    def encode(self, batch: Any) -> np.ndarray:
+    def _model(self) -> Any:
         if self._chosen is None:
             self._chosen = self._cuda
-        return self._chosen.encode(batch)
+        return self._chosen
+
+    def encode(self, batch: Any) -> np.ndarray:
+        """The stored vectors (``encode`` of the chosen extractor; what it returns, for one without)."""
+        model = self._model()
+        return getattr(model, "encode", model)(batch)
+
+    def __call__(self, batch: Any) -> np.ndarray:
+        return self._model()(batch)
