@@ -24,6 +24,7 @@ are ``pooled @ W.T + b``, with W and b read once from the same verified weights 
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import io
 import logging
@@ -219,8 +220,19 @@ class Classifier:
     bias: np.ndarray  # float32 (1000,)
 
     def __call__(self, pooled: np.ndarray) -> np.ndarray:
-        x = np.asarray(pooled, dtype=np.float32)  # (B, 1280)
-        return x @ self.weight.T + self.bias  # (B, 1000)
+        # In float64, rounded to float32 once: the logits of a vector do not depend on the batch it came
+        # in, nor on the BLAS threads of the process (a float32 product's rounding does), so a scan and a
+        # re-scan from the cache, in another process, give the same scores to the last bit.
+        x = np.asarray(pooled, dtype=np.float64)  # (B, 1280)
+        return (x @ self._weight64.T + self._bias64).astype(np.float32)  # (B, 1000)
+
+    @functools.cached_property
+    def _weight64(self) -> np.ndarray:
+        return self.weight.astype(np.float64)  # (1000, 1280)
+
+    @functools.cached_property
+    def _bias64(self) -> np.ndarray:
+        return self.bias.astype(np.float64)  # (1000,)
 
 
 _classifiers: dict[str, Classifier] = {}
