@@ -117,8 +117,14 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
 
     ``known`` defaults to the set the worker process was started with.
     """
+    return guarded(lambda: read_any_for_model(path, _KNOWN if known is None else known))  # RAW or not
+
+
+def guarded(decode: Callable[[], tuple[str, Any]]) -> Decoded:
+    """``Decoded`` from ``decode()`` -> (digest, pixels), or the one-line reason it failed: a bad file never
+    raises (every decoder reports its failures in these words)."""
     try:
-        digest, pixels = read_any_for_model(path, _KNOWN if known is None else known)  # RAW or not
+        digest, pixels = decode()
         return Decoded(digest, pixels)
     except DecodeError as e:
         return Decoded(None, reason=str(e) or "cannot decode")

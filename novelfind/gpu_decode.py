@@ -64,7 +64,7 @@ from novelfind.decode import (
     resized_geometry,
 )
 from novelfind.errors import DecodeError
-from novelfind.extraction import Decoded, Decoder, SharedDecoder
+from novelfind.extraction import Decoded, Decoder, SharedDecoder, guarded
 from novelfind.features import available_cpus
 from novelfind.raw import model_input_any
 
@@ -585,14 +585,7 @@ def self_check(gpu: GpuDecoder) -> None:
 
 def _pillow_task(data: bytes, name: str) -> Decoded:
     """The CPU path on bytes already read (reasons as in ``extraction.decode_file``); never raises."""
-    try:
-        return Decoded(file_digest(data), model_input_any(data, name))  # a RAW file through LibRaw
-    except DecodeError as e:
-        return Decoded(None, reason=str(e) or "cannot decode")
-    except MemoryError:
-        return Decoded(None, reason="out of memory while decoding")
-    except Exception as e:  # noqa: BLE001 - a bad file must not end the scan
-        return Decoded(None, reason=f"{type(e).__name__}: {e}"[:200])
+    return guarded(lambda: (file_digest(data), model_input_any(data, name)))  # a RAW file through LibRaw
 
 
 class GpuFileDecoder:
