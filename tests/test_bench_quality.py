@@ -3,18 +3,33 @@ differences against the baseline, and the rank-fused k-NN scores of the round-th
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "scripts")]
 
+# The benchmark script pins BLAS and torch to one thread when it is imported (for a busy machine); the
+# rest of the suite must not inherit that: a ranking's last digits depend on torch's thread count.
+_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_saved_env = {name: os.environ.get(name) for name in _THREAD_VARS}
+_saved_threads = torch.get_num_threads()
+
 import bench_quality as B  # noqa: E402
 from quality import methods as M  # noqa: E402
 from quality import sets  # noqa: E402
+
+torch.set_num_threads(_saved_threads)
+for _name, _value in _saved_env.items():
+    if _value is None:
+        os.environ.pop(_name, None)
+    else:
+        os.environ[_name] = _value
 
 
 def _blank(rng):
