@@ -186,7 +186,7 @@ def _scan(root: Path, device: str, k: int, cache: Path, extra: list[str]) -> dic
     if run.returncode not in (0, 3):
         raise RuntimeError(f"scan --device {device} exited {run.returncode}: {run.stderr.strip()[-400:]}")
     doc = json.loads(run.stdout)
-    return {"wall_s": round(wall, 2), "doc": doc, "stderr": run.stderr.strip()[-300:]}
+    return {"wall_s": round(wall, 3), "doc": doc, "stderr": run.stderr.strip()[-300:]}
 
 
 def _cached_vectors(cache: Path, files: list, feature: str) -> np.ndarray:
@@ -423,29 +423,9 @@ def cmd_throughput(a) -> int:
 def _timed_scan(root: Path, device: str, cache: Path) -> dict:
     """``novelfind scan`` in a fresh process with a fresh cache (every photo goes through the model):
     wall seconds from process start to exit."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "novelfind",
-        "scan",
-        str(root),
-        "--k",
-        "5",
-        "--device",
-        device,
-        "--format",
-        "json",
-        "--cache",
-        str(cache),
-        "-q",
-    ]
-    t0 = time.perf_counter()
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if run.returncode not in (0, 3):
-        raise RuntimeError(f"scan --device {device} exited {run.returncode}: {run.stderr.strip()[-400:]}")
-    doc = json.loads(run.stdout)
-    return {"wall_s": round(wall, 3), "photos": doc["run"]["extracted"], "in_scan_s": doc["run"]["seconds"]}
+    got = _scan(root, device, 5, cache, [])
+    run = got["doc"]["run"]
+    return {"wall_s": got["wall_s"], "photos": run["extracted"], "in_scan_s": run["seconds"]}
 
 
 def cli_rates(small: Path, large: Path, devices: list[str], repeats: int) -> dict:
