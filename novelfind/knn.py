@@ -435,6 +435,9 @@ class KnnScores:
     bounds each row's score from above by the mean distance *in x* to those candidates (x read in
     chunks: each cell's candidate rows read with ``take``; the same bounds). Bounds are inflated by
     ``BOUND_SLACK`` so float rounding cannot put them below the exact value.
+    ``means_at`` (k_1 < ... <= k): also the mean distance to the k_s nearest for each k_s, in ``at``
+    (N, S), bounded and made exact with the same neighbours (the j-th nearest candidate is at least as
+    far as the j-th nearest row, so the mean over the first k_s candidates bounds the exact one too).
     ``make_exact(rows)`` replaces those rows' bounds by exact scores, one blocked pass of ``knn_exact``
     over all N, and records each such row's nearest other row (``nearest``, ``nearest_distance``). With
     ``search_is_lower`` (distances in ``search`` are at most those in x) that pass skips, for each row,
@@ -452,6 +455,8 @@ class KnnScores:
     stats: dict = field(default_factory=dict)
     prune: Pruning | None = field(default=None, repr=False)  # what lets make_exact skip rows
     centre: np.ndarray | None = field(default=None, repr=False)  # (M,) rows are centred there (rounding)
+    means_at: tuple[int, ...] = ()  # further neighbour counts whose mean distances ``at`` holds
+    at: np.ndarray | None = field(default=None, repr=False)  # (N, S) float32, exact where ``exact``
 
     @classmethod
     def build(
@@ -463,6 +468,7 @@ class KnnScores:
         search_is_lower: bool = False,
         exact_max_n: int | None = None,
         centre: np.ndarray | None = None,
+        means_at: tuple[int, ...] = (),
     ) -> KnnScores:
         source = as_source(np.ascontiguousarray(x, dtype=np.float32) if isinstance(x, np.ndarray) else x)
         n = source.n
@@ -476,6 +482,8 @@ class KnnScores:
             nearest_distance=np.full(n, np.nan, dtype=np.float32),
             stats={"n": n, "k": k, "exact_rows": 0, "passes": 0, "bound_over_exact": []},
             centre=centre,
+            means_at=tuple(means_at),
+            at=np.zeros((n, len(means_at)), np.float32) if means_at else None,
         )
         if n <= 1:  # no other row: score 0
             out.exact[:] = True
@@ -494,6 +502,8 @@ class KnnScores:
         else:  # candidates found in ``search``, measured in x
             dist, _ = knn_cells(search, kk, measure=source, cells_out=cells)
         out.values = (dist.mean(1) * (1 + BOUND_SLACK)).astype(np.float32)  # +inf where too few found
+        if out.at is not None:
+            out.at[:] = out._prefix_means(dist) * np.float32(1 + BOUND_SLACK)
         out.stats["method"] = "cells+exact"
         if search is not None and search_is_lower:  # distances there are at most those in x
             kth = (dist[:, -1] * (1 + BOUND_SLACK)).astype(np.float32)  # (N,) k-th candidate: a bound
@@ -517,9 +527,17 @@ class KnnScores:
             ok = exact > 0
             self.stats["bound_over_exact"].extend((bound[ok] / exact[ok]).tolist())
         self.values[rows] = exact
+        if self.at is not None:
+            self.at[rows] = self._prefix_means(dist)
         self.exact[rows] = True
         self.stats["exact_rows"] = int(self.exact.sum())
         self.stats["passes"] += 1
+
+    def _prefix_means(self, dist: np.ndarray) -> np.ndarray:
+        """(Q, S): the mean of the first k_s of each row's sorted distances (Q, k), for each k_s."""
+        cum = np.cumsum(dist, axis=1, dtype=np.float64)  # (Q, k)
+        cols = [min(k, dist.shape[1]) for k in self.means_at]
+        return np.stack([cum[:, c - 1] / c for c in cols], axis=1).astype(np.float32)
 
 
 def certified_order(

@@ -28,7 +28,7 @@ from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
 from novelfind.errors import InputError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
-from novelfind.ranking import DEFAULT_DEDUP, METHODS
+from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHOD_FEATURE, METHODS
 from novelfind.report import FORMATS, PLACE_MODES
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword
@@ -116,20 +116,27 @@ class ScanParameters:
     _: KW_ONLY
     # ranking
     method: str = param(
-        "ads",
-        '``"ads"`` (default: the ADS solver on whitened features, blended with a k-NN density score), '
+        DEFAULT_METHOD,
+        '``"cosine-knn"`` (default: mean cosine distance to the 10 nearest neighbours), '
+        '``"multiscale-knn"`` (cosine k-NN at 3, 10 and 50 neighbours, fused by rank), '
+        '``"ads"`` (the ADS solver on whitened features, blended with a k-NN density score), '
         '``"ads-paper"`` (the paper\'s Algorithm 1 alone) or ``"knn"`` (mean distance to the 10 '
         "nearest neighbours). See :func:`novelfind.rank`.",
-        help="Ranking: ads (default: the ADS solver on whitened features, blended with a k-NN density "
-        "score), ads-paper (Algorithm 1 alone, as published), knn (distance to nearest neighbours).",
+        help="Ranking: cosine-knn (default: cosine distance to the 10 nearest neighbours), multiscale-knn "
+        "(cosine k-NN at 3, 10 and 50 neighbours, fused by rank), "
+        "ads (the ADS solver on whitened features, blended with a k-NN density score), ads-paper "
+        "(Algorithm 1 alone, as published), knn (distance to the 10 nearest neighbours).",
         choices=METHODS,
         record=True,
     )
     feature: str = param(
-        "logits",
-        '``"logits"`` (1000-d classifier output) or ``"pooled"`` (1280-d pooled features).',
-        help="MobileNet-V2 output used as the feature vector.",
-        choices=tuple(features.FEATURE_DIMS),
+        "auto",
+        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn and '
+        'multiscale-knn, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
+        '``"pooled"`` (1280-d pooled features). The run record names the one used.',
+        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn and "
+        "multiscale-knn, logits for the other methods).",
+        choices=("auto", *features.FEATURE_DIMS),
         record=True,
     )
     epochs: int = param(
@@ -389,6 +396,8 @@ class ScanParameters:
                 if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise InputError(f"{f.name} must be a number, got {value!r}")
                 self._set(f.name, float(value))
+        if self.feature == "auto" and self.method in METHOD_FEATURE:
+            self._set("feature", METHOD_FEATURE[self.method])
         if not isinstance(self.cache, (bool, FeatureCache)):
             self._set("cache", Path(self.cache))
         for name, limit in LIMITS.items():

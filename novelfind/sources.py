@@ -140,6 +140,51 @@ class ScaledSource:
         return self.source.abs_max() / float(self.scale)
 
 
+class UnitSource:
+    """Another source's vectors scaled to unit length (cosine geometry: the distance between two unit
+    rows is sqrt(2 - 2 cos)); a matrix is normalised once (a copy), chunks and rows as they are read,
+    each row the same way, so both give the same numbers. A zero row stays zero."""
+
+    def __init__(self, source: FeatureSource) -> None:
+        self.source = source
+        self.n, self.dim = source.n, source.dim
+        self.matrix = None if source.matrix is None else unit_rows(source.matrix)
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        return (unit_rows(c) for c in self.source.chunks())
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        if self.matrix is not None:
+            return self.matrix[np.asarray(rows, dtype=np.int64)]
+        return unit_rows(self.source.take(rows))
+
+    def abs_max(self) -> float:
+        return 1.0 if self.source.abs_max() > 0 else 0.0
+
+
+def unit_rows(x: np.ndarray, rows: int = 4096) -> np.ndarray:
+    """Each row of x (float32) times the inverse of its length (summed in float64), row by row: the same
+    numbers for a row read alone or in a block. Blocks of ``rows`` keep the temporaries small."""
+    x = np.asarray(x, dtype=np.float32)
+    out = _empty(x.shape)
+    for i in range(0, len(x), rows):
+        b = x[i : i + rows]
+        norm = np.sqrt(np.einsum("ij,ij->i", b, b, dtype=np.float64))
+        inv = (1.0 / np.maximum(norm, 1e-12)).astype(np.float32)
+        np.multiply(b, inv[:, None], out=out[i : i + rows])
+    return out
+
+
+def _empty(shape: tuple[int, ...]) -> np.ndarray:
+    """An uninitialised float32 array; a large one from torch's allocator, which asks the kernel for huge
+    pages (writing a fresh 4 GB array took 7.5 s with numpy's 4 KiB pages and 1.5 s this way)."""
+    if math.prod(shape) < 1 << 22:
+        return np.empty(shape, np.float32)
+    import torch
+
+    return torch.empty(shape, dtype=torch.float32).numpy()
+
+
 def as_source(x: np.ndarray | FeatureSource) -> FeatureSource:
     """A source as it is; an array as a ``MatrixSource`` (float32, not copied when it is already)."""
     if isinstance(x, np.ndarray):

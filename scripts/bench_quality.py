@@ -52,17 +52,19 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from quality import extract, pins, sets  # noqa: E402
 from quality import methods as M  # noqa: E402
 
-# The table: the shipped default, its ablations and the baselines.
+# The table: the shipped default and the other shipped methods (through the API, on the feature each
+# ranks by default), the earlier default's parts, and the baselines.
 ABLATIONS = {
-    "default": M.shipped("ads"),  # novelfind's default ranking, through the API
-    "default-no-ads": M.shipped_default(1.0),  # the shipped default's density term alone
-    "default-no-whiten": M.blend(white=None),  # ADS term on raw logits instead of whitened ones
-    "ads-alone": M.ads_alone(white="f64_32"),  # the default's ADS term alone, support K
+    "default": M.shipped("cosine-knn", "pooled"),  # novelfind's default ranking: cosine k-NN, k = 10, pooled
+    "multiscale-knn": M.shipped("multiscale-knn", "pooled"),  # cosine k-NN at k = 3, 10, 50 fused by rank
+    "ads-blend": M.shipped("ads"),  # the earlier default: ADS on whitened logits blended with a density
+    "ads-blend-no-ads": M.shipped_default(1.0),  # its density term alone
+    "ads-alone": M.ads_alone(white="f64_32"),  # its ADS term alone, support K
     "knn": M.shipped("knn"),  # mean distance to 10 nearest neighbours, raw logits
     "knn-cos": M.knn_method("cos:logits"),
-    "knn-cos@po": M.knn_method("cos:pooled"),  # the dev split's best (k = 10, cosine, pooled features)
-    # round three's recommendation (docs/bench/quality-dev-r3.md): cosine k-NN on pooled vectors at k = 3, 10
-    # and 50, rank percentiles fused by the mean, plain top K; measured on dev as r3-po-k3k10k50
+    "knn-cos@po": M.knn_method("cos:pooled"),  # the best single baseline (k = 10, cosine, pooled features)
+    # round three's dev recommendation (docs/bench/quality-dev-r3.md), the benchmark's own code: cosine k-NN
+    # on pooled vectors at k = 3, 10 and 50, rank percentiles fused by the mean, plain top K
     "knn-cos-multik": M.fused_method(("po",), (3, 10, 50)),
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits

@@ -127,7 +127,7 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"momentum": 1}, "momentum must be less than 1, got 1.0"),
         ({"batch_size": 5000}, "batch_size must be at most 4096, got 5000"),
         ({"workers": -1}, "workers must be at least 0, got -1"),
-        ({"method": "power"}, "method must be one of ads, ads-paper, knn, got 'power'"),
+        ({"method": "power"}, "method must be one of cosine-knn, multiscale-knn, ads, ads-paper, knn, got 'power'"),
         ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, got 'xml'"),
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),

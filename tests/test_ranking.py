@@ -11,17 +11,18 @@ from novelfind.ranking import METHODS, rank
 from novelfind.solver import ADSConfig, ads
 
 
-def blob_with_outliers(n=400, m=40, k=5, seed=0, shift=6.0):
-    """A Gaussian blob and k points far from it (the last k rows)."""
+def blob_with_outliers(n=400, m=40, k=5, seed=0, shift=6.0, offset=0.0):
+    """A Gaussian blob and k points far from it (the last k rows); ``offset`` moves the blob away from
+    the origin, as image features are (the angle between two rows then tells what their distance does)."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(n, m)).astype(np.float32)
+    x = rng.normal(size=(n, m)).astype(np.float32) + np.float32(offset)
     x[-k:] += shift * rng.normal(size=(k, m)).astype(np.float32) / np.sqrt(m) * 3
     return x, set(range(n - k, n))
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_every_method_finds_far_outliers(method):
-    x, truth = blob_with_outliers()
+    x, truth = blob_with_outliers(offset=3.0)
     r = rank(x, 5, method=method, config=ADSConfig(seed=1))
     assert set(r.indices.tolist()) == truth
     assert r.indices.dtype == np.int64 and r.scores.dtype == np.float32
@@ -190,7 +191,7 @@ def test_candidates_all_rows_is_the_same_as_none(method):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_candidates_only_candidates_are_picked(method):
-    x, truth = blob_with_outliers(n=300, k=5)
+    x, truth = blob_with_outliers(n=300, k=5, offset=3.0)
     rng = np.random.default_rng(4)
     mask = rng.random(300) < 0.3
     mask[sorted(truth)[:2]] = False  # two of the outliers are old photos
@@ -204,7 +205,10 @@ def test_candidates_only_candidates_are_picked(method):
     if method != "ads-paper":  # scores are those of the whole library (same support, same seed)
         np.testing.assert_array_equal(r.all_scores, full.all_scores)
         assert np.all(np.diff(r.scores) <= 0)
-    # neighbours are searched in the whole library, not only among the candidates
+    # neighbours are searched in the whole library, not only among the candidates (multiscale-knn: by
+    # cosine, between unit rows)
+    if method in rank_mod.COSINE_METHODS:
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
     for i, nb in zip(r.indices, r.neighbour, strict=True):
         dist = np.linalg.norm(x - x[i], axis=1)
         dist[i] = np.inf
@@ -340,7 +344,7 @@ def _spy_builds(monkeypatch) -> list:
     return built
 
 
-@pytest.mark.parametrize("method", ["ads", "knn"])
+@pytest.mark.parametrize("method", ["cosine-knn", "ads", "knn"])
 def test_library_scale_picks_are_those_of_the_exact_computation(method, library_18k, monkeypatch):
     """Past ``knn.EXACT_MAX_N`` on structured data: the picks equal those of the all-exact ranking, and
     every other row's score is an upper bound of its exact one."""
@@ -364,7 +368,7 @@ def test_library_scale_picks_are_those_of_the_exact_computation(method, library_
     np.testing.assert_array_equal(r.neighbour, e.neighbour)
 
 
-@pytest.mark.parametrize("method", ["ads", "knn"])
+@pytest.mark.parametrize("method", ["cosine-knn", "multiscale-knn", "ads", "knn"])
 def test_library_scale_with_candidates_and_bursts(method, monkeypatch):
     """Past EXACT_MAX_N with --since candidates and near-duplicate bursts among the novelties: the
     near-duplicate pass reads past the first K and the certified order follows it."""
@@ -376,9 +380,14 @@ def test_library_scale_with_candidates_and_bursts(method, monkeypatch):
     cand = rng.random(len(x)) < 0.6
     cand[-30:] = True
     r = rank(x, 30, method=method, candidates=cand)
-    assert r.duplicates_dropped >= 1 and cand[r.indices].all()  # the pass read past the first K
+    assert cand[r.indices].all()
     monkeypatch.setattr(knn, "EXACT_MAX_N", 10**9)
     e = rank(x, 30, method=method, candidates=cand)
+    if method == "multiscale-knn":  # percentiles over bounds outside the exact top: nearly the same picks
+        assert len(set(r.indices.tolist()) & set(e.indices.tolist())) >= 27
+        assert len(planted & set(r.indices.tolist())) >= len(planted & set(e.indices.tolist())) - 2
+        return
+    assert r.duplicates_dropped >= 1  # the pass read past the first K
     assert r.indices.tolist() == e.indices.tolist()
     assert r.duplicates_dropped == e.duplicates_dropped
 
@@ -427,8 +436,20 @@ def test_library_scale_finds_every_planted_outlier(seed):
     bound = max(per_cluster) * (k + 1) / k  # >= every ordinary row's exact score
     exact_planted = _mean_knn(x[out], x, k + 1) * (k + 1) / k
     assert exact_planted.min() > bound  # so the exact top 100 is the planted set
-    r = rank(x, len(out), config=ADSConfig(seed=seed))
+    r = rank(x, len(out), method="ads", config=ADSConfig(seed=seed))
     assert set(r.indices.tolist()) == planted
+    if seed == 0:  # the default on one draw: the same argument between rows scaled to unit length
+        xu = rank_mod.l2_normalise(x)
+        per_cluster = [
+            _mean_knn(xu[np.intersect1d(ordinary, np.flatnonzero(labels == c))], xu[labels == c], k + 1).max()
+            for c in range(labels.max() + 1)
+        ]
+        exact_planted = _mean_knn(xu[out], xu, k + 1) * (k + 1) / k
+        assert exact_planted.min() > max(per_cluster) * (k + 1) / k
+        r = rank(x, len(out))
+        assert set(r.indices.tolist()) == planted
+        want = _mean_knn(xu[r.indices], xu, k + 1, np.float64) * (k + 1) / k
+        np.testing.assert_allclose(r.scores, want, rtol=1e-4)
     if seed == 0:  # knn on one draw (its picks do not depend on a seed): its picks' scores are exact
         r = rank(x, len(out), method="knn")
         assert set(r.indices.tolist()) == planted
@@ -462,3 +483,45 @@ def test_spread_is_an_even_sample():
     assert pca.spread(3, 10).tolist() == [0, 1, 2]
     s = pca.spread(100_003, 2048)
     assert len(s) == len(np.unique(s)) == 2048 and s[-1] < 100_003
+
+
+# --------------------------------------------------------------------------- the cosine methods
+
+
+def test_rank_percentiles_share_ties_and_lie_in_zero_one():
+    p = rank_mod.rank_percentiles(np.array([3.0, 1.0, 2.0, 2.0]))
+    np.testing.assert_allclose(p, [4 / 4, 1 / 4, 2.5 / 4, 2.5 / 4])
+
+
+def test_cosine_knn_is_the_mean_cosine_distance_to_ten_neighbours():
+    """Below ``knn.EXACT_MAX_N`` every score is exact: the mean distance between unit rows to the 10
+    nearest others, brute force; the scale of a row does not matter, its direction does."""
+    rng = np.random.default_rng(3)
+    x = np.abs(rng.normal(size=(800, 48))).astype(np.float32)
+    for i in range(5):  # five rows, each pointing elsewhere
+        x[i, 4 * i : 4 * i + 4] += 8.0
+    r = rank(x, 5, dedup=0)
+    assert set(r.indices.tolist()) == set(range(5))
+    xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+    want = _mean_knn(xu, xu, 11, np.float64) * 11 / 10
+    np.testing.assert_allclose(r.all_scores, want, rtol=1e-4, atol=1e-6)
+    scaled = x * rng.uniform(0.1, 10, size=(800, 1)).astype(np.float32)  # each row its own brightness
+    assert rank(scaled, 5, dedup=0).indices.tolist() == r.indices.tolist()
+
+
+def test_multiscale_knn_fuses_three_neighbourhood_sizes_by_rank():
+    """Exact below ``knn.EXACT_MAX_N``: the mean over k = 3, 10, 50 of the rank percentile of the mean
+    cosine distance to the k nearest; a row pointing away from every cluster comes first."""
+    rng = np.random.default_rng(5)
+    m = 32
+    centres = np.abs(rng.normal(size=(8, m))) + 1
+    x = np.vstack([c + rng.normal(size=(300, m)) * 0.3 for c in centres])  # ordinary rows, 2400
+    single = np.ones((1, m))
+    single[0, -4:] += 6
+    x = np.vstack([x, single]).astype(np.float32)
+    r = rank(x, 10, method="multiscale-knn", dedup=0)
+    xu = x / np.linalg.norm(x, axis=1, keepdims=True)
+    pct = [rank_mod.rank_percentiles(_mean_knn(xu, xu, k + 1, np.float64) * (k + 1) / k) for k in (3, 10, 50)]
+    np.testing.assert_allclose(r.all_scores, np.mean(pct, axis=0), atol=2e-3)  # a near-tie may swap ranks
+    assert r.indices[0] == len(x) - 1 and r.scores[0] == 1.0  # first at every k
+    assert np.all(np.diff(r.scores) <= 0)

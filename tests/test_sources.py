@@ -141,7 +141,7 @@ def _same(a: ranking.Ranking, b: ranking.Ranking) -> None:
     np.testing.assert_allclose(a.distance, b.distance, rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("method", ["ads", "knn"])
+@pytest.mark.parametrize("method", ["cosine-knn", "multiscale-knn", "ads", "knn"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_matrix_and_chunks_give_the_same_ranking_past_the_exact_size(method, seed):
     """6,000 x 256 (past ``knn.EXACT_MAX_N``, so the density is certified, not computed for every row):
@@ -154,7 +154,9 @@ def test_matrix_and_chunks_give_the_same_ranking_past_the_exact_size(method, see
     _same(got, want)
     _same(rank(MatrixSource(x), 40, method=method), want)  # the array's own source
     assert len(set(got.indices.tolist()) & set(planted.tolist())) >= 35
-    nb, dist = ranking.nearest_neighbours(x, got.indices)  # exact, in the raw space
+    if method in ranking.COSINE_METHODS:  # they measure between rows scaled to unit length
+        x = ranking.l2_normalise(x)
+    nb, dist = ranking.nearest_neighbours(x, got.indices)  # exact, in the space the method measures in
     assert got.neighbour.tolist() == nb.tolist()
     np.testing.assert_allclose(got.distance, dist, rtol=1e-5)
     assert got.map2d.shape == (6000, 2)
@@ -168,16 +170,18 @@ def test_matrix_and_chunks_agree_with_candidates_and_near_duplicates():
     x = np.vstack([x, copies])  # 8 bursts of 3 near-identical novel rows
     mask = rng.random(len(x)) < 0.7
     mask[-16:] = True
-    for method in ("ads", "knn"):
+    for method in ("cosine-knn", "multiscale-knn", "ads", "knn"):
         want = rank(x, 70, method=method, candidates=mask)
         got = rank(_chunked(x, 333), 70, method=method, candidates=np.flatnonzero(mask))
         _same(got, want)
-        assert got.duplicates_dropped >= 1 and mask[got.indices].all() and len(got.all_scores) == len(x)
+        assert mask[got.indices].all() and len(got.all_scores) == len(x)
+        if method != "multiscale-knn":  # a burst of near-copies is its own small-k neighbourhood there
+            assert got.duplicates_dropped >= 1
 
 
 def test_small_sources_are_exact_for_every_row():
     x, _ = clusters_with_outliers(900, 64, 5, planted=10)
-    for method in ("ads", "knn"):
+    for method in ("cosine-knn", "multiscale-knn", "ads", "knn"):
         want = rank(x, 10, method=method, dedup=0)
         got = rank(_chunked(x, 128), 10, method=method, dedup=0)
         _same(got, want)
@@ -203,16 +207,19 @@ def off_axis_outliers(n: int, seed: int, m: int = 1000, planted: int = 100) -> t
     return x.astype(np.float32), out
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_chunked_ranking_finds_outliers_that_differ_off_the_principal_axes(seed):
+@pytest.mark.parametrize(
+    ("seed", "method"), [(0, "cosine-knn"), (1, "cosine-knn"), (2, "cosine-knn"), (0, "ads")]
+)
+def test_chunked_ranking_finds_outliers_that_differ_off_the_principal_axes(seed, method):
     """The former from-cache scorer measured density in the 64 axes and found 0 of 100 such outliers;
-    the one scorer measures it on the raw vectors, from chunks as well."""
+    the one scorer measures it on the raw vectors, from chunks as well (the default, three draws, and
+    the earlier default)."""
     x, out = off_axis_outliers(20_000, seed)
     space = pca.fit_space(x, ranking.WHITEN_DIMS)
     in_axes = knn.KnnScores.build(space.proj, ranking.KNN_K, exact_max_n=len(x)).values  # exact, 64 axes
     assert len(set(np.argsort(-in_axes)[:100].tolist()) & set(out.tolist())) < 20
     read: list = []
-    r = rank(_chunked(x, 4096, read), 100, config=ranking_config(seed))
+    r = rank(_chunked(x, 4096, read), 100, method=method, config=ranking_config(seed))
     assert len(set(r.indices.tolist()) & set(out.tolist())) >= 95
     assert sum(read) < 8 * len(x)  # rows read by take: the 4 cells' rows per cell, the top's blocks
 
@@ -275,18 +282,26 @@ def test_a_small_library_over_the_budget_with_and_without_a_cache(
 ):
     import novelfind
 
-    in_memory = novelfind.scan(library["root"], 3, cache=tmp_path / "c.sqlite", report=tmp_path / "a.html")
-    assert in_memory.features is not None
+    methods = ("cosine-knn", "multiscale-knn", "ads", "knn")
+    in_memory = {
+        m: novelfind.scan(
+            library["root"], 3, cache=tmp_path / "c.sqlite", report=tmp_path / "a.html", method=m
+        )
+        for m in methods
+    }
+    assert all(r.features is not None for r in in_memory.values())
     monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
     for cache in (tmp_path / "c.sqlite", False):  # vectors from the cache; a temporary cache without one
-        for method in ("ads", "knn"):
+        for method in methods:
             streamed = novelfind.scan(
                 library["root"], 3, cache=cache, report=tmp_path / "b.html", method=method
             )
             assert streamed.features is None and len(streamed.files) == 33
             assert {p.path for p in streamed.picks} == set(library["odd"])
-        assert [p.neighbour for p in streamed.picks] == [p.neighbour for p in in_memory.picks]
-        assert [p.distance for p in streamed.picks] == pytest.approx([p.distance for p in in_memory.picks])
+            same = in_memory[method].picks
+            assert [p.path for p in streamed.picks] == [p.path for p in same]
+            assert [p.neighbour for p in streamed.picks] == [p.neighbour for p in same]
+            assert [p.distance for p in streamed.picks] == pytest.approx([p.distance for p in same])
         assert "3 most novel photos of 33" in (tmp_path / "b.html").read_text()
     assert not list(tmp_path.glob("novelfind-*"))
 
