@@ -20,6 +20,7 @@ from novelfind import params, pipeline
 from novelfind.cli import DEFAULTS, cli
 from novelfind.errors import CacheError, ExitCode, InputError, LockedError, NovelfindError
 from novelfind.lock import RunLock, output_lock_path
+from novelfind.ranking import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "novelfind"
@@ -28,7 +29,7 @@ PACKAGE = ROOT / "novelfind"
 # --------------------------------------------------------------------------- the same scan as the CLI
 
 
-@pytest.mark.parametrize("method", ["ads", "ads-paper", "knn"])
+@pytest.mark.parametrize("method", METHODS)
 def test_api_and_cli_give_the_same_ranking(library, fake_extractor, tmp_path, method):
     args = ["scan", str(library["root"]), "--k", "6", "--method", method, "--seed", "3", "--no-cache"]
     cli_json = CliRunner().invoke(cli, [*args, "--format", "json"])
@@ -127,7 +128,7 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"momentum": 1}, "momentum must be less than 1, got 1.0"),
         ({"batch_size": 5000}, "batch_size must be at most 4096, got 5000"),
         ({"workers": -1}, "workers must be at least 0, got -1"),
-        ({"method": "power"}, "method must be one of cosine-knn, multiscale-knn, ads, ads-paper, knn, got 'power'"),
+        ({"method": "power"}, f"method must be one of {', '.join(METHODS)}, got 'power'"),
         ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, got 'xml'"),
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),

@@ -274,17 +274,21 @@ def test_since_takes_utc_and_offsets(library, fake_extractor, since):
 # -- 7. what the README says about --k ------------------------------------------------------------------
 
 
-def test_knn_lists_are_nested_and_the_default_lists_need_not_be():
-    """README, Ranking: `--k` changes the default's list, not only its length; knn's lists are nested."""
+def test_k_nn_lists_are_nested_and_the_ads_lists_need_not_be():
+    """README, Ranking: `--k` changes the list of ADS, not only its length; the k-NN methods' lists
+    (the default among them) are nested."""
     import numpy as np
 
     import novelfind
 
-    nested_default = []
+    nested_ads = []
     for seed in range(5):
         x = np.random.default_rng(seed).normal(size=(14, 50)).astype(np.float32)
-        knn = {k: list(novelfind.rank(x, k, method="knn").indices) for k in (2, 3, 5)}
-        assert knn[5][:3] == knn[3] and knn[3][:2] == knn[2]
-        ads = {k: list(novelfind.rank(x, k).indices) for k in (2, 3, 5)}
-        nested_default.append(ads[5][:3] == ads[3] and ads[3][:2] == ads[2])
-    assert not all(nested_default)
+        for method in ("cosine-knn", "multiscale-knn", "knn"):
+            lists = {k: list(novelfind.rank(x, k, method=method).indices) for k in (2, 3, 5)}
+            assert lists[5][:3] == lists[3] and lists[3][:2] == lists[2]
+        default = list(novelfind.rank(x, 5).indices)
+        assert default == list(novelfind.rank(x, 5, method="cosine-knn").indices)  # the default is one of them
+        ads = {k: list(novelfind.rank(x, k, method="ads").indices) for k in (2, 3, 5)}
+        nested_ads.append(ads[5][:3] == ads[3] and ads[3][:2] == ads[2])
+    assert not all(nested_ads)

@@ -53,7 +53,7 @@ def test_single_image_has_no_neighbour():
 
 def test_k_larger_than_n_returns_all():
     x = np.random.default_rng(0).normal(size=(7, 4)).astype(np.float32)
-    for method in ("ads", "ads-paper", "knn"):
+    for method in METHODS:
         r = rank(x, 50, method=method, dedup=0)
         assert sorted(r.indices.tolist()) == list(range(7))
 
@@ -141,7 +141,7 @@ def test_dedup_with_k_at_least_n_still_returns_everything():
     x = np.zeros((6, 4), dtype=np.float32)
     x[:, 0] = [1, 1.001, 1.002, 5, 9, 9.001]  # two groups of near-identical rows
     x[:, 1] = 1
-    for method in ("ads", "knn", "ads-paper"):
+    for method in METHODS:
         r = rank(x, 10, method=method, dedup=0.05)
         assert sorted(r.indices.tolist()) == list(range(6))
         assert r.duplicates_dropped == 0
@@ -217,7 +217,7 @@ def test_candidates_only_candidates_are_picked(method):
 
 def test_candidates_k_capped_by_candidate_count_and_validated():
     x, _ = blob_with_outliers(n=100)
-    for method in ("ads", "ads-paper", "knn"):
+    for method in METHODS:
         r = rank(x, 10, method=method, candidates=np.array([5, 50, 7]))
         assert sorted(r.indices.tolist()) == [5, 7, 50]
     empty = rank(x, 10, candidates=np.zeros(100, dtype=bool))
