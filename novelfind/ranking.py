@@ -105,7 +105,8 @@ SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each cost
 
 # A library whose N x dim float32 feature matrix is larger than this is ranked from the cache, read in
 # chunks, instead of from a matrix in memory. None: a third of the machine's memory (the in-memory ranking
-# needs about twice the matrix at its peak), and never less than 2 GiB (about 536,000 photos of 1000-d
+# needs about twice the matrix at its peak; 2.2x for the cosine methods, which rank a unit-length copy),
+# and never less than 2 GiB (about 536,000 photos of 1000-d
 # logits). The scores are the same either way.
 MATRIX_BUDGET: int | None = None
 MATRIX_BUDGET_MIN = 2 << 30
@@ -139,7 +140,7 @@ def read_in_chunks(method: str, n: int, dim: int) -> bool:
         raise InputError(
             f"method {method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
             f"GiB of float32, more than the {budget / 2**30:.1f} GiB novelfind holds); the default "
-            "method (ads) ranks a library of this size from the cache"
+            f"method ({DEFAULT_METHOD}) ranks a library of this size from the cache"
         )
     return True
 

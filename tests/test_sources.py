@@ -317,7 +317,7 @@ def test_ads_paper_refuses_a_library_over_the_budget_and_knn_reads_it_in_chunks(
     result = CliRunner().invoke(cli, ["scan", str(library["root"]), "--method", "ads-paper", "--no-cache"])
     assert result.exit_code == 2 and result.stdout == ""
     assert "method ads-paper ranks all 33 feature vectors in memory" in result.stderr
-    assert "GiB of float32" in result.stderr and "the default method (ads) ranks" in result.stderr
+    assert "GiB of float32" in result.stderr and "the default method (cosine-knn) ranks" in result.stderr
     args = ["scan", str(library["root"]), "--method", "knn", "--no-cache", "--k", "3", "--format", "paths"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.stderr
