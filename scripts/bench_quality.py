@@ -68,6 +68,7 @@ ABLATIONS = {
     "knn-cos-multik": M.fused_method(("po",), (3, 10, 50)),
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
+    "cleanlab-ood": M.cleanlab_ood("pooled"),  # cleanlab's own out-of-distribution score (pip install cleanlab)
 }
 
 # Research candidates (dev split only).

@@ -274,6 +274,21 @@ def iforest(kind: str = "logits") -> Callable:
     return run
 
 
+def cleanlab_ood(kind: str = "pooled") -> Callable:
+    """cleanlab's out-of-distribution score from features, through cleanlab's own code
+    (``cleanlab.outlier.OutOfDistribution().fit_score(features=...)``, its defaults: k = 10 and the
+    metric it picks for the dimension), lowest score first. Needs ``pip install cleanlab``."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        from cleanlab.outlier import OutOfDistribution
+
+        x = np.asarray(f[kind], dtype=np.float32)
+        score = OutOfDistribution().fit_score(features=x)  # (N,) in [0, 1], low = out of distribution
+        return _finish(-np.asarray(score, dtype=np.float64), f, k)
+
+    return run
+
+
 def ads_alone(kind: str = "logits", white: str | None = "f64_32", support: float = 1.0) -> Callable:
     """The shipped ADS solver alone (support K, or ``support`` x K), on the (whitened) features."""
 
