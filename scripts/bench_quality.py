@@ -252,6 +252,13 @@ for _t in (0.65, 0.7, 0.75, 0.8, 0.85, 0.9):  # an absolute linkage threshold
                 CANDIDATES[f"r4-gmt{_t}c{_cap}s{_sm}d{_dup}"] = M.group_multik_method(
                     None, _t, _cap, _sm, dup=_dup
                 )
+# several absolute thresholds, the max over them: "r4-gmm<t1>_<t2>...c<cap>s<smin>d<dup>"
+for _ts in ((0.6, 0.7, 0.8), (0.7, 0.8), (0.65, 0.75, 0.85), (0.6, 0.7, 0.8, 0.9), (0.7, 0.75, 0.8)):
+    for _sm in (12, 14):
+        for _cap in (30, 45):
+            CANDIDATES[f"r4-gmm{'_'.join(map(str, _ts))}c{_cap}s{_sm}d0.3"] = M.group_multik_multi_method(
+                _ts, _cap, _sm, 0.3
+            )
 METHODS = {**ABLATIONS, **CANDIDATES}
 BASELINE = "knn-cos@po"  # the best single baseline: paired differences are taken against it
 

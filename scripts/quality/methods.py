@@ -687,3 +687,21 @@ def group_multik_method(
         return _finish(score, f, k)
 
     return run
+
+
+def group_multik_multi_method(
+    ts: tuple[float, ...], cap: int = 30, smin: int = 14, dup: float = 0.3, ks: tuple[int, ...] = (3, 10, 50)
+) -> Callable:
+    """Group-aware multi-k over several absolute linkage thresholds ``ts``: per threshold the score of
+    ``group_multik_method`` (rank percentiles), the photo's score the max over thresholds. A photo in no
+    qualifying group at any threshold keeps the plain multi-k score; a batch found at any threshold
+    scores as the most isolated of the groups it belongs to."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        per_t = []
+        for t in ts:
+            parts = outside_knn_scores(f, "po", ks, None, t, cap, smin, dup)
+            per_t.append(_fuse(np.stack([rank_pct(p) for p in parts]), "mean"))
+        return _finish(np.max(np.stack(per_t), axis=0), f, k)
+
+    return run
