@@ -193,6 +193,73 @@ for _kn, _ks in {
                     ("po",), _ks, clean=_cl, shortlist=_c, gamma=_g
                 )
     CANDIDATES[f"r3-po+b16{_kn}-max"] = M.fused_method(("po", "b16"), _ks, fuse="max")
+# Round four (dev): groups of similar odd photos (docs/bench/quality-dev-r4.md). Groups: single linkage on
+# the k-NN graph of unit pooled vectors at a threshold, mult x the q quantile of the 1-NN distances
+# ("g<q>x<mult>") or an absolute distance ("gmt<t>"); a group of at most cap photos ("c<cap>") and at
+# least smin ("s<smin>"; "d<dup>": near-duplicates closer than dup counted once) is left out of each
+# member's neighbours.
+# "r4-g...k<k_out>-<fuse>": the k_out-NN distance outside the group, fused by rank with the plain k = 10
+# ("-p10") or k = 3, 10, 50 ("-p3.10.50") score by mean ("-mean", "-w<w>": weight w on the outside term)
+# or max, or alone ("-out"). "r4-gm...": k = 3, 10, 50 all measured outside the group, rank-fused
+# (knn-cos-multik for a photo in no such group); "-pw<w>" mixes in the plain multi-k score, weight w.
+_R4_PLAIN = {"-p10": (10,), "-p3.10.50": (3, 10, 50)}
+for _q in (0.25, 0.5, 0.75, 0.9):  # first grid: every group of 2..cap photos left out
+    for _mult in (1.0, 1.25, 1.5):
+        for _cap in (30, 60):
+            for _ko in (5, 10, 20):
+                CANDIDATES[f"r4-g{_q}x{_mult}c{_cap}k{_ko}-out"] = M.group_method(
+                    _ko, _q, _mult, _cap, (10,), "out"
+                )
+                for _fu in ("mean", "max"):
+                    for _pn, _ps in _R4_PLAIN.items():
+                        CANDIDATES[f"r4-g{_q}x{_mult}c{_cap}k{_ko}-{_fu}{_pn}"] = M.group_method(
+                            _ko, _q, _mult, _cap, _ps, _fu
+                        )
+for _q in (0.75, 0.9, 0.95):  # groups of at least smin photos
+    for _mult in (1.0, 1.1, 1.25, 1.5):
+        for _cap in (30, 60):
+            for _sm in (5, 8, 10, 12, 16):
+                for _ko in (10, 20):
+                    _g = f"r4-g{_q}x{_mult}c{_cap}s{_sm}k{_ko}"
+                    CANDIDATES[f"{_g}-out"] = M.group_method(_ko, _q, _mult, _cap, (10,), "out", smin=_sm)
+                    CANDIDATES[f"{_g}-mean-p3.10.50"] = M.group_method(
+                        _ko, _q, _mult, _cap, (3, 10, 50), "mean", smin=_sm
+                    )
+                    CANDIDATES[f"{_g}-max-p10"] = M.group_method(_ko, _q, _mult, _cap, (10,), "max", smin=_sm)
+                    CANDIDATES[f"{_g}-max-p3.10.50"] = M.group_method(
+                        _ko, _q, _mult, _cap, (3, 10, 50), "max", smin=_sm
+                    )
+                    for _w in (1, 2, 3):
+                        CANDIDATES[f"{_g}-w{_w}-p3.10.50"] = M.group_method(
+                            _ko, _q, _mult, _cap, (3, 10, 50), "mean", w_out=_w, smin=_sm
+                        )
+for _q in (0.75, 0.85, 0.9, 0.95):  # group-aware multi-k
+    for _mult in (1.0, 1.05, 1.1, 1.15, 1.25, 1.5):
+        for _cap in (30, 45, 60, 100):
+            for _sm in (8, 10, 12, 14, 16):
+                for _dup in (None, 0.25, 0.3, 0.35):
+                    _g = f"r4-gm{_q}x{_mult}c{_cap}s{_sm}" + ("" if _dup is None else f"d{_dup}")
+                    CANDIDATES[_g] = M.group_multik_method(_q, _mult, _cap, _sm, dup=_dup)
+                    for _w in (0.1, 0.25, 0.5):
+                        CANDIDATES[f"{_g}-pw{_w}"] = M.group_multik_method(
+                            _q, _mult, _cap, _sm, plain_w=_w, dup=_dup
+                        )
+                    if _dup is None:
+                        CANDIDATES[f"{_g}-k10k50"] = M.group_multik_method(_q, _mult, _cap, _sm, (10, 50))
+for _t in (0.65, 0.7, 0.75, 0.8, 0.85, 0.9):  # an absolute linkage threshold
+    for _cap in (30, 45):
+        for _sm in (10, 12, 14):
+            for _dup in (0.25, 0.3, 0.35):
+                CANDIDATES[f"r4-gmt{_t}c{_cap}s{_sm}d{_dup}"] = M.group_multik_method(
+                    None, _t, _cap, _sm, dup=_dup
+                )
+# several absolute thresholds, the max over them: "r4-gmm<t1>_<t2>...c<cap>s<smin>d<dup>"
+for _ts in ((0.6, 0.7, 0.8), (0.7, 0.8), (0.65, 0.75, 0.85), (0.6, 0.7, 0.8, 0.9), (0.7, 0.75, 0.8)):
+    for _sm in (12, 14):
+        for _cap in (30, 45):
+            CANDIDATES[f"r4-gmm{'_'.join(map(str, _ts))}c{_cap}s{_sm}d0.3"] = M.group_multik_multi_method(
+                _ts, _cap, _sm, 0.3
+            )
 METHODS = {**ABLATIONS, **CANDIDATES}
 BASELINE = "knn-cos@po"  # the best single baseline: paired differences are taken against it
 

@@ -564,3 +564,159 @@ def fused_method(
         return _finish(out, f, k)
 
     return run
+
+
+# --------------------------------------------------------------------------- round four: groups of odd photos
+
+
+def knn_groups(f: dict, name: str, q: float | None, mult: float) -> np.ndarray:
+    """Tight groups: connected components of the k-NN graph (``view_knn``, KS_MAX neighbours) keeping
+    the edges shorter than ``mult`` x the ``q`` quantile of the library's own 1-NN distances (q None:
+    shorter than ``mult`` itself, a distance between unit vectors), i.e. single linkage at that
+    threshold, limited to the k-NN graph so that it scales. -> component id per row."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    def make() -> np.ndarray:
+        d, idx = view_knn(f, name)
+        n = len(d)
+        t = mult if q is None else mult * np.quantile(d[:, 0], q)
+        keep = d.ravel() < t
+        rows = np.repeat(np.arange(n), d.shape[1])[keep]
+        g = csr_matrix((np.ones(int(keep.sum())), (rows, idx.ravel()[keep])), shape=(n, n))
+        return connected_components(g, directed=False)[1]
+
+    return _memo(f, ("groups", name, q, mult), make)
+
+
+def outside_score(f: dict, name: str, k: int, q: float, mult: float, cap: int, smin: int = 2) -> np.ndarray:
+    """Mean distance to the k nearest photos OUTSIDE the photo's own tight group (``knn_groups``); a
+    group larger than ``cap`` photos or smaller than ``smin`` is not excluded (the photo keeps its plain
+    k-NN score: a group smaller than k does not fill its own neighbourhood anyway). A batch of
+    similar odd photos then scores by how far it lies from everything else, not by how close its
+    members are to one another; a burst of an ordinary scene by its distance to other ordinary scenes."""
+    d, idx = view_knn(f, name)
+    lab = knn_groups(f, name, q, mult)
+    size = np.bincount(lab)[lab]
+    cap = min(cap, d.shape[1] - k)  # at most cap - 1 members in a row's list: k others always remain
+    excl = (lab[idx] == lab[:, None]) & (size[:, None] <= cap) & (size[:, None] >= smin)
+    dm = np.where(excl, np.inf, d)
+    first = np.sort(dm, axis=1)[:, :k]
+    return first.mean(1)
+
+
+def group_method(
+    k_out: int = KNN_K,
+    q: float = 0.5,
+    mult: float = 1.0,
+    cap: int = 60,
+    ks: tuple[int, ...] = (KNN_K,),
+    fuse: str = "mean",
+    view_name: str = "po",
+    w_out: float = 1.0,
+    smin: int = 2,
+) -> Callable:
+    """Group-aware k-NN: rank percentile of ``outside_score`` fused (``fuse``: mean / max) with the
+    rank percentiles of the plain k-NN scores at ``ks`` (their mean first); ``w_out`` weighs the
+    outside term in the mean. The K picks are the plain top K of the fused score."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        out = rank_pct(outside_score(f, view_name, k_out, q, mult, cap, smin))
+        plain = np.mean([rank_pct(knn_score(f, view_name, kk)) for kk in ks], axis=0)
+        if fuse == "mean":
+            score = (w_out * out + plain) / (1 + w_out)
+        elif fuse == "out":
+            score = out
+        else:
+            score = _fuse(np.stack([out, plain]), fuse)
+        return _finish(score, f, k)
+
+    return run
+
+
+GROUP_NN = 160  # neighbours kept for the group-aware scores: a group of up to cap members plus 50 outside
+
+
+def distinct_count(f: dict, name: str, lab: np.ndarray, dup: float) -> np.ndarray:
+    """Per row: how many distinct photos its group ``lab`` holds, near-duplicates (frames of one burst,
+    closer than ``dup`` between unit vectors, chained) counted once."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    d, idx = view_knn(f, name)
+    n = len(d)
+    keep = d.ravel() < dup
+    rows = np.repeat(np.arange(n), d.shape[1])[keep]
+    g = csr_matrix((np.ones(int(keep.sum())), (rows, idx.ravel()[keep])), shape=(n, n))
+    fine = connected_components(g, directed=False)[1]
+    pairs = np.unique(np.stack([lab, fine], 1), axis=0)  # (group, fine component) pairs
+    return np.bincount(pairs[:, 0], minlength=lab.max() + 1)[lab]
+
+
+def outside_knn_scores(
+    f: dict,
+    name: str,
+    ks: tuple[int, ...],
+    q: float,
+    mult: float,
+    cap: int,
+    smin: int,
+    dup: float | None = None,
+) -> list[np.ndarray]:
+    """Per k in ``ks``: mean distance to the k nearest photos outside the photo's own tight group
+    (``knn_groups``) when that group holds smin..cap photos (with ``dup``: smin distinct photos,
+    ``distinct_count``); every other photo keeps its plain k-NN score. The neighbour lists hold
+    GROUP_NN others, so cap + max(ks) <= GROUP_NN + 1 is required."""
+    if cap - 1 + max(ks) > GROUP_NN:
+        raise ValueError(f"cap {cap} + k {max(ks)} needs more than {GROUP_NN} neighbours")
+    d, idx = _memo(f, ("view-knn-wide", name), lambda: knn(view(f, name), GROUP_NN))
+    lab = knn_groups(f, name, q, mult)
+    size = np.bincount(lab)[lab]
+    many = size if dup is None else distinct_count(f, name, lab, dup)
+    excl = (lab[idx] == lab[:, None]) & (size[:, None] <= cap) & (many[:, None] >= smin)
+    srt = np.sort(np.where(excl, np.inf, d), axis=1)
+    return [srt[:, :kk].mean(1) for kk in ks]
+
+
+def group_multik_method(
+    q: float = 0.9,
+    mult: float = 1.25,
+    cap: int = 60,
+    smin: int = 12,
+    ks: tuple[int, ...] = (3, 10, 50),
+    plain_w: float = 0.0,
+    kfuse: str = "mean",
+    dup: float | None = None,
+) -> Callable:
+    """Group-aware multi-k: the rank percentiles of ``outside_knn_scores`` at ``ks``, fused by
+    ``kfuse``; plain_w > 0 mixes in the plain multi-k score (weight plain_w against 1). A photo outside
+    any mid-size tight group scores as knn-cos-multik does; a member of one (a batch of screenshots, a
+    set of nebulae) is scored by how far the rest of the library lies from its group."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        parts = outside_knn_scores(f, "po", ks, q, mult, cap, smin, dup)
+        score = _fuse(np.stack([rank_pct(p) for p in parts]), kfuse)
+        if plain_w > 0:
+            plain = np.mean([rank_pct(knn_score(f, "po", kk)) for kk in ks], axis=0)
+            score = (score + plain_w * plain) / (1 + plain_w)
+        return _finish(score, f, k)
+
+    return run
+
+
+def group_multik_multi_method(
+    ts: tuple[float, ...], cap: int = 30, smin: int = 14, dup: float = 0.3, ks: tuple[int, ...] = (3, 10, 50)
+) -> Callable:
+    """Group-aware multi-k over several absolute linkage thresholds ``ts``: per threshold the score of
+    ``group_multik_method`` (rank percentiles), the photo's score the max over thresholds. A photo in no
+    qualifying group at any threshold keeps the plain multi-k score; a batch found at any threshold
+    scores as the most isolated of the groups it belongs to."""
+
+    def run(f: dict, k: int, seed: int) -> Scored:
+        per_t = []
+        for t in ts:
+            parts = outside_knn_scores(f, "po", ks, None, t, cap, smin, dup)
+            per_t.append(_fuse(np.stack([rank_pct(p) for p in parts]), "mean"))
+        return _finish(np.max(np.stack(per_t), axis=0), f, k)
+
+    return run
