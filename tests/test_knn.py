@@ -108,6 +108,26 @@ def test_knn_scores_bounds_then_exact():
     np.testing.assert_allclose(small.values, brute(x[:500], np.arange(500), 10).mean(1), rtol=1e-4)
 
 
+def test_knn_scores_at_several_neighbour_counts_bound_then_exact():
+    """``means_at``: the mean distance to the 3, 10 and 50 nearest from one search for 50: each an upper
+    bound of the exact one past the limit, exact where made exact, and all exact within the limit."""
+    x = clustered(3000, 6, seed=7)
+    d = brute(x, np.arange(3000), 50)
+    exact = np.stack([d[:, :k].mean(1) for k in (3, 10, 50)], axis=1)  # (N, 3)
+    s = knn.KnnScores.build(x, 50, exact_max_n=1000, means_at=(3, 10, 50))
+    assert s.at.shape == (3000, 3) and not s.exact.any()
+    assert np.all(s.at >= exact * (1 - 1e-5))
+    rows = np.array([0, 5, 2999])
+    s.make_exact(rows)
+    np.testing.assert_allclose(s.at[rows], exact[rows], rtol=1e-4)
+    np.testing.assert_allclose(s.values[rows], exact[rows, 2], rtol=1e-4)
+    small = knn.KnnScores.build(x[:400], 50, means_at=(3, 10, 50))
+    d_small = brute(x[:400], np.arange(400), 50)
+    want = np.stack([d_small[:, :k].mean(1) for k in (3, 10, 50)], axis=1)
+    assert small.exact.all()
+    np.testing.assert_allclose(small.at, want, rtol=1e-4)
+
+
 def _lower_space(x, dims):
     """Principal coordinates plus residual norm: distances there are at most those in x."""
     from novelfind.pca import principal_space
