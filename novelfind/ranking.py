@@ -10,8 +10,8 @@ the same vectors in chunks, the picks, their scores, neighbours and distances ar
 Methods (``METHODS``):
 
 - ``cosine-knn`` (default): the mean distance to the ``KNN_K`` nearest other rows, the rows scaled to
-  unit length first (a monotone function of the mean cosine distance: the score embedding tools
-  compute, cleanlab's out-of-distribution score among them). On the pooled MobileNet-V2 vector
+  unit length first (each distance is sqrt(2 - 2 cos): the k-NN score embedding tools compute;
+  cleanlab's out-of-distribution score averages the cosine distances to the same neighbours). On the pooled MobileNet-V2 vector
   (``METHOD_FEATURE``) it is the best method measured on the benchmark's test split (README,
   "Quality"): it beats IsolationForest, the ADS blend (the earlier default) and Algorithm 1, and no
   candidate chosen on the dev split beat it on test. The neighbour search is the certified one of
