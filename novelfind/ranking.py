@@ -11,11 +11,12 @@ Methods (``METHODS``):
 
 - ``cosine-knn`` (default): the mean distance to the ``KNN_K`` nearest other rows, the rows scaled to
   unit length first (each distance is sqrt(2 - 2 cos): the k-NN score embedding tools compute;
-  cleanlab's out-of-distribution score averages the cosine distances to the same neighbours). On the pooled MobileNet-V2 vector
-  (``METHOD_FEATURE``) it is the best method measured on the benchmark's test split (README,
-  "Quality"): it beats IsolationForest, the ADS blend (the earlier default) and Algorithm 1, and no
-  candidate chosen on the dev split beat it on test. The neighbour search is the certified one of
-  ``knn`` below (exact up to ``novelfind.knn.EXACT_MAX_N`` rows, bounds and an exact top above).
+  cleanlab's out-of-distribution score averages the cosine distances to the same neighbours). On
+  the pooled MobileNet-V2 vector (``METHOD_FEATURE``) it is the best method measured on the
+  benchmark's test split (README, "Quality"): it beats IsolationForest, the ADS blend (the earlier
+  default) and Algorithm 1, and no candidate chosen on the dev split beat it on test by a margin
+  that counts. The neighbour search is the certified one of ``knn`` below (exact up to
+  ``novelfind.knn.EXACT_MAX_N`` rows, bounds and an exact top above).
 - ``multiscale-knn``: cosine k-NN at several neighbourhood sizes, fused by rank
   (``multiscale_scores``). For each k in ``MULTISCALE_K`` (3, 10, 50) every row gets the mean distance
   to its k nearest other rows, turned into a rank percentile; the score is the mean of the
@@ -57,6 +58,7 @@ Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps 
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 import os
 from collections.abc import Callable
@@ -373,7 +375,7 @@ def multiscale_scores(x: np.ndarray | FeatureSource, ks: tuple[int, ...] = MULTI
     near-duplicate pass reads is exact; the percentiles are taken over the exact scores of those rows
     and the bounds of the others, which are the same from a matrix and from chunks).
     """
-    src = x if isinstance(x, UnitSource) else UnitSource(as_source(x))
+    src = unit_source(x)
     if src.n == 1:
         return Scores.of(np.ones(1, dtype=np.float32))
     space = principal(src)
@@ -383,9 +385,12 @@ def multiscale_scores(x: np.ndarray | FeatureSource, ks: tuple[int, ...] = MULTI
         pct = [rank_percentiles(dens.at[:, s]) for s in range(dens.at.shape[1])]
         return np.mean(pct, axis=0).astype(np.float32)
 
-    return Scores(
-        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats, space=space
-    )
+    return dataclasses.replace(Scores.of_density(dens, space), current=current)
+
+
+def unit_source(x: np.ndarray | FeatureSource) -> UnitSource:
+    """x's rows scaled to unit length (x itself when it is already such a source)."""
+    return x if isinstance(x, UnitSource) else UnitSource(as_source(x))
 
 
 def knn_method_scores(x: np.ndarray | FeatureSource, neighbours: int = KNN_K) -> Scores:
@@ -505,8 +510,7 @@ def method_scores(
     """Score every image with ``method`` for ``k`` picks (higher = more novel); see ``Scores``.
     ``support``: the ADS support of ``ads-paper`` (default k)."""
     if method == "cosine-knn":
-        dens, space = density(x if isinstance(x, UnitSource) else UnitSource(as_source(x)), KNN_K)
-        return Scores.of_density(dens, space)
+        return Scores.of_density(*density(unit_source(x), KNN_K))
     if method == "multiscale-knn":
         return multiscale_scores(x)
     if method == "ads":
