@@ -47,7 +47,7 @@ MAX_PIXELS_PER_BYTE = 4096
 ImageFile.LOAD_TRUNCATED_IMAGES = False
 
 _PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-_HEIF_SUFFIXES = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
+HEIF_EXTENSIONS = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
 _AVIF_SUFFIXES = frozenset({".avif"})  # read by Pillow itself when built with libavif (Pillow >= 11.2)
 
 
@@ -62,7 +62,7 @@ def _avif_available() -> bool:
 
 # The one list of what novelfind reads (lower case, with the dot): the walk offers exactly these files.
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(_PILLOW_EXTENSIONS).union(
-    _HEIF_SUFFIXES if extras.available("pillow_heif") else (), _AVIF_SUFFIXES if _avif_available() else ()
+    HEIF_EXTENSIONS if extras.available("pillow_heif") else (), _AVIF_SUFFIXES if _avif_available() else ()
 )
 
 
@@ -157,7 +157,7 @@ def _short(e: BaseException) -> str:
 def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image.Image:
     """Decode ``path`` to an RGB image with EXIF orientation applied, reduced but never below ``min_side``."""
     path = Path(path)
-    if path.suffix.lower() in _HEIF_SUFFIXES:
+    if path.suffix.lower() in HEIF_EXTENSIONS:
         _register_heif()
     return _decode_bytes(read_bytes(path), path.name, min_side)
 
@@ -199,7 +199,7 @@ def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Imag
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
     if not data:
         raise DecodeError("empty file")
-    if Path(name).suffix.lower() in _HEIF_SUFFIXES or data[4:8] == b"ftyp":
+    if Path(name).suffix.lower() in HEIF_EXTENSIONS or data[4:8] == b"ftyp":
         _register_heif()
     try:
         return _open_decoded(io.BytesIO(data), name, min_side)
@@ -340,7 +340,7 @@ def image_info(path: str | os.PathLike) -> dict:
     info: dict = {"width": None, "height": None, "taken": None}
     path = Path(path)
     try:
-        if path.suffix.lower() in _HEIF_SUFFIXES:
+        if path.suffix.lower() in HEIF_EXTENSIONS:
             _register_heif()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -18,6 +18,7 @@ import dataclasses
 import inspect
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -225,24 +226,34 @@ class _Scan:
 
     def find_photos(self) -> PhotoList:
         """The photos under the paths, in walk order, without the files novelfind wrote itself; twins
-        (RAW + JPEG) are one photo (:class:`novelfind.pairs.PhotoList`)."""
+        (RAW + JPEG) are one photo (:class:`novelfind.pairs.PhotoList`). What the walk or this installation
+        left out (RAW files without LibRaw, HEIC without pillow-heif, video clips) is one warning line per
+        kind, with the count and the reason; with no photo left, the error says it instead."""
         p = self.params
         own = OwnOutputs(p.outputs())
-        walked = walk.walk(p.paths, exclude=p.exclude, follow_symlinks=p.follow_symlinks, on_error=self.fail)
+        skipped: Counter[str] = Counter()
+        walked = walk.walk(
+            p.paths,
+            exclude=p.exclude,
+            follow_symlinks=p.follow_symlinks,
+            on_error=self.fail,
+            on_skipped=lambda kind: skipped.update((kind,)),
+        )
         photos = PhotoList.from_walk((f for f in walked if not own.contains(f.path)), self.walk_progress)
         self.progress("walk", photos.file_count())
         photos, left_out = photos.readable()
-        message = ""
+        messages = [walk.skipped_message(kind, count) for kind, count in sorted(skipped.items())]
         if left_out:
-            message = (
+            messages.insert(
+                0,
                 f"{left_out} RAW file{'' if left_out == 1 else 's'} without a JPEG twin left out: "
-                "RAW support is not installed (pip install 'novelfind[raw]')"
+                "RAW support is not installed (pip install 'novelfind[raw]')",
             )
-            if photos:
-                self.warn(message)
         if not photos:
             where = ", ".join(str(path) for path in p.paths)
-            raise NovelfindError(f"no images found in {where}" + (f" ({message})" if message else ""))
+            raise NovelfindError(f"no images found in {where}" + "".join(f" ({m})" for m in messages))
+        for message in messages:
+            self.warn(message)
         return photos
 
     def extract(

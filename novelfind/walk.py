@@ -9,6 +9,11 @@ and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support i
 next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
 LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
 out (``run.py``), with one warning that says how many and how to read them.
+
+Files of a kind a photo library holds but this installation does not rank are not offered either, but
+never dropped in silence: the walk passes each to ``on_skipped`` with its kind (``SKIPPED_KINDS``), so
+the scan can say how many it left out and why, in one line per kind. They are HEIC/HEIF files without
+pillow-heif and video clips (``VIDEO_EXTENSIONS``).
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ from pathlib import Path
 
 import numpy as np
 
-from novelfind.decode import IMAGE_EXTENSIONS
+from novelfind.decode import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
 from novelfind.errors import InputError
 from novelfind.raw import RAW_EXTENSIONS
 
 OnError = Callable[[Path, str], None]
+OnSkipped = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,16 @@ class ImageFile:
 
 
 WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
+# Phone and camera clips: recognised so that a scan can count them, not ranked.
+VIDEO_EXTENSIONS: frozenset[str] = frozenset(
+    {".mp4", ".mov", ".m4v", ".3gp", ".mts", ".m2ts", ".avi", ".mkv", ".webm"}
+)
+# What the scan says about the files of each kind the walk skipped (``skipped_kind``): the noun, and why
+# they were left out, with the install hint where installing something would read them.
+SKIPPED_KINDS: dict[str, tuple[str, str]] = {
+    "heif": ("HEIC/HEIF file", "HEIC support is not installed (pip install 'novelfind[heif]')"),
+    "video": ("video clip", "video clips are not ranked yet"),
+}
 
 
 class FileList(Sequence[ImageFile]):
@@ -172,6 +188,24 @@ def is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS
 
 
+def skipped_kind(name: str) -> str | None:
+    """The ``SKIPPED_KINDS`` key of a file the walk does not offer but a scan should count, else None:
+    ``"heif"`` for a HEIC/HEIF file without pillow-heif, ``"video"`` for a video clip."""
+    suffix = os.path.splitext(name)[1].lower()
+    if suffix in HEIF_EXTENSIONS and suffix not in WALKED_EXTENSIONS:
+        return "heif"
+    if suffix in VIDEO_EXTENSIONS and suffix not in WALKED_EXTENSIONS:
+        return "video"
+    return None
+
+
+def skipped_message(kind: str, count: int) -> str:
+    """One line for ``count`` skipped files of ``kind``: ``3 video clips left out: video clips are not
+    ranked yet``."""
+    noun, why = SKIPPED_KINDS[kind]
+    return f"{count:,} {noun}{'' if count == 1 else 's'} left out: {why}"
+
+
 class _Excluder:
     """``--exclude`` globs, matched like shell patterns (case-sensitive, ``*`` also crosses ``/``).
 
@@ -231,6 +265,7 @@ def walk(
     exclude: Iterable[str] = (),
     follow_symlinks: bool = False,
     on_error: OnError | None = None,
+    on_skipped: OnSkipped | None = None,
 ) -> Iterator[ImageFile]:
     """Yield the image files under ``roots``, depth first, sorted by name within each folder.
 
@@ -246,12 +281,13 @@ def walk(
     A folder that cannot be listed (also one removed since its parent was listed) or an entry that
     cannot be inspected is passed to ``on_error(path, reason)`` and skipped; files that vanish
     during the walk are skipped silently. Files are never opened here: an unreadable file is the
-    decoder's to report.
+    decoder's to report. A file of a kind the scan counts but does not read (``skipped_kind``: HEIC
+    without pillow-heif, video clips) is passed to ``on_skipped(kind)`` instead of being yielded.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     checked = [_check_root(root) for root in roots]
-    return _walk(checked, _Excluder(exclude), follow_symlinks, on_error)
+    return _walk(checked, _Excluder(exclude), follow_symlinks, on_error, on_skipped)
 
 
 def _walk(
@@ -259,6 +295,7 @@ def _walk(
     excluder: _Excluder,
     follow_symlinks: bool,
     on_error: OnError | None,
+    on_skipped: OnSkipped | None = None,
 ) -> Iterator[ImageFile]:
     seen_dirs: set[tuple[int, int]] = set()
     seen_files: set[tuple[int, int]] = set()
@@ -317,6 +354,9 @@ def _walk(
                     continue
                 is_dir = entry.is_dir()  # follows a link (only reached when following links)
                 if not is_dir and not is_image_name(name):
+                    kind = skipped_kind(name) if on_skipped is not None else None
+                    if kind is not None and not excluder.excluded(name, rel, entry.path, False):
+                        on_skipped(kind)
                     continue
                 if excluder and excluder.excluded(name, rel, entry.path, is_dir):
                     continue
