@@ -636,20 +636,38 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
-    def count_by_stat(self, files: Sequence[ImageFile], model_key: str) -> int:
-        """How many of ``files`` (unchanged since read) have a vector under ``model_key``, any model's."""
+    def digests_under(self, files: Sequence[ImageFile], model_key: str) -> DigestSet:
+        """The digests of those of ``files`` (unchanged since read) that have a vector under ``model_key``,
+        any model's: what an earlier version stored for them. Byte-identical copies give one digest."""
         stats = _stat_keys(files)
-        found: set[tuple[bytes, int, int]] = set()
         sql = (
-            "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+            "SELECT f.path, f.size, f.mtime_ns, f.digest FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
         )
         try:
             with self._lock:
-                found.update(self._select_in(sql, (model_key,), (p for p, _, _ in stats)))
+                rows = self._select_in(sql, (model_key,), (p for p, _, _ in stats))
+                found = {row[:3]: row[3] for row in rows}
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        return sum(1 for record in stats if record in found)
+        return DigestSet({found[record] for record in stats if record in found})
+
+    def photos_without(self, model_key: str, usable: Iterable[str]) -> int:
+        """How many contents (distinct digests of files the cache knows) have a vector under ``model_key``
+        but none under any ``usable`` key: the photos a scan must extract again when ``model_key`` is a
+        kind of vector it cannot use (``novelfind cache info``)."""
+        keys = list(dict.fromkeys(usable))
+        marks = ",".join("?" * len(keys)) or "NULL"
+        sql = (
+            "SELECT count(DISTINCT v.digest) FROM vectors v WHERE v.model_key = ? "
+            "AND v.digest IN (SELECT digest FROM files) "
+            f"AND NOT EXISTS (SELECT 1 FROM vectors u WHERE u.digest = v.digest AND u.model_key IN ({marks}))"
+        )
+        try:
+            with self._lock:
+                return int(self._conn.execute(sql, (model_key, *keys)).fetchone()[0])
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
 
     # -- writes --------------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import click
 
-from novelfind import __version__, dirs, params, run
+from novelfind import __version__, dirs, features, params, run
 from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
@@ -657,14 +657,34 @@ def cache_info(cache_path: Path | None) -> int:
             "deletes it and starts a new one (the next scan moves it aside and starts a new one)"
         )
         return int(ExitCode.ERROR)
+    current, former = features.model_key_for(), features.former_keys()
     with _existing_cache(path) as store:
         info = store.info()
+        models = sorted(info["models"].items())
+        usable = (current, *former.same)
+        # vectors this version's model made under another layout or preprocessing: not read, only replaced
+        stale = {key: store.photos_without(key, usable) for key, _ in models
+                 if features.same_weights(key) and key not in usable}
     click.echo(f"path\t{info['path']}")
     click.echo(f"vectors\t{info['entries']}")
     click.echo(f"files\t{info['files']}")
     click.echo(f"bytes\t{info['size_bytes']}")
-    for key, count in sorted(info["models"].items()):
+    for key, count in models:
         click.echo(f"model\t{key}\t{count}")
+    for key, count in models:
+        if key in former.same:
+            click.echo(f"upgrade\t{key}\t{count}\tthe next scan renames these in place; nothing is read "
+                       "again")
+        elif key in stale:
+            click.echo(f"stale\t{key}\t{count}\tthis version cannot use them; {plural(stale[key], 'photo')} "
+                       "to extract again")
+    again = sum(stale.values())
+    if again:
+        Console(False).note(
+            f"{plural(again, 'photo')} in this cache {'has' if again == 1 else 'have'} only vectors an "
+            "earlier version made, which this one cannot use: the next scan of their library extracts them "
+            "again (about as long as a first scan) and drops the old entries"
+        )
     return 0
 
 

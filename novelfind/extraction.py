@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor
 from novelfind.raw import read_any_for_model
@@ -174,6 +175,8 @@ class Stage:
         self.batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels) for the model
         self.rows: list[tuple[Any, str, np.ndarray]] = []  # (file, digest, vector) for the next commit
         self.moved = 0  # of self.rows, reused vectors of moved files (their commit may wait)
+        self.former_kind = DigestSet()  # digests the cache held only an earlier kind of vector for
+        self.again = 0  # of self.extracted, files with such a digest
         self.cache_writable = True
         self.reported = 0  # files resolved when progress was last reported
         self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
@@ -219,23 +222,21 @@ class Stage:
         return [key for key in former.other if key in held]
 
     def retire(self, keys: list[str], misses: list[int]) -> None:
-        """Say how many of the ``misses`` are extracted again because the cache held only vectors of another
-        kind for them (one notice), then drop those vectors: this version never reads them."""
-        again = 0
+        """Remember which of the ``misses`` the cache held only vectors of another kind for (by digest, so
+        that the notice :meth:`result` gives counts what the model really extracted again, as the summary
+        does: byte-identical copies are read once), then drop those vectors: this version never reads them.
+        """
+        held: set[str] = set()
         try:
             for key in keys:
                 for start in range(0, len(misses), STAT_CHUNK):
                     chunk = self.files.take(misses[start : start + STAT_CHUNK])
-                    again += self.cache.count_by_stat(chunk, key)
+                    held.update(self.cache.digests_under(chunk, key))
             for key in keys:
                 self.cache.drop_model(key)
         except CacheError as err:
             self._warn(f"{err}; its vectors of an earlier version are left as they are")
-        if again:
-            self._warn(
-                f"{again:,} photo{'s are' if again != 1 else ' is'} extracted again: the cache held "
-                "only their classifier output, and novelfind now keeps the pooled vector (one per photo)"
-            )
+        self.former_kind = DigestSet(held)
 
     # -- steps 2-4 on this machine: decode, reuse by digest, infer in batches
 
@@ -291,6 +292,7 @@ class Stage:
                 vec = self.stored(vec)
             self._fill(i, vec)
             self.extracted += 1
+            self.again += digest in self.former_kind
             self.rows.append((self.files[i], digest, vec))
         else:
             self.fail(i, "model produced non-finite values")
@@ -352,6 +354,13 @@ class Stage:
         self.done[i] = True
 
     def result(self) -> Extraction:
+        """What the extraction made; first the one notice of photos extracted again (:meth:`retire`)."""
+        if self.again:
+            self._warn(
+                f"{self.again:,} photo{'s were' if self.again != 1 else ' was'} extracted again: the "
+                "cache held only their classifier output (an earlier version's), and novelfind now keeps "
+                "the pooled vector (one per photo)"
+            )
         keep = np.flatnonzero(self.done)
         features = self.matrix
         if features is not None and len(keep) < len(self.files):

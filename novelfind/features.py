@@ -194,6 +194,12 @@ def model_key_for(*, weights_sha256: str = WEIGHTS_SHA256, layout: str = LAYOUT)
     return f"mobilenet_v2:{weights_sha256[:16]}:{layout}:p{PREPROCESS_VERSION}"
 
 
+def same_weights(key: str, weights_sha256: str = WEIGHTS_SHA256) -> bool:
+    """Whether a cache's model key names vectors these weights made, in any layout or preprocessing
+    version (``novelfind cache info`` tells those this version cannot use from another model's)."""
+    return key.startswith(f"mobilenet_v2:{weights_sha256[:16]}:")
+
+
 @dataclass(frozen=True)
 class FormerKeys:
     """The model keys earlier versions stored vectors of these weights and preprocessing under (one per

@@ -107,15 +107,15 @@ def test_vectors_of_another_length_are_never_renamed(tmp_path):
         assert store.info()["models"] == {OLD_POOLED: 1, NEW: 1}
 
 
-def test_count_by_stat_and_drop_model(tmp_path):
+def test_digests_under_and_drop_model(tmp_path):
     files = library(tmp_path / "lib", 3)
     path = tmp_path / "c.sqlite"
     write_old(path, OLD_LOGITS, [(files[0], np.full(2, SENTINEL)), (files[2], np.full(2, SENTINEL))])
     with FeatureCache(path, NEW) as store:
-        assert store.count_by_stat(files, OLD_LOGITS) == 2
-        assert store.count_by_stat(files, NEW) == 0
+        assert set(store.digests_under(files, OLD_LOGITS)) == {digest_of(files[0]), digest_of(files[2])}
+        assert len(store.digests_under(files, NEW)) == 0
         assert store.drop_model(OLD_LOGITS) == 2
-        assert store.count_by_stat(files, OLD_LOGITS) == 0
+        assert len(store.digests_under(files, OLD_LOGITS)) == 0
         assert store.info()["models"] == {} and store.info()["entries"] == 0
 
 
@@ -140,8 +140,8 @@ def test_a_cache_of_the_earlier_version_is_upgraded_or_extracted_again_with_one_
         assert store.info()["models"] == {NEW: 6}  # upgraded, re-extracted; the old entries dropped
     assert (res.from_cache, res.extracted, model.images) == (3, 3, 3)
     assert notes == [
-        "2 photos are extracted again: the cache held only their classifier output, and novelfind "
-        "now keeps the pooled vector (one per photo)"
+        "2 photos were extracted again: the cache held only their classifier output (an earlier "
+        "version's), and novelfind now keeps the pooled vector (one per photo)"
     ]
     assert res.features.shape == (6, 2)
     np.testing.assert_allclose(res.features, model.head(pooled), rtol=1e-5)  # never the old output
@@ -212,7 +212,72 @@ def test_the_command_line_says_it_once_on_stderr(tmp_path, monkeypatch):
     result = CliRunner().invoke(cli, ["scan", str(tmp_path / "lib"), "--k", "2", "--cache", str(cache)])
     assert result.exit_code == 0, result.stderr
     assert [line for line in result.stderr.splitlines() if "extracted again" in line] == [
-        "warning: 4 photos are extracted again: the cache held only their classifier output, and novelfind "
-        "now keeps the pooled vector (one per photo)"
+        "warning: 4 photos were extracted again: the cache held only their classifier output (an earlier "
+        "version's), and novelfind now keeps the pooled vector (one per photo)"
     ]
     assert len(result.stdout.splitlines()) == 2 and "extracted again" not in result.stdout
+
+
+def test_the_notice_counts_what_the_summary_counts_when_copies_share_their_bytes(tmp_path, monkeypatch):
+    """Byte-identical copies are one content: the notice and the summary's "extracted" agree."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    import novelfind.features
+    from novelfind.cli import cli
+
+    lib = tmp_path / "lib"
+    files = library(lib, 4)
+    for f in files[:2]:  # copies in another folder, read in another batch than their originals
+        (lib / "zz-copies").mkdir(exist_ok=True)
+        shutil.copy2(f.path, lib / "zz-copies" / f.path.name)
+    model = PooledFake()
+    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: model)
+    cache = tmp_path / "c.sqlite"
+    copies = [ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(lib.glob("zz-copies/*"))]
+    write_old(cache, OLD_LOGITS, [(f, np.full(2, SENTINEL)) for f in files + copies])
+    result = CliRunner().invoke(
+        cli, ["scan", str(lib), "--k", "2", "--cache", str(cache), "--batch-size", "2", "--workers", "0"]
+    )
+    assert result.exit_code == 0, result.stderr
+    notice = [line for line in result.stderr.splitlines() if "extracted again" in line]
+    summary = result.stderr.splitlines()[-1]
+    extracted = int(summary.split(" extracted")[0].rsplit(" ", 1)[1])
+    assert notice and notice[0].startswith(f"warning: {extracted} photos were extracted again")
+    assert summary.startswith("6 photos (6 files) found, 2 read from cache, 4 extracted, 0 failed")
+
+
+def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_path):
+    """An earlier version's classifier outputs are listed as stale with the photos to extract again
+    (byte-identical copies once); its pooled vectors as renamed in place; another model's left alone."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from novelfind import features
+    from novelfind.cli import cli
+
+    lib = tmp_path / "lib"
+    files = library(lib, 4)
+    copy = lib / "copy.jpg"
+    shutil.copy2(files[0].path, copy)
+    files.append(ImageFile(copy, copy.stat().st_size, copy.stat().st_mtime_ns))
+    current, former = features.model_key_for(), features.former_keys()
+    (logits,), (pooled,) = former.other, former.same
+    cache = tmp_path / "c.sqlite"
+    write_old(cache, logits, [(f, np.full(2, SENTINEL)) for f in files])
+    write_old(cache, pooled, [(files[3], np.full(6, 1.0))])  # one photo also scanned with --feature pooled
+    write_old(cache, "another-model", [(files[1], np.full(3, 1.0))])
+    result = CliRunner().invoke(cli, ["cache", "info", "--cache", str(cache)])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert f"stale\t{logits}\t4\tthis version cannot use them; 3 photos to extract again" in lines
+    assert f"upgrade\t{pooled}\t1\tthe next scan renames these in place; nothing is read again" in lines
+    assert not [line for line in lines if "another-model" in line and not line.startswith("model\t")]
+    assert result.stderr == (
+        "note: 3 photos in this cache have only vectors an earlier version made, which this one cannot use: "
+        "the next scan of their library extracts them again (about as long as a first scan) and drops the "
+        "old entries\n"
+    )
+    assert current not in result.stdout
