@@ -83,6 +83,17 @@ CREATE TABLE IF NOT EXISTS models (
     first_seen TEXT NOT NULL        -- ISO 8601, UTC
 );
 """
+# The last ranking of each library (its folders), so that a scan ranking it another way says so once. A
+# table of its own, added to older files in place: the schema version stays, and an older novelfind
+# reading the file never looks at it.
+_RANKINGS = """
+CREATE TABLE IF NOT EXISTS rankings (
+    root    BLOB PRIMARY KEY,       -- the scan's folders (ranking_root); b'' for "before this table"
+    method  TEXT NOT NULL,
+    version TEXT NOT NULL           -- the novelfind that ranked
+)"""
+# What a cache written before the rankings table was last ranked with: 0.1.0's default, ADS.
+EARLIER_RANKING = ("ads", "0.1.0")
 
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
 _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL = 10, 11, 13
@@ -399,7 +410,12 @@ class FeatureCache:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         conn.execute(statement)
+                conn.execute(_RANKINGS)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            elif not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rankings'").fetchone():
+                conn.execute(_RANKINGS)  # a file an earlier version wrote: its rankings were that version's
+                if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
+                    conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
             # Written even when unchanged: SQLite opens a read-only file without complaint, and this
             # write is what finds out.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -669,6 +685,32 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
+    def last_ranking(self, root: bytes) -> tuple[str, str, bool] | None:
+        """(method, novelfind version, inferred) of the last ranking of the library ``root``
+        (:func:`ranking_root`), or None when none is recorded. ``inferred``: there is no record of the
+        library, but the file was written before records were kept (``EARLIER_RANKING``)."""
+        try:
+            with self._lock:
+                rows = dict(
+                    (bytes(r[0]), r[1:])
+                    for r in self._conn.execute(
+                        "SELECT root, method, version FROM rankings WHERE root IN (?, ?)", (root, b"")
+                    )
+                )
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        if root in rows:
+            return (*rows[root], False)
+        return (*rows[b""], True) if b"" in rows else None
+
+    def note_ranking(self, root: bytes, method: str, version: str) -> None:
+        """Record that ``version`` ranked the library ``root`` with ``method`` (one small row per library)."""
+        try:
+            with self._lock, self._write() as conn:
+                conn.execute("INSERT OR REPLACE INTO rankings VALUES (?, ?, ?)", (root, method, version))
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+
     # -- writes --------------------------------------------------------------------------------
 
     def upgrade(self, former: str) -> int:
@@ -879,6 +921,7 @@ class FeatureCache:
                 conn.execute("DELETE FROM vectors")
                 conn.execute("DELETE FROM files")
                 conn.execute("DELETE FROM models")
+                conn.execute("DELETE FROM rankings")
         except sqlite3.Error as err:
             raise CacheError(f"cannot clear the feature cache {self.path}: {err}") from None
         self._compact()
@@ -961,6 +1004,12 @@ class NullCache:
     def clear(self) -> None:
         return None
 
+    def last_ranking(self, root: bytes) -> tuple[str, str, bool] | None:
+        return None
+
+    def note_ranking(self, root: bytes, method: str, version: str) -> None:
+        return None
+
     def close(self) -> None:
         return None
 
@@ -972,6 +1021,11 @@ class NullCache:
 
     def __repr__(self) -> str:
         return "NullCache()"
+
+
+def ranking_root(paths: Iterable[str | os.PathLike[str]]) -> bytes:
+    """What names a library in the ``rankings`` table: its folders, absolute, sorted, NUL-separated."""
+    return b"\0".join(sorted(os.fsencode(Path(os.fspath(p)).absolute()) for p in paths))
 
 
 @contextmanager

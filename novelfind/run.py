@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import features, ranking, walk
-from novelfind.cache import open_store
+from novelfind import __version__, features, ranking, walk
+from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extraction import featured
 from novelfind.htmlreport import pca_2d
@@ -42,6 +42,9 @@ from novelfind.results import Counts, Progress, ScanResult, run_record, warnings
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
+# Methods whose score scale a release changed, with that release: a library last ranked by an earlier
+# version with the same method is told once that its scores moved. (None so far.)
+SCALE_CHANGED: dict[str, str] = {}
 
 
 # --------------------------------------------------------------------------- the scan
@@ -111,6 +114,11 @@ scan.__doc__ += f"""minus printing.
     """
 
 
+def _older(version: str, than: str) -> bool:
+    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``)."""
+    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+
+
 def run(
     parameters: ScanParameters,
     *,
@@ -162,7 +170,8 @@ class _Scan:
             opened = open_store(
                 p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
             )
-            store = featured(stack.enter_context(opened), extractor)  # read back as the feature asked for
+            cache = stack.enter_context(opened)
+            store = featured(cache, extractor)  # read back as the feature asked for
             # extract
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]
@@ -174,7 +183,9 @@ class _Scan:
             # rank
             candidates = np.flatnonzero(extraction.files.modified_since(p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
+            self.say_if_ranking_changed(cache)
             picks, dropped = self.rank(extraction, read, candidates, restricted, store)
+            self.note_ranking(cache)
             counts = Counts(
                 found=photos.file_count(),
                 from_cache=extraction.from_cache,
@@ -332,6 +343,42 @@ class _Scan:
         self.projection = result.map2d
         self.progress("rank", 1, 1)
         return picks_of(result, files, read), int(result.duplicates_dropped)
+
+    def say_if_ranking_changed(self, cache: Any) -> None:
+        """One warning when the library was last ranked (with this cache) by another method, or by an
+        earlier version whose scores of this method were on another scale: the picks and scores then
+        differ from the last run's for a reason the user did not choose, and the line says how to keep
+        the old ranking. A cache an earlier version wrote stands for that version's default."""
+        try:
+            last = cache.last_ranking(ranking_root(self.params.paths))
+        except NovelfindError:
+            return  # an unreadable record only costs the notice
+        if last is None:
+            return
+        method, version, inferred = last
+        new = self.params.method
+        rescaled = new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new])
+        if method == new and not rescaled:
+            return
+        was = (
+            f"novelfind {version}, which last used this cache, ranked with {method} by default"
+            if inferred
+            else f"this library was last ranked with --method {method} (novelfind {version})"
+        )
+        if method == new:
+            self.warn(f"{was}; the scores of {new} are on another scale since novelfind {SCALE_CHANGED[new]}")
+        else:
+            self.warn(
+                f"{was}; this run ranks with --method {new}, so the picks and the scale of the scores "
+                f"differ: add --method {method} to rank as before"
+            )
+
+    def note_ranking(self, cache: Any) -> None:
+        """Remember this ranking of the library for the next scan (:meth:`say_if_ranking_changed`)."""
+        try:
+            cache.note_ranking(ranking_root(self.params.paths), self.params.method, __version__)
+        except NovelfindError:
+            pass  # a cache that cannot be written has already been reported
 
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
