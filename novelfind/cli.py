@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import cloup
 
 from novelfind import __version__, dirs, features, params, run
 from novelfind.cache import FeatureCache, damage, remove_damaged
@@ -76,7 +77,7 @@ def value_source(ctx: click.Context, param: click.Parameter) -> tuple[str, str] 
     return None
 
 
-class SourcedOption(click.Option):
+class SourcedOption(cloup.Option):
     """An option whose bad value is blamed on where it came from: the environment variable or the
     config file and key, not the option the user never typed."""
 
@@ -107,7 +108,7 @@ def blame_source(ctx: click.Context, message: str) -> str:
     return re.sub(r"\(from (--[a-z0-9-]+)\)", replace, message)
 
 
-class NovelfindCommand(click.Command):
+class NovelfindCommand(cloup.Command):
     """A command whose library errors name the environment variable or config key behind an option."""
 
     def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
@@ -228,7 +229,20 @@ def cli() -> None:
 CALLBACKS = {"contact_sheet": _contact_sheet_name}  # checks the command line makes before the library's
 
 
-def _parameter_option(f: dataclasses.Field) -> click.Option:
+# The sections of ``novelfind scan --help``, everyday ones first: (key in params.param's ``group``, title).
+OPTION_GROUPS = (
+    ("input", "Input"),
+    ("ranking", "Ranking"),
+    ("outputs", "Outputs"),
+    ("workflow", "Photo workflow (XMP sidecars, ignore list)"),
+    ("cache", "Cache"),
+    ("performance", "Performance"),
+    ("cluster", "Cluster (pip install 'novelfind[ray]')"),
+    ("solver", "Solver tuning (--method ads and ads-paper)"),
+)
+
+
+def _parameter_option(f: dataclasses.Field, group: cloup.OptionGroup) -> click.Option:
     """The ``scan`` option of one parameter (:mod:`novelfind.params`): its flags and help, a Click type
     from its limit or choices (so ``--help`` shows them), the library's default and the environment
     variable NOVELFIND_<NAME>."""
@@ -256,27 +270,28 @@ def _parameter_option(f: dataclasses.Field) -> click.Option:
         kwargs["metavar"] = meta["metavar"]
     if f.name in CALLBACKS:
         kwargs["callback"] = CALLBACKS[f.name]
-    return SourcedOption([*flags, f.name], **kwargs)
+    return SourcedOption([*flags, f.name], group=group, **kwargs)
 
 
-def _scan_options(command: click.Command) -> click.Command:
-    """Add the options of ``scan``: ``--config``, one per parameter in their order, ``--no-cache`` after
-    the cache's and ``-q``."""
-    options = [
-        click.Option(
-            ["--config"],
-            type=click.Path(dir_okay=False, path_type=Path),
-            is_eager=True,
-            expose_value=False,
-            callback=_load_config,
-            envvar="NOVELFIND_CONFIG",
-            help="TOML file of defaults for these options (keys: the long option names).",
-        ),
-    ]
+def _scan_options() -> list[click.Parameter]:
+    """The options of ``scan`` in their ``--help`` sections (``OPTION_GROUPS``): one per parameter in the
+    parameters' order, ``--config`` first in Input, ``--no-cache`` after the cache's, ``-q`` in Outputs."""
+    groups = {key: cloup.OptionGroup(title) for key, title in OPTION_GROUPS}
+    config = cloup.Option(
+        ["--config"],
+        type=click.Path(dir_okay=False, path_type=Path),
+        is_eager=True,
+        expose_value=False,
+        callback=_load_config,
+        envvar="NOVELFIND_CONFIG",
+        help="TOML file of defaults for these options (keys: the long option names).",
+        group=groups["input"],
+    )
+    options: list[click.Parameter] = [config]
     for f in params.FIELDS:
         if f.metadata["help"] is not None:
-            options.append(_parameter_option(f))
-        if f.name == "cache_dtype":
+            options.append(_parameter_option(f, groups[f.metadata["group"]]))
+        if f.name == "cache":
             options.append(
                 SourcedOption(
                     ["--no-cache"],
@@ -285,23 +300,24 @@ def _scan_options(command: click.Command) -> click.Command:
                     envvar=_env("no_cache"),
                     help="Neither read nor write the feature cache (wins over a cache set in the "
                     "environment or a config file).",
+                    group=groups["cache"],
                 )
             )
     options.append(
-        click.Option(
+        cloup.Option(
             ["-q", "--quiet"],
             is_flag=True,
             default=False,
             envvar=_env("quiet"),
             help="Print nothing on stderr but errors and unreadable files.",
+            group=groups["outputs"],
         )
     )
-    command.params.extend(options)
-    return command
+    order = {key: n for n, (key, _) in enumerate(OPTION_GROUPS)}
+    return sorted(options, key=lambda o: order[next(k for k, g in groups.items() if g is o.group)])
 
 
-@_scan_options
-@cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP)
+@cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP, params=_scan_options(), align_option_groups=True)
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -> int:
     """Rank the most novel photos under PATHS.

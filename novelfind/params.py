@@ -69,6 +69,7 @@ def param(
     metavar: str | None = None,
     folder: bool = False,
     record: bool = False,
+    group: str | None = None,
 ) -> Any:
     """One parameter: its default and everything said about it.
 
@@ -76,7 +77,8 @@ def param(
     parameter has no command-line option). ``flags``: the option's names (default ``--name-with-dashes``).
     ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
     ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
-    ``record``: part of the run record of the JSON formats (``docs/output-schema.md``).
+    ``record``: part of the run record of the JSON formats (``docs/output-schema.md``). ``group``: the
+    section of ``novelfind scan --help`` the option is listed in (``cli.OPTION_GROUPS``).
     """
     metadata = {
         "doc": doc,
@@ -87,6 +89,7 @@ def param(
         "metavar": metavar,
         "folder": folder,
         "record": record,
+        "group": group,
     }
     return field(default=default, metadata=metadata)
 
@@ -110,8 +113,10 @@ class ScanParameters:
         100,
         "how many photos to pick (at least 1); more than there are ranks them all.",
         help="How many novel photos to pick.",
+        flags=("-k", "--k"),
         limit=Limit(1),
         record=True,
+        group="ranking",
     )
     _: KW_ONLY
     # ranking
@@ -128,6 +133,7 @@ class ScanParameters:
         "(Algorithm 1 alone, as published), knn (distance to the 10 nearest neighbours).",
         choices=METHODS,
         record=True,
+        group="ranking",
     )
     feature: str = param(
         "auto",
@@ -138,6 +144,7 @@ class ScanParameters:
         "multiscale-knn, logits for the other methods).",
         choices=("auto", *features.FEATURE_DIMS),
         record=True,
+        group="ranking",
     )
     epochs: int = param(
         20,
@@ -145,6 +152,7 @@ class ScanParameters:
         help="ADS: SGD steps E.",
         limit=Limit(1, 100_000),
         record=True,
+        group="solver",
     )
     partners: int = param(
         16,
@@ -152,6 +160,7 @@ class ScanParameters:
         help="ADS: partners sampled per image per step J.",
         limit=Limit(1, 100_000),
         record=True,
+        group="solver",
     )
     lr: float = param(
         1e-3,
@@ -159,6 +168,7 @@ class ScanParameters:
         help="ADS: learning rate alpha.",
         limit=Limit(0, low_open=True),
         record=True,
+        group="solver",
     )
     momentum: float = param(
         0.9,
@@ -166,6 +176,7 @@ class ScanParameters:
         help="ADS: momentum beta.",
         limit=Limit(0, 1, high_open=True),
         record=True,
+        group="solver",
     )
     seed: int = param(
         0,
@@ -173,6 +184,7 @@ class ScanParameters:
         help="Random seed; the same seed gives the same ranking on the same device.",
         limit=Limit(0),
         record=True,
+        group="ranking",
     )
     restarts: int = param(
         1,
@@ -180,6 +192,7 @@ class ScanParameters:
         help="ADS: average this many runs with different seeds.",
         limit=Limit(1, 1000),
         record=True,
+        group="solver",
     )
     dedup: float = param(
         DEFAULT_DEDUP,
@@ -189,6 +202,7 @@ class ScanParameters:
         "L2-normalised features) is replaced by the next candidate; 0 disables.",
         limit=Limit(0),
         record=True,
+        group="ranking",
     )
     # extraction
     batch_size: int = param(
@@ -196,12 +210,14 @@ class ScanParameters:
         "images per batch, decoded, featurised and committed to the cache together (1-4096).",
         help="Images per batch: decoded, featurised and committed to the cache together.",
         limit=Limit(1, 4096),
+        group="performance",
     )
     workers: int | None = param(
         None,
         "decoding processes (0-256; None: one per core, 0: decode in this process).",
         help="Decoding processes; 0 decodes in the scanning process (default: one per CPU core).",
         limit=Limit(0, 256),
+        group="performance",
     )
     decode_timeout: float = param(
         DECODE_TIMEOUT_S,
@@ -212,6 +228,7 @@ class ScanParameters:
         "reported as unreadable.",
         limit=Limit(0, low_open=True),
         metavar="SECONDS",
+        group="performance",
     )
     device: str = param(
         "auto",
@@ -219,12 +236,14 @@ class ScanParameters:
         "solver run there.",
         help="Where the model and the solver run; auto = CUDA when available.",
         choices=features.DEVICES,
+        group="performance",
     )
     backend: str = param(
         "auto",
         '``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.',
         help="Inference engine; auto = the fastest available for the device.",
         choices=features.BACKENDS,
+        group="performance",
     )
     engine: str = param(
         "local",
@@ -237,6 +256,7 @@ class ScanParameters:
         help="Where decoding and the model run: local (this machine) or ray (the workers of a Ray "
         "cluster; pip install 'novelfind[ray]'). The cache and the ranking stay here.",
         choices=ENGINES,  # the registry itself: an engine added at run time is accepted
+        group="cluster",
     )
     ray_address: str | None = param(
         None,
@@ -247,11 +267,13 @@ class ScanParameters:
         help="The Ray cluster for --engine ray: auto joins the cluster this machine is part of, HOST:PORT "
         "the head node at that address (default: start Ray on this machine for the scan).",
         metavar="auto|HOST:PORT",
+        group="cluster",
     )
     weights: Path | None = param(
         None,
         "the MobileNet-V2 weights file; None searches the usual places.",
         help="MobileNet-V2 weights file (mobilenet_v2-b0353104.pth).",
+        group="performance",
     )
     decoder: str = param(
         "auto",
@@ -267,14 +289,16 @@ class ScanParameters:
         "(its file and its dtype are used). A cache that cannot be opened is reported through "
         "``on_warning`` and the scan runs without one.",
         help="Feature cache file (default: the user cache folder).",
+        group="cache",
     )
     cache_dtype: str = param(
         DEFAULT_DTYPE,
         'how new vectors are stored: ``"float32"`` (default, 4 KB per photo of logits) or '
-        '``"float16"`` (half that; rankings on the benchmark sets kept their picks, see the README\'s '
-        "Cache section). A cache may hold both; each vector is read back as it was stored.",
-        help="How new vectors are stored in the cache: float16 halves its size (see the README).",
+        '``"float16"`` (half that; rankings on the benchmark sets kept their picks, see '
+        "``docs/cache.md``). A cache may hold both; each vector is read back as it was stored.",
+        help="How new vectors are stored in the cache: float16 halves its size (docs/cache.md).",
         choices=tuple(DTYPES),
+        group="cache",
     )
     # walking
     exclude: tuple[str, ...] = param(
@@ -282,19 +306,23 @@ class ScanParameters:
         'glob patterns of files and folders to skip (``"*.png"``, ``"**/thumbs/**"``).',
         help="Skip paths matching GLOB (repeatable; NOVELFIND_EXCLUDE takes several, space-separated).",
         metavar="GLOB",
+        group="input",
     )
     follow_symlinks: bool = param(
         False,
         "follow symbolic links to files and folders (loops are detected).",
         help="Follow symbolic links to files and folders (loops are detected).",
+        group="input",
     )
     since: datetime | None = param(
         None,
         "rank only photos modified at or after this time (a naive datetime is local time), against "
         "the whole library.",
-        help="Rank only photos modified since DATE, against the whole library.",
+        help="Rank only photos modified since DATE, against the whole library. DATE: 2026-01-01, "
+        "2026-01-01T10:00:00 (local time), or with an offset: 2026-01-01T10:00:00Z, ...+02:00.",
         metavar="DATE",
         record=True,
+        group="input",
     )
     # outputs
     format: str = param(
@@ -303,12 +331,14 @@ class ScanParameters:
         '``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).',
         help="Result format on stdout or in -o.",
         choices=FORMATS,
+        group="outputs",
     )
     output: Path | None = param(
         None,
         "write the results to this file, atomically, in ``format``.",
         help="Write results to FILE (atomically) instead of stdout.",
         flags=("-o", "--output"),
+        group="outputs",
     )
     copy_to: Path | None = param(
         None,
@@ -316,22 +346,26 @@ class ScanParameters:
         "there by novelfind are replaced.",
         help="Put the picks in DIR as 001_name.jpg, 002_...",
         folder=True,
+        group="outputs",
     )
     link: str = param(
         "copy",
         'how ``copy_to`` places the picks: ``"copy"``, ``"symlink"`` or ``"hardlink"``.',
         help="How --copy-to places the picks.",
         choices=PLACE_MODES,
+        group="outputs",
     )
     report: Path | None = param(
         None,
         "write a self-contained HTML report of the picks to this file.",
         help="Write a self-contained HTML report of the picks.",
+        group="outputs",
     )
     contact_sheet: Path | None = param(
         None,
         "write a grid of the picks to this .jpg, .png or .webp file.",
         help="Write a grid of the picks with their ranks (.jpg, .png or .webp).",
+        group="outputs",
     )
     xmp: bool = param(
         False,
@@ -343,12 +377,14 @@ class ScanParameters:
         help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
         "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "
         "are never written. Needs pip install 'novelfind[xmp]'.",
+        group="workflow",
     )
     xmp_keyword: str = param(
         DEFAULT_XMP_KEYWORD,
         'the keyword ``xmp`` writes (default ``"novel"``; ``"Picks|novel"`` is hierarchical).',
         help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.",
         metavar="TEXT",
+        group="workflow",
     )
     # the ignore list
     ignore_file: Path | None = param(
@@ -357,12 +393,14 @@ class ScanParameters:
         "``$NOVELFIND_IGNORE_FILE``); see :class:`novelfind.IgnoreList`.",
         help="The ignore list (default: ignored.json in the user data folder).",
         record=True,
+        group="workflow",
     )
     ignore_picks: bool = param(
         False,
         "after writing the outputs, put this run's picks on the ignore list, so that the next run "
         "shows other photos.",
         help="After writing the results, add the picks to the ignore list: the next run shows others.",
+        group="workflow",
     )
     include_ignored: bool = param(
         False,
@@ -370,12 +408,14 @@ class ScanParameters:
         "ranked with the rest: they keep making their neighbours look ordinary.",
         help="Let photos on the ignore list be picked again (otherwise they are ranked but never picked).",
         record=True,
+        group="workflow",
     )
     wait: bool = param(
         True,
         "when another run writes the same outputs, wait for it (True) or raise LockedError.",
         help="When another run writes the same outputs: wait for it, or exit with code 4.",
         flags=("--wait/--no-wait",),
+        group="outputs",
     )
 
     def __post_init__(self) -> None:
