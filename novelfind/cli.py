@@ -86,6 +86,12 @@ class SourcedOption(cloup.Option):
         ctx.meta.setdefault(_SOURCES, {})[self.name] = source
         return value, source
 
+    def get_error_hint(self, ctx: click.Context) -> str:
+        """An error names the option by its long form (``'--k'``, not ``'-k' / '--k'``): the name the
+        documentation and the config key use."""
+        longs = [name for name in self.opts if name.startswith("--")]
+        return " / ".join(f"'{name}'" for name in longs) if longs else super().get_error_hint(ctx)
+
     def process_value(self, ctx: click.Context, value: Any) -> Any:  # noqa: D102
         try:
             return super().process_value(ctx, value)

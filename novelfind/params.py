@@ -6,7 +6,7 @@ makes the ``scan`` command's options from the fields, with Click range types fro
 the environment variable ``NOVELFIND_<NAME>``), the numeric limit or the named choices (checked here,
 so a notebook gets the command line's errors as :class:`~novelfind.errors.InputError`), and whether
 the parameter goes into the run record of the JSON formats. A new option is one field here, plus
-its line in the README's option table and in ``configs/default.toml``.
+its line in ``docs/options.md`` and in ``configs/default.toml``.
 """
 
 from __future__ import annotations

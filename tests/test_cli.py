@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from novelfind import __version__
-from novelfind.cli import cli
+from novelfind.cli import OPTION_GROUPS, cli
 from novelfind.config import config_keys
 from novelfind.lock import output_lock_path
 
@@ -492,6 +492,7 @@ def test_every_parameter_is_a_scan_option_made_from_its_declaration():
             continue
         option = options[f.name]
         assert option.help == meta["help"] and option.envvar == f"NOVELFIND_{f.name.upper()}", f.name
+        assert option.group.title == dict(OPTION_GROUPS)[meta["group"]], f.name  # its --help section
         assert option.default == (None if f.name == "cache" else f.default), f.name
         if meta["limit"] is not None:
             limit, kind = meta["limit"], option.type
@@ -500,4 +501,4 @@ def test_every_parameter_is_a_scan_option_made_from_its_declaration():
         if meta["choices"] is not None:
             assert list(option.type.choices) == list(meta["choices"]), f.name
     assert "decoder" not in options  # API only
-    assert list(options)[-1] == "quiet" and "no_cache" in options and "config" in options
+    assert {"quiet", "no_cache", "config"} <= set(options)

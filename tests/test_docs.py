@@ -1,0 +1,204 @@
+"""The README runs as written: every shell command in it, the cron lines across a simulated week, the
+samples it shows; and the documentation covers every option and links only to what exists.
+
+Commands run through a ``novelfind`` on ``PATH`` that is the real command line with the fake extractor
+(``tests/fake_cli.py``), in a home folder holding a small ``~/Pictures``, so that they run exactly as
+written. Install lines (``pip``, ``python3 -m venv``) are checked, not run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import make_photo
+
+from novelfind.cli import scan as scan_command
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+CRON_PATH = "/usr/bin:/bin"  # what cron gives a job
+SCHEDULE = re.compile(r"^(\S+\s+){5}")
+
+
+def shell_blocks(text: str) -> list[list[str]]:
+    """The commands of each ```sh block: comment lines and trailing comments dropped."""
+    blocks = []
+    for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+        lines = [re.sub(r"\s+# .*$", "", line).rstrip() for line in block.splitlines()]
+        blocks.append([line for line in lines if line and not line.startswith("#")])
+    return blocks
+
+
+def is_install(line: str) -> bool:
+    return line.startswith(("pip ", "python3 -m venv"))
+
+
+def is_cron(line: str) -> bool:
+    return bool(re.match(r"^[\d*]", line))
+
+
+@pytest.fixture
+def shim(tmp_path) -> Path:
+    """A folder holding ``novelfind``: this checkout's command line with the fake extractor."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "novelfind"
+    script.write_text(
+        f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / 'tests' / 'fake_cli.py'} \"$@\"\n"
+    )
+    script.chmod(0o755)
+    return folder
+
+
+def home_with_pictures(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    pictures = home / "Pictures"
+    for i in range(48):  # enough for the README's "20 other photos" after 20 are ignored
+        make_photo(pictures / f"trip{i % 2}" / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i, size=(64, 48))
+    make_photo(pictures / "2019" / "cat.jpg", (220, 30, 30), seed=101)
+    make_photo(pictures / "screenshots" / "shot.png", (250, 250, 250), seed=102)
+    (home / "example-photos").symlink_to(pictures, target_is_directory=True)
+    return home
+
+
+def sh(line: str, *, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", line], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_readme_is_a_front_page():
+    assert len(README.read_text().splitlines()) <= 300
+
+
+def test_every_readme_command_runs_as_written(tmp_path, shim):
+    home = home_with_pictures(tmp_path)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{shim}:{CRON_PATH}"}
+    ran = 0
+    for block in shell_blocks(README.read_text()):
+        for line in block:
+            if is_install(line) or is_cron(line):
+                continue
+            if line.startswith("python3 scripts/make_example.py"):
+                continue  # the quick start's first command: test_the_samples_are_current runs it
+            done = sh(line, env=env, cwd=home)
+            assert done.returncode == 0, f"{line}\n{done.stderr}"
+            if line.startswith("novelfind scan") and " -o " not in line:
+                assert done.stdout, line
+            ran += 1
+    assert ran >= 15
+
+
+def test_the_install_lines_name_what_exists():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    lines = [line for block in shell_blocks(README.read_text()) for line in block if is_install(line)]
+    assert "pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu" in lines
+    for line in lines:
+        for name in re.findall(r"'\.\[([\w-]+)\]'", line):
+            assert name in extras, line
+    named = set(re.findall(r"pip install '\.\[([\w-]+)\]'", README.read_text())) - {"NAME"}
+    assert named and named <= set(extras)
+    extras_table = README.read_text().split("| extra | for |", 1)[1].split("\n\n", 1)[0]
+    table = re.findall(r"^\| `([\w-]+)`(?:, `([\w-]+)`)? \|", extras_table, re.M)
+    assert len(table) >= 5
+    assert {name for row in table for name in row if name} <= set(extras)
+
+
+def cron_lines() -> list[str]:
+    return [line for block in shell_blocks(README.read_text()) for line in block if is_cron(line)]
+
+
+def as_cron_runs_it(line: str, *, novelfind: Path, photos: Path, out: Path) -> str:
+    """The command part of a crontab line, as cron hands it to sh: schedule dropped, ``\\%`` made ``%``;
+    the README's example paths replaced by the test's."""
+    command = SCHEDULE.sub("", line).replace("\\%", "%")
+    command = command.replace("/home/you/.venvs/novelfind/bin/novelfind", str(novelfind))
+    return command.replace("/srv/photos", str(photos)).replace("/srv/novel", str(out))
+
+
+def test_the_cron_lines_work_as_copied_across_a_week(tmp_path, shim):
+    """Nightly and Sunday lines as the README writes them, with cron's PATH: a week of new photos, Sunday
+    tags and ignores the oddest, and the next night's list still holds every new photo of the week."""
+    pytest.importorskip("exiv2", reason="the Sunday line needs the xmp extra")
+    nightly, sunday = cron_lines()
+    assert nightly.startswith("0 3 * * * ") and sunday.startswith("0 4 * * 0 ")
+    assert "/bin/novelfind scan" in nightly and "mkdir -p" in nightly and "mkdir -p" in sunday
+    photos, out = tmp_path / "photos", tmp_path / "novel"
+    old = time.time() - 40 * 86400
+    for i in range(15):
+        p = make_photo(photos / "2026" / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i)
+        os.utime(p, (old, old))
+    two_days_ago = time.time() - 2 * 86400
+    week = [make_photo(photos / "week" / f"NEW_{i}.jpg", (30 * i, 200, 40), seed=50 + i) for i in range(4)]
+    for p in week:
+        os.utime(p, (two_days_ago, two_days_ago))
+    env = {"PATH": CRON_PATH, "HOME": os.environ.get("HOME", str(tmp_path)), "SHELL": "/bin/sh"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(("XDG_", "NOVELFIND_"))})
+
+    def run_line(line: str) -> subprocess.CompletedProcess:
+        command = as_cron_runs_it(line, novelfind=shim / "novelfind", photos=photos, out=out)
+        done = subprocess.run(["sh", "-c", command], env=env, capture_output=True, text=True, timeout=300)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "", ""), command
+        return done
+
+    def week_list() -> set[str]:
+        return {Path(pick["path"]).name for pick in json.loads((out / "week.json").read_text())["picks"]}
+
+    run_line(nightly)  # Saturday night: the output folder is made, the week's 4 photos listed
+    assert week_list() == {p.name for p in week}
+    run_line(sunday)  # Sunday: all 4 tagged (fewer than 20) and put on the ignore list
+    tagged = (out / "tagged.tsv").read_text().splitlines()
+    assert len(tagged) == 4
+    assert all(Path(str(p) + ".xmp").exists() for p in week)
+    later = [make_photo(photos / "week" / f"LATER_{i}.jpg", (200, 40 * i, 90), seed=70 + i) for i in range(2)]
+    run_line(nightly)  # Monday night: Sunday's picks are still new photos of the week
+    assert week_list() == {p.name for p in week + later}
+    run_line(sunday)  # the next Sunday: only the photos not yet tagged and ignored
+    assert {Path(line.split("\t")[2]).name for line in (out / "tagged.tsv").read_text().splitlines()} == {
+        p.name for p in later
+    }
+
+
+def test_every_scan_option_is_documented():
+    options = (ROOT / "docs" / "options.md").read_text()
+    for param in scan_command.params:
+        for name in getattr(param, "opts", []):
+            if name.startswith("--") and name != "--help":
+                assert f"`{name}" in options or f" {name}" in options, f"{name} is not in docs/options.md"
+    for name in ("--cache-dtype", "-k N", "--since DATE", "--no-cache", "--include-ignored"):
+        assert name in options
+
+
+def test_links_between_the_documents_resolve():
+    files = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for path in files:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if target.startswith(("http://", "https://")):
+                continue
+            where, _, anchor = target.partition("#")
+            dest = (path.parent / where).resolve() if where else path
+            assert dest.exists(), f"{path.name}: {target}"
+            if anchor and dest.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", dest.read_text(), re.M)
+                slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+                assert anchor in slugs, f"{path.name}: {target}"
+
+
+def test_the_samples_are_current():
+    """The README's sample output is what the quick start prints now (real model; seconds aside)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import make_docs_samples
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    made = {name: make() for name, make in make_docs_samples.SAMPLES.items()}
+    assert make_docs_samples.stale(made) == []
+    readme = README.read_text()
+    assert "<!-- sample: quickstart -->" in readme and "1\t" in made["quickstart"]
