@@ -9,7 +9,8 @@ fenced block. ``quickstart`` is the README's quick start run as written, from a 
 model: the example set (``scripts/make_example.py``) ranked by ``novelfind scan example-photos --k 5``;
 stdout, then the summary line from stderr. The folder it ran in is shown as ``/home/you``. The seconds
 in the summary vary from run to run and machine to machine, so ``--check`` compares everything else
-(``tests/test_docs.py`` runs the check).
+(``tests/test_docs.py`` runs the check). ``cache-upgrade`` is what ``novelfind cache info`` adds for a cache
+0.1.0 wrote (``docs/cache.md``): a small one made here, in 0.1.0's layout, with made-up vectors.
 """
 
 from __future__ import annotations
@@ -48,8 +49,46 @@ def quickstart() -> str:
         return text.replace(str(Path(folder).resolve()), SHOWN_HOME).replace(folder, SHOWN_HOME)
 
 
-SAMPLES: dict[str, Callable[[], str]] = {"quickstart": quickstart}
-FILES = (ROOT / "README.md",)
+def cache_upgrade() -> str:
+    """``cache info``'s lines (stdout, then the note on stderr) for a cache in 0.1.0's layout: 5 photos
+    with the classifier output only (one a byte-identical copy), 2 also with the pooled vector."""
+    import shutil
+
+    import numpy as np
+    from PIL import Image
+
+    from novelfind import features
+    from novelfind.cache import FeatureCache
+    from novelfind.decode import file_digest
+    from novelfind.walk import ImageFile
+
+    (logits,), (pooled,) = features.former_keys().other, features.former_keys().same
+    with tempfile.TemporaryDirectory(prefix="novelfind-sample-") as folder:
+        files = []
+        for i in range(4):
+            path = Path(folder) / f"IMG_{i:04d}.jpg"
+            Image.new("RGB", (32, 24), (40 * i, 90, 200)).save(path)
+            files.append(path)
+        shutil.copy2(files[0], Path(folder) / "copy.jpg")
+        files.append(Path(folder) / "copy.jpg")
+        records = [
+            (ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns), file_digest(p.read_bytes())) for p in files
+        ]
+        cache = Path(folder) / "features.sqlite"
+        with FeatureCache(cache, logits) as old:
+            old.put_many([(f, d, np.zeros(1000, np.float32)) for f, d in records])
+        with FeatureCache(cache, pooled) as old:
+            old.put_many([(f, d, np.zeros(1280, np.float32)) for f, d in records[1:3]])
+        done = subprocess.run(
+            [sys.executable, "-m", "novelfind", "cache", "info", "--cache", str(cache)],
+            check=True, capture_output=True, text=True,
+        )
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("upgrade\t", "stale\t"))]
+    return "\n".join(lines) + "\n" + done.stderr
+
+
+SAMPLES: dict[str, Callable[[], str]] = {"quickstart": quickstart, "cache-upgrade": cache_upgrade}
+FILES = (ROOT / "README.md", ROOT / "docs" / "cache.md")
 
 
 def comparable(text: str) -> str:

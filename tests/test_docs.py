@@ -61,7 +61,8 @@ def home_with_pictures(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     pictures = home / "Pictures"
     for i in range(48):  # enough for the README's "20 other photos" after 20 are ignored
-        make_photo(pictures / f"trip{i % 2}" / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i, size=(64, 48))
+        path = pictures / f"trip{i % 2}" / f"IMG_{i:04d}.jpg"
+        make_photo(path, (40, 60 + i % 5, 200), seed=i, size=(64, 48))
     make_photo(pictures / "2019" / "cat.jpg", (220, 30, 30), seed=101)
     make_photo(pictures / "screenshots" / "shot.png", (250, 250, 250), seed=102)
     (home / "example-photos").symlink_to(pictures, target_is_directory=True)

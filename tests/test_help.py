@@ -54,7 +54,8 @@ def test_options_land_in_their_sections():
 
 
 def test_k_has_a_short_form_and_since_shows_its_formats(library, fake_extractor, tmp_path):
-    result = CliRunner().invoke(cli, ["scan", str(library["root"]), "-k", "2", "--cache", str(tmp_path / "c")])
+    args = ["scan", str(library["root"]), "-k", "2", "--cache", str(tmp_path / "c")]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.stderr
     assert len(result.stdout.splitlines()) == 2
     flat = " ".join(help_text().split())
