@@ -203,3 +203,15 @@ def test_the_samples_are_current():
     assert make_docs_samples.stale(made) == []
     readme = README.read_text()
     assert "<!-- sample: quickstart -->" in readme and "1\t" in made["quickstart"]
+
+
+def test_the_changelog_has_this_release_on_top_and_the_version_is_newer_than_the_last():
+    from novelfind import __version__
+
+    text = (ROOT / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## \[([^\]]+)\]", text, re.M)
+    assert releases[0] == "Unreleased" and "0.1.0" in releases
+    last = next(r for r in releases if r != "Unreleased")
+    assert tuple(map(int, __version__.split("."))) > tuple(map(int, last.split(".")))
+    unreleased = text.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
+    assert "### Changed" in unreleased and "--method ads" in unreleased and "logits:p1" in unreleased
