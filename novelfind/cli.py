@@ -319,8 +319,9 @@ def _scan_options() -> list[click.Parameter]:
             group=groups["outputs"],
         )
     )
-    order = {key: n for n, (key, _) in enumerate(OPTION_GROUPS)}
-    return sorted(options, key=lambda o: order[next(k for k, g in groups.items() if g is o.group)])
+    # cloup lists the sections in the order their first option comes: the parameters' order, by section
+    position = {id(group): n for n, group in enumerate(groups.values())}
+    return sorted(options, key=lambda option: position[id(option.group)])
 
 
 @cli.command(cls=NovelfindCommand, epilog=EXIT_CODES_HELP, params=_scan_options(), align_option_groups=True)
