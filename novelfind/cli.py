@@ -29,6 +29,7 @@ from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import encode_output, escape_field
+from novelfind.safe_text import one_line
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -119,6 +120,12 @@ class NovelfindCommand(click.Command):
             raise
 
 
+def _stderr(message: str) -> None:
+    """Print one message on stderr as one line: every message novelfind prints there comes through here,
+    so a file name cannot forge a line or speak to the terminal (:func:`novelfind.safe_text.one_line`)."""
+    click.echo(one_line(message), err=True)
+
+
 class NovelfindGroup(click.Group):
     """A group whose errors are one line on stderr and a documented exit code, in every mode."""
 
@@ -130,16 +137,16 @@ class NovelfindGroup(click.Group):
             )
             code = int(code or 0)
         except NovelfindError as err:
-            click.echo(f"error: {err}", err=True)
+            _stderr(f"error: {err}")
             code = int(err.exit_code)
         except click.exceptions.NoArgsIsHelpError as err:  # help, not an error; still not a success
             click.echo(err.ctx.get_help() if err.ctx is not None else err.format_message(), err=True)
             code = int(ExitCode.USAGE)
         except click.UsageError as err:
-            click.echo(f"error: {err.format_message()}", err=True)
+            _stderr(f"error: {err.format_message()}")
             code = int(ExitCode.USAGE)
         except click.ClickException as err:
-            click.echo(f"error: {err.format_message()}", err=True)
+            _stderr(f"error: {err.format_message()}")
             code = int(err.exit_code)
         except click.exceptions.Abort:
             click.echo("interrupted", err=True)
@@ -147,8 +154,8 @@ class NovelfindGroup(click.Group):
         except Exception as err:  # a bug: still one line, the traceback only on request
             if os.environ.get("NOVELFIND_DEBUG"):
                 raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
-                       "the traceback)", err=True)
+            _stderr(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
+                    "the traceback)")
             code = int(ExitCode.ERROR)
         if standalone_mode:
             sys.exit(code)
@@ -445,23 +452,23 @@ class Console:
 
     def unreadable(self, path: Path, reason: str) -> None:
         """A file that could not be read: always reported, once."""
-        click.echo(f"warning: cannot read {path}: {reason}", err=True)
+        _stderr(f"warning: cannot read {path}: {reason}")
 
     def problem(self, message: str) -> None:
         """A warning shown even with -q (something the run was asked to write was not written)."""
-        click.echo(f"warning: {message}", err=True)
+        _stderr(f"warning: {message}")
 
     def warn(self, message: str) -> None:
         if not self.quiet:
-            click.echo(f"warning: {message}", err=True)
+            _stderr(f"warning: {message}")
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            click.echo(f"note: {message}", err=True)
+            _stderr(f"note: {message}")
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            click.echo(message, err=True)
+            _stderr(message)
 
     @contextmanager
     def progress_bars(self) -> Iterator[Any]:
@@ -650,7 +657,7 @@ def cache_info(cache_path: Path | None) -> int:
     path = _cache_path(cache_path)
     reason = damage(path)
     if reason is not None:  # info changes nothing, not even a damaged file
-        click.echo(f"path\t{path}")
+        click.echo(f"path\t{escape_field(str(path))}")
         click.echo("damaged\tyes")
         Console(False).problem(
             f"the feature cache {path} is damaged ({reason}); left as it is: `novelfind cache clear` "
@@ -659,7 +666,7 @@ def cache_info(cache_path: Path | None) -> int:
         return int(ExitCode.ERROR)
     with _existing_cache(path) as store:
         info = store.info()
-    click.echo(f"path\t{info['path']}")
+    click.echo(f"path\t{escape_field(str(info['path']))}")
     click.echo(f"vectors\t{info['entries']}")
     click.echo(f"files\t{info['files']}")
     click.echo(f"bytes\t{info['size_bytes']}")

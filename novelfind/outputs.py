@@ -104,7 +104,8 @@ def write_outputs(
     sidecars: list[SidecarSummary] = []
     if p.output is not None:
         text = format_results(picks, p.format, failures=failures, run=record)
-        writers.append(lambda: write_atomic(p.output, text))
+        # The one output written through a link: -o names one file, and a link there is the user's.
+        writers.append(lambda: write_atomic(p.output, text, follow_link=True))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
         writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
     if p.report is not None:

@@ -382,13 +382,13 @@ class ScanParameters:
         paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths)
         if not paths:
             raise InputError("paths must name at least one folder or image")
-        self._set("paths", tuple(Path(p) for p in paths))
+        self._set("paths", tuple(Path(p).expanduser() for p in paths))
         exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
         self._set("exclude", tuple(str(e) for e in exclude))
         for f in FIELDS:
             value = getattr(self, f.name)
-            if f.type == "Path | None" and value is not None:
-                self._set(f.name, Path(value))
+            if f.type == "Path | None" and value is not None:  # "~/x" from a config file or the API
+                self._set(f.name, Path(value).expanduser())
             elif f.type in ("int", "int | None") and value is not None:
                 if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                     raise InputError(f"{f.name} must be a whole number, got {value!r}")
@@ -399,7 +399,7 @@ class ScanParameters:
         if self.feature == "auto" and self.method in METHOD_FEATURE:
             self._set("feature", METHOD_FEATURE[self.method])
         if not isinstance(self.cache, (bool, FeatureCache)):
-            self._set("cache", Path(self.cache))
+            self._set("cache", Path(self.cache).expanduser())
         for name, limit in LIMITS.items():
             value = getattr(self, name)
             if value is not None:
@@ -413,6 +413,11 @@ class ScanParameters:
             raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
         if self.since is not None and not isinstance(self.since, datetime):
             raise InputError(f"since must be a datetime, got {self.since!r}")
+        if self.since is not None and not _comparable_with_file_times(self.since):
+            raise InputError(
+                f"since {self.since.date().isoformat()} is out of range: file times are compared in nanoseconds "
+                "since 1970, from 1677-09-22 to 2262-04-10"
+            )
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
             raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
@@ -445,6 +450,16 @@ class ScanParameters:
     def record(self) -> dict[str, Any]:
         """The parameters in the run record of the JSON formats, as JSON values, in field order."""
         return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
+
+
+def _comparable_with_file_times(when: datetime) -> bool:
+    """Whether ``when`` is a time :meth:`novelfind.walk.FileList.modified_since` can compare (an int64
+    of nanoseconds since the epoch); ``0001-01-01`` in local time is not even a timestamp."""
+    try:
+        nanoseconds = when.timestamp() * 1e9
+    except (OverflowError, OSError, ValueError):
+        return False
+    return -(2.0**63) < nanoseconds < 2.0**63
 
 
 def _json_value(value: Any) -> Any:
