@@ -23,9 +23,9 @@ from typing import Any
 import click
 
 from novelfind import __version__, dirs, params, run
-from novelfind.cache import FeatureCache, damage, remove_damaged
+from novelfind.cache import FeatureCache, damage, not_ours, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
-from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
+from novelfind.errors import CacheError, ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import encode_output, escape_field
@@ -615,7 +615,8 @@ cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
 CACHE_EXIT_CODES_HELP = """\b
 Exit codes:
   0    done (prune and clear: also when the cache was damaged; a warning says what they did)
-  1    no cache there, it cannot be read or written, or (info) it is damaged
+  1    no cache there, it cannot be read or written, (info) it is damaged, or (prune and
+       clear) the file is not a novelfind cache: it is left as it is
 """
 
 
@@ -625,6 +626,8 @@ def cache() -> None:
 
     A damaged cache file is left as it is by `info`, which says so; `prune` moves it aside (it is
     kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then start a new, empty one.
+    Both act only on a file they recognise as a novelfind cache (SQLite's header with novelfind's
+    mark); any other file is refused and left as it is.
 
     \b
     Examples:
@@ -643,6 +646,16 @@ def _cache_path(path: Path | None) -> Path:
 def _existing_cache(path: Path | None) -> FeatureCache:
     """That cache, opened; a damaged file is moved aside (one ``warning:`` line) and a new one started."""
     return FeatureCache.open(_cache_path(path), create=False, on_warning=Console(False).problem)
+
+
+def _refuse_foreign(path: Path) -> None:
+    """CacheError, before anything changes, when a file at ``path`` is not a novelfind cache: `prune` and
+    `clear` move aside or delete only files they recognise (``--cache thesis.txt`` by mistake)."""
+    if not os.path.lexists(path):
+        return
+    reason = not_ours(path)
+    if reason is not None:
+        raise CacheError(f"{path} is not a novelfind cache ({reason}); left as it is")
 
 
 @cache.command("info")
@@ -684,6 +697,7 @@ def cache_prune(cache_path: Path | None) -> int:
     Example:
       novelfind cache prune
     """
+    _refuse_foreign(_cache_path(cache_path))
     with _existing_cache(cache_path) as store:
         dropped = store.prune()
     click.echo(f"pruned\t{dropped}")
@@ -700,6 +714,7 @@ def cache_clear(cache_path: Path | None) -> int:
       novelfind cache clear
     """
     path = _cache_path(cache_path)
+    _refuse_foreign(path)
     reason = damage(path)
     if reason is not None:  # nothing in it is worth keeping: delete it rather than move it aside
         remove_damaged(path)

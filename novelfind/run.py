@@ -158,8 +158,12 @@ class _Scan:
             # stage keeps the stored vectors (pooled, also for logits), so those set the memory
             stored_dim = getattr(extractor, "stored_dim", extractor.dim)
             streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
+            # a cached vector beyond what the model can make is damage (extractors that store what they
+            # return, without ``encode``, give no such bound)
+            bound = {"max_norm": features.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
             opened = open_store(
-                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
+                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn,
+                **bound,
             )
             store = featured(stack.enter_context(opened), extractor)  # read back as the feature asked for
             # extract
