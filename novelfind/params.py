@@ -213,6 +213,17 @@ class ScanParameters:
         limit=Limit(0, low_open=True),
         metavar="SECONDS",
     )
+    max_decode_pixels: int | None = param(
+        None,
+        "pixels one decode may hold (1 or more; None: half the machine's memory shared among the decode "
+        "workers and the scanning process, at most 268 million); a larger image is refused from its "
+        "header, before it is decoded, and reported as unreadable.",
+        help="Pixels one decode may hold; larger images are refused before decoding (default: from the "
+        "machine's memory and the decode workers).",
+        limit=Limit(1),
+        metavar="PIXELS",
+        record=True,
+    )
     device: str = param(
         "auto",
         '``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and the '

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import features, ranking, walk
+from novelfind import decode, features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extraction import featured
@@ -139,7 +139,10 @@ class _Scan:
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
+        workers = p.workers if p.workers is not None else features.available_cpus()
+        budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
+            stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
             if self.on_warning is not None:
                 stack.enter_context(warnings_to(self.on_warning))
             for target in p.outputs():
