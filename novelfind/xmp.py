@@ -15,7 +15,7 @@ What a pick gets (``tag``):
 * a record of what novelfind added: ``novelfind:AddedSubject``, ``novelfind:AddedHierarchicalSubject``
   and ``novelfind:AddedTagsList`` hold a keyword only when novelfind put it there (a keyword the user
   had already set is not recorded), and ``novelfind:CreatedSidecar`` says that the sidecar did not
-  exist before (``True``) or was an empty file (``Empty``: taking everything back empties it again).
+  exist before (``True``) or was an empty file (``Empty``: taking everything back leaves it 0 bytes).
 
 ``untag`` takes back exactly what the record names: a keyword the user set by hand stays, even the same
 word set before novelfind set it. A sidecar novelfind created and that holds nothing else afterwards is
@@ -97,7 +97,7 @@ ADDED_HIERARCHICAL = f"Xmp.{PREFIX}.AddedHierarchicalSubject"
 ADDED_DIGIKAM = f"Xmp.{PREFIX}.AddedTagsList"
 CREATED = f"Xmp.{PREFIX}.CreatedSidecar"
 _OURS = (RANK, SCORE, ADDED_SUBJECT, ADDED_HIERARCHICAL, ADDED_DIGIKAM, CREATED)
-_WAS_EMPTY = "Empty"  # CREATED's value for a sidecar that was an empty (or blank) file
+_WAS_EMPTY = "Empty"  # CREATED's value for a sidecar that was an empty (0-byte) file
 _SIDECAR_LIMIT = 64 << 20  # bytes: a sidecar with face regions and history is some kilobytes
 
 
@@ -496,7 +496,7 @@ def tag(
                 _put(packet, array.key, array.record, word)
         packet.set_text(RANK, str(int(rank)))
         packet.set_text(SCORE, f"{float(score):.6g}")
-        if data is None or not data.strip():
+        if not data:
             packet.set_text(CREATED, "True" if data is None else _WAS_EMPTY)
         if packet.snapshot() == before:
             return SidecarChange(photo, path, "unchanged")
@@ -527,7 +527,7 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
             return SidecarChange(photo, path, "unchanged")
         empty = packet.data.count() == 0
         if empty and created == _WAS_EMPTY:
-            out = data  # the file it was, to the byte
+            out = b""  # the empty file it was, to the byte
         else:
             out = None if (created == "True" and empty) else packet.serialise()
     if out is None:
