@@ -424,10 +424,10 @@ class ScanParameters:
             raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
         if self.since is not None and not isinstance(self.since, datetime):
             raise InputError(f"since must be a datetime, got {self.since!r}")
-        if self.since is not None and not _comparable_with_file_times(self.since):
+        if self.since is not None and not _is_timestamp(self.since):
             raise InputError(
-                f"since {self.since.date().isoformat()} is out of range: file times are compared in nanoseconds "
-                "since 1970, from 1677-09-22 to 2262-04-10"
+                f"since {self.since.date().isoformat()} is out of range: not a time this system can "
+                "compare file times with"
             )
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
@@ -463,14 +463,14 @@ class ScanParameters:
         return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
 
 
-def _comparable_with_file_times(when: datetime) -> bool:
-    """Whether ``when`` is a time :meth:`novelfind.walk.FileList.modified_since` can compare (an int64
-    of nanoseconds since the epoch); ``0001-01-01`` in local time is not even a timestamp."""
+def _is_timestamp(when: datetime) -> bool:
+    """Whether ``when`` has a POSIX timestamp: ``0001-01-01`` in local time has none (its conversion to
+    UTC falls before year 1), and would fail only after every photo was extracted."""
     try:
-        nanoseconds = when.timestamp() * 1e9
+        when.timestamp()
     except (OverflowError, OSError, ValueError):
         return False
-    return -(2.0**63) < nanoseconds < 2.0**63
+    return True
 
 
 def _json_value(value: Any) -> Any:

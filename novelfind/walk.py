@@ -121,7 +121,8 @@ class FileList(Sequence[ImageFile]):
         """bool (N,): the files modified at or after ``since`` (all of them for None)."""
         if since is None:
             return np.ones(len(self), bool)
-        return self.mtimes_ns >= int(since.timestamp() * 1e9)
+        threshold = since.timestamp() * 1e9  # beyond int64 nanoseconds (1677-2262): all files or none
+        return self.mtimes_ns >= int(min(max(threshold, -(2.0**63)), 2.0**63 - 1024))
 
     def nbytes(self) -> int:
         """Memory held by the records' buffers."""

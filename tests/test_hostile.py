@@ -514,6 +514,14 @@ def test_tilde_is_the_home_folder_in_path_settings(fake_extractor, small_library
 def test_a_date_out_of_range_is_a_usage_error_before_any_work(fake_extractor, small_library, tmp_path):
     result = nf("scan", small_library, "--since", "0001-01-01", "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 2
-    assert _lines(result.stderr) == ["error: since 0001-01-01 is out of range: file times are compared in "
-                                     "nanoseconds since 1970, from 1677-09-22 to 2262-04-10"]
+    assert _lines(result.stderr) == ["error: since 0001-01-01 is out of range: not a time this system can "
+                                     "compare file times with"]
     assert fake_extractor.images == 0 and not (tmp_path / "c.sqlite").exists()
+
+
+@pytest.mark.parametrize(("since", "picked"), [("9999-12-31", 0), ("1000-01-01", 2)])
+def test_dates_beyond_what_file_times_hold_pick_none_or_all(fake_extractor, small_library, tmp_path, since,
+                                                            picked):
+    result = nf("scan", small_library, "--k", 2, "--since", since, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.splitlines()) == picked
