@@ -479,12 +479,15 @@ def test_the_default_pixel_budget_shares_memory_among_the_decoders():
     assert decode.default_pixel_budget(0) <= decode.MAX_IMAGE_PIXELS
 
 
-@pytest.mark.parametrize("config", ["/dev/zero", "big"])
+@pytest.mark.parametrize("config", ["/dev/zero", "big", "fifo"])
 def test_a_config_file_that_never_ends_is_refused(tmp_path, config):
     if config == "big":
         big = tmp_path / "big.toml"
         big.write_text("# padding\n" * 200_000)  # 2 MB of comments
         config = str(big)
+    elif config == "fifo":  # no writer ever comes: reading would block for good
+        os.mkfifo(tmp_path / "pipe.toml")
+        config = str(tmp_path / "pipe.toml")
     result = nf("scan", tmp_path, "--k", 1, env={"NOVELFIND_CONFIG": config})
     assert result.exit_code == 2
     assert _lines(result.stderr) == [_lines(result.stderr)[0]] and "config file" in result.stderr
@@ -525,3 +528,17 @@ def test_dates_beyond_what_file_times_hold_pick_none_or_all(fake_extractor, smal
     result = nf("scan", small_library, "--k", 2, "--since", since, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 0, result.stderr
     assert len(result.stdout.splitlines()) == picked
+
+
+def test_a_lock_file_planted_as_a_link_is_not_opened(tmp_path):
+    from novelfind.errors import NovelfindError
+    from novelfind.lock import RunLock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    lock = tmp_path / "ignored.json.lock"
+    lock.symlink_to(victim)
+    with pytest.raises(NovelfindError, match="symbolic link"):
+        with RunLock(lock):
+            pass
+    assert victim.read_text() == "keep"
