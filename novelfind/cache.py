@@ -156,12 +156,26 @@ def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
     return _storable(vector, dtype).tobytes()
 
 
-def _sound(vectors: np.ndarray, max_norm: float) -> np.ndarray:
-    """bool (N,): which rows of float32 (N, dim) ``vectors`` are finite with a norm of at most
-    ``max_norm``. One pass over a chunk; the norms in float64, so that 3e38 does not overflow."""
-    finite = np.isfinite(vectors).all(axis=1)
-    safe = np.where(finite[:, None], vectors, 0.0).astype(np.float64)
-    return finite & (np.einsum("ij,ij->i", safe, safe) <= max_norm * max_norm)
+def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
+    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm``.
+
+    One pass over each group of equal layout: the squared norms in float32, where a NaN fails the
+    comparison and an infinite value (or one so large that its square overflows) exceeds
+    ``max_norm ** 2`` (at most 1e30, well inside float32), so no separate finiteness pass is needed.
+    A blob of neither length is left to :func:`_from_blob`, which rejects it.
+    """
+    sound = np.ones(len(blobs), bool)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, (blob, dim) in enumerate(blobs):
+        layout = "<f4" if len(blob) == 4 * dim else "<f2" if len(blob) == 2 * dim else None
+        if layout is not None:
+            groups.setdefault((dim, layout), []).append(i)
+    for (dim, layout), rows in groups.items():
+        vectors = np.frombuffer(b"".join(blobs[i][0] for i in rows), layout).reshape(len(rows), dim)
+        vectors = vectors.astype(np.float32, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sound[rows] = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+    return sound
 
 
 def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
@@ -569,26 +583,24 @@ class FeatureCache:
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         """``get_by_stat`` for many files at once; the result lines up with ``files``."""
         key = self._require_key()
-        found: dict[bytes, tuple[int, int, str, np.ndarray | None]] = {}
+        found: dict[bytes, tuple[int, int, str, bytes, int]] = {}
         stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
         sql = (
-            "SELECT f.path, f.size, f.mtime_ns, f.digest, v.dim, v.data FROM files f JOIN vectors v "
+            "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data, v.dim FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
         )
         try:
             with self._lock:
-                rows = self._select_in(sql, (key,), (p for p, _, _ in stats))
-                for path, size, mtime_ns, digest, dim, data in rows:
-                    found[path] = (size, mtime_ns, digest, _from_blob(data, dim))
+                for path, *hit in self._select_in(sql, (key,), (p for p, _, _ in stats)):
+                    found[path] = tuple(hit)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        hits = [(path, hit[2], hit[3]) for path, hit in found.items() if hit[3] is not None]
-        for path, _ in self._drop_unsound(hits):
-            found[path] = found[path][:3] + (None,)
+        for path in self._drop_unsound([(path, *hit[2:]) for path, hit in found.items()]):
+            del found[path]
         out: list[np.ndarray | None] = []
         for path, size, mtime_ns in stats:
             hit = found.get(path)
-            out.append(None if hit is None or hit[:2] != (size, mtime_ns) else hit[3])
+            out.append(None if hit is None or hit[:2] != (size, mtime_ns) else _from_blob(hit[3], hit[4]))
         return out
 
     def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
@@ -597,7 +609,7 @@ class FeatureCache:
         key = self._require_key()
         stats = _stat_keys(files)
         found: dict[bytes, tuple[int, int]] = {}
-        hits: list[tuple[bytes, str, np.ndarray]] = []
+        hits: list[tuple[bytes, str, bytes, int]] = []  # the values are checked too, a chunk at once
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? "
@@ -606,12 +618,13 @@ class FeatureCache:
         try:
             with self._lock:
                 params = (key, dim, 2 * dim, 4 * dim)
-                for path, size, mtime_ns, digest, data in self._select_in(sql, params, (p for p, _, _ in stats)):
+                rows = self._select_in(sql, params, (p for p, _, _ in stats))
+                for path, size, mtime_ns, digest, data in rows:
                     found[path] = (size, mtime_ns)
-                    hits.append((path, digest, _from_blob(data, dim)))  # checked below, a chunk at once
+                    hits.append((path, digest, data, dim))
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        for path, _ in self._drop_unsound(hits):
+        for path in self._drop_unsound(hits):
             del found[path]
         return np.fromiter(
             (found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool, count=len(stats)
@@ -670,37 +683,32 @@ class FeatureCache:
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
-        found: dict[str, np.ndarray | None] = {}
-        sql = "SELECT digest, dim, data FROM vectors WHERE model_key = ? AND digest IN ({marks})"
+        found: dict[str, tuple[bytes, int]] = {}
+        sql = "SELECT digest, data, dim FROM vectors WHERE model_key = ? AND digest IN ({marks})"
         try:
             with self._lock:
-                for digest, dim, data in self._select_in(sql, (key,), digests):
-                    found[digest] = _from_blob(data, dim)
+                for digest, data, dim in self._select_in(sql, (key,), digests):
+                    found[digest] = (data, dim)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        hits = [(digest, digest, vec) for digest, vec in found.items() if vec is not None]
-        for digest, _ in self._drop_unsound(hits, by_digest=True):
-            found[digest] = None
-        return [found.get(d) for d in digests]
+        for digest in self._drop_unsound([(d, d, *hit) for d, hit in found.items()], by_digest=True):
+            del found[digest]
+        return [_from_blob(*found[d]) if d in found else None for d in digests]
 
     def _drop_unsound(
-        self, hits: Sequence[tuple[Any, str, np.ndarray]], *, by_digest: bool = False
-    ) -> list[tuple[Any, str]]:
-        """The (key, digest) of ``hits`` (key, digest, vector) whose vector is not sound (:func:`_sound`).
+        self, hits: Sequence[tuple[Any, str, bytes, int]], *, by_digest: bool = False
+    ) -> list[Any]:
+        """The keys of ``hits`` (key, digest, blob, dim) whose vector is not sound (:func:`_sound`).
 
         Each is deleted from the cache (the photo is then extracted again, and stored anew) and named in
         one warning. A cache that cannot be written keeps it; lookups still do not find it.
         """
         if not hits:
             return []
-        dims = {len(vec) for _, _, vec in hits}
-        if len(dims) == 1:
-            sound = _sound(np.stack([vec for _, _, vec in hits]), self.max_norm)
-        else:  # vectors of several lengths under one key: only from a cache edited by hand
-            sound = np.array([_sound(vec[None, :], self.max_norm)[0] for _, _, vec in hits])
-        bad = [(key, digest) for (key, digest, _), ok in zip(hits, sound, strict=True) if not ok]
-        if not bad:
+        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm)
+        if sound.all():
             return []
+        bad = [(key, digest) for (key, digest, _, _), ok in zip(hits, sound, strict=True) if not ok]
         names = [os.fsdecode(key) for key, _ in bad] if not by_digest else []
         try:
             with self._lock:
@@ -719,7 +727,7 @@ class FeatureCache:
                 f"the cached vector of {display(name)} is damaged (not finite, or too large); "
                 "extracting it again"
             )
-        return bad
+        return [key for key, _ in bad]
 
     def model_keys(self) -> dict[str, int]:
         """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
@@ -1075,7 +1083,8 @@ def open_store(
             yield NullCache()
             return
         with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
-            with FeatureCache(Path(folder) / "features.sqlite", model_key, dtype=dtype, max_norm=max_norm) as store:
+            temporary = Path(folder) / "features.sqlite"
+            with FeatureCache(temporary, model_key, dtype=dtype, max_norm=max_norm) as store:
                 yield store
         return
     path = None

@@ -271,7 +271,7 @@ def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
         # restart marker, so this counts the scans exactly, in one pass over the bytes.
         scans = data.count(b"\xff\xda")
         if scans > MAX_JPEG_SCANS:
-            raise DecodeError(f"refused: a JPEG of {scans} scans (limit {MAX_JPEG_SCANS}; decoding costs each)")
+            raise DecodeError(f"refused: a JPEG of {scans} scans (limit {MAX_JPEG_SCANS}; each costs a pass)")
     if Path(name).suffix.lower() in _HEIF_SUFFIXES or data[4:8] == b"ftyp":
         _register_heif()
     try:

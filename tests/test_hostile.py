@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-import sqlite3
-
 from click.testing import CliRunner
 from conftest import make_photo
 from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all, flat_png, forged_names, many_scans_jpeg
@@ -381,7 +380,9 @@ def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
         assert len(warned) == 1
 
 
-def test_names_reach_stderr_as_one_line_each_without_escape_sequences(fake_extractor, small_library, tmp_path):
+def test_names_reach_stderr_as_one_line_each_without_escape_sequences(
+    fake_extractor, small_library, tmp_path
+):
     forged = forged_names(small_library)
     result = nf("scan", small_library, "--k", 2, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 3
@@ -464,7 +465,9 @@ def test_a_jpeg_is_measured_at_the_size_it_is_decoded_to(tmp_path):
 
 
 @pytest.mark.parametrize("workers", [0, 1])
-def test_max_decode_pixels_holds_in_the_scan_and_its_workers(fake_extractor, small_library, tmp_path, workers):
+def test_max_decode_pixels_holds_in_the_scan_and_its_workers(
+    fake_extractor, small_library, tmp_path, workers
+):
     flat_png(small_library, 1500)
     result = nf("scan", small_library, "--k", 2, "--workers", workers, "--max-decode-pixels", 1_000_000,
                 "--cache", tmp_path / "c.sqlite")
