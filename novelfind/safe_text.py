@@ -3,8 +3,9 @@
 A file name may hold any byte but ``/`` and NUL: a newline followed by ``warning: ...`` forges a line of
 novelfind's own, an escape sequence sets the terminal's title or colours, and U+2028, U+2029 and U+0085
 end a line for ``str.splitlines`` and many viewers. :func:`one_line` escapes all of them; the command
-line passes every message it prints on stderr through it, and the library's own messages name paths
-with :func:`display`. Written here rather than taken from a library: the standard library's ``repr``
+line passes every message it prints on stderr through it, whoever built the message, and messages the
+library builds about outputs, sidecars, the cache and the config file name paths with :func:`display`
+(for callers that print exceptions themselves). Written here rather than taken from a library: the standard library's ``repr``
 quotes and escapes every non-ASCII letter, which makes ordinary names (``Été.jpg``) unreadable.
 
 Backslashes are left as they are: this is for reading, not for parsing (the result formats of
