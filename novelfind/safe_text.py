@@ -5,8 +5,9 @@ novelfind's own, an escape sequence sets the terminal's title or colours, and U+
 end a line for ``str.splitlines`` and many viewers. :func:`one_line` escapes all of them; the command
 line passes every message it prints on stderr through it, whoever built the message, and messages the
 library builds about outputs, sidecars, the cache and the config file name paths with :func:`display`
-(for callers that print exceptions themselves). Written here rather than taken from a library: the standard library's ``repr``
-quotes and escapes every non-ASCII letter, which makes ordinary names (``Été.jpg``) unreadable.
+(for callers that print exceptions themselves). Written here rather than taken from a library: the
+standard library's ``repr`` quotes and escapes every non-ASCII letter, which makes ordinary names
+(``Été.jpg``) unreadable.
 
 Backslashes are left as they are: this is for reading, not for parsing (the result formats of
 :mod:`novelfind.report` are the exact, reversible ones).
