@@ -32,12 +32,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from novelfind import dirs
 from novelfind.errors import CacheError
+from novelfind.safe_text import display
 
 if TYPE_CHECKING:
     from novelfind.walk import ImageFile
@@ -61,6 +63,9 @@ UPGRADE_CHUNK = 900  # vectors renamed per transaction by ``upgrade`` (keeps the
 DTYPES = {"float16": "<f2", "float32": "<f4"}
 DEFAULT_DTYPE = "float32"
 FLOAT16_MAX = 65504.0  # larger values are stored in float32
+# The norm above which a vector read back is taken for damage when the model gives no bound of its own:
+# far above any image model's vector, far below where float32 sums of squares overflow (3.4e38).
+DEFAULT_MAX_NORM = 1e15
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS files (
@@ -162,6 +167,28 @@ def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
     return _storable(vector, dtype).tobytes()
 
 
+def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
+    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm``.
+
+    One pass over each group of equal layout: the squared norms in float32, where a NaN fails the
+    comparison and an infinite value (or one so large that its square overflows) exceeds
+    ``max_norm ** 2`` (at most 1e30, well inside float32), so no separate finiteness pass is needed.
+    A blob of neither length is left to :func:`_from_blob`, which rejects it.
+    """
+    sound = np.ones(len(blobs), bool)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, (blob, dim) in enumerate(blobs):
+        layout = "<f4" if len(blob) == 4 * dim else "<f2" if len(blob) == 2 * dim else None
+        if layout is not None:
+            groups.setdefault((dim, layout), []).append(i)
+    for (dim, layout), rows in groups.items():
+        vectors = np.frombuffer(b"".join(blobs[i][0] for i in rows), layout).reshape(len(rows), dim)
+        vectors = vectors.astype(np.float32, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sound[rows] = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+    return sound
+
+
 def _from_blob(blob: bytes, dim: int) -> np.ndarray | None:
     if len(blob) == 4 * dim:
         return np.frombuffer(blob, dtype="<f4").astype(np.float32)  # a writable, native-order copy
@@ -233,6 +260,43 @@ def damage(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("files", "models", "vectors")
+
+
+def not_ours(path: str | os.PathLike[str]) -> str | None:
+    """Why the file at ``path`` is not recognisably a novelfind cache, or None when it is.
+
+    What ``cache clear`` and ``cache prune`` check before they delete or move anything: a file that
+    ``--cache`` names by mistake (``thesis.txt``, another program's database) must be left alone. A
+    novelfind cache starts with SQLite's header and carries novelfind's application id in it (bytes
+    68-71); when the database can be read, it also has novelfind's tables. A cache whose pages are
+    damaged but whose header is intact is still recognised (clearing it is what it is for).
+    """
+    path = Path(os.fspath(path)).expanduser().absolute()
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(100)
+    except OSError as err:
+        return f"cannot read it: {err.strerror or err}"
+    if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
+        return "it is not an SQLite database"
+    if int.from_bytes(header[68:72], "big") != APPLICATION_ID:
+        return "it is an SQLite database without novelfind's mark"
+    if damage(path) is not None:
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        return f"cannot read it: {err}"
+    missing = [table for table in _TABLES if table not in names]
+    return f"it lacks novelfind's table '{missing[0]}'" if missing else None
+
+
 def remove_damaged(path: str | os.PathLike[str]) -> None:
     """Delete a damaged cache file and its WAL and shared-memory files (``novelfind cache clear``)."""
     path = Path(os.fspath(path)).expanduser().absolute()
@@ -261,6 +325,11 @@ class FeatureCache:
     ``dtype``: how new vectors are stored, ``"float16"`` (2 bytes a value) or ``"float32"``; vectors
     already stored are read in whichever they were written. :meth:`stored` gives a vector as it will
     read back, so a scan ranks the same values the first time as when it reads them again.
+
+    Vectors read back are checked (the file can be edited by anyone who can write it, or damaged on
+    disk): one with a NaN or infinite value, or a norm above ``max_norm`` (the model's bound, say), is
+    treated as a damaged row. Lookups do not find it, it is deleted from the cache so that the photo is
+    extracted again, and ``on_warning`` names the photo once.
     """
 
     def __init__(
@@ -271,12 +340,14 @@ class FeatureCache:
         on_warning: Callable[[str], None] | None = None,
         busy_timeout: float = BUSY_TIMEOUT_S,
         dtype: str = DEFAULT_DTYPE,
+        max_norm: float = DEFAULT_MAX_NORM,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.model_key = model_key
         self.dtype = dtype
+        self.max_norm = float(max_norm)
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -293,6 +364,7 @@ class FeatureCache:
         create: bool = True,
         on_warning: Callable[[str], None] | None = None,
         dtype: str = DEFAULT_DTYPE,
+        max_norm: float = DEFAULT_MAX_NORM,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -307,7 +379,7 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning, dtype=dtype)
+        return cls(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -522,41 +594,29 @@ class FeatureCache:
 
     def get_by_stat(self, path: str | os.PathLike[str], size: int, mtime_ns: int) -> np.ndarray | None:
         """The vector of the file at ``path`` if it still has this size and mtime, else None."""
-        key = self._require_key()
-        try:
-            with self._lock:
-                row = self._conn.execute(
-                    "SELECT v.dim, v.data FROM files f JOIN vectors v "
-                    "ON v.digest = f.digest AND v.model_key = ? "
-                    "WHERE f.path = ? AND f.size = ? AND f.mtime_ns = ?",
-                    (key, _encode_path(path), int(size), int(mtime_ns)),
-                ).fetchone()
-        except sqlite3.Error as err:
-            raise self._read_error(err) from None
-        return None if row is None else _from_blob(row[1], row[0])
+        return self.get_many_by_stat([SimpleNamespace(path=path, size=size, mtime_ns=mtime_ns)])[0]
 
     def get_many_by_stat(self, files: Sequence[ImageFile]) -> list[np.ndarray | None]:
         """``get_by_stat`` for many files at once; the result lines up with ``files``."""
         key = self._require_key()
-        found: dict[bytes, tuple[int, int, int, bytes]] = {}
+        found: dict[bytes, tuple[int, int, str, bytes, int]] = {}
         stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
         sql = (
-            "SELECT f.path, f.size, f.mtime_ns, v.dim, v.data FROM files f JOIN vectors v "
+            "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data, v.dim FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
         )
         try:
             with self._lock:
-                for path, size, mtime_ns, dim, data in self._select_in(sql, (key,), (p for p, _, _ in stats)):
-                    found[path] = (size, mtime_ns, dim, data)
+                for path, *hit in self._select_in(sql, (key,), (p for p, _, _ in stats)):
+                    found[path] = tuple(hit)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
+        for path in self._drop_unsound([(path, *hit[2:]) for path, hit in found.items()]):
+            del found[path]
         out: list[np.ndarray | None] = []
         for path, size, mtime_ns in stats:
             hit = found.get(path)
-            if hit is None or hit[0] != size or hit[1] != mtime_ns:
-                out.append(None)
-            else:
-                out.append(_from_blob(hit[3], hit[2]))
+            out.append(None if hit is None or hit[:2] != (size, mtime_ns) else _from_blob(hit[3], hit[4]))
         return out
 
     def has_many_by_stat(self, files: Sequence[ImageFile], dim: int) -> np.ndarray:
@@ -565,18 +625,23 @@ class FeatureCache:
         key = self._require_key()
         stats = _stat_keys(files)
         found: dict[bytes, tuple[int, int]] = {}
+        hits: list[tuple[bytes, str, bytes, int]] = []  # the values are checked too, a chunk at once
         sql = (
-            "SELECT f.path, f.size, f.mtime_ns FROM files f JOIN vectors v "
+            "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? "
             "WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
         )
         try:
             with self._lock:
                 params = (key, dim, 2 * dim, 4 * dim)
-                for path, size, mtime_ns in self._select_in(sql, params, (p for p, _, _ in stats)):
+                rows = self._select_in(sql, params, (p for p, _, _ in stats))
+                for path, size, mtime_ns, digest, data in rows:
                     found[path] = (size, mtime_ns)
+                    hits.append((path, digest, data, dim))
         except sqlite3.Error as err:
             raise self._read_error(err) from None
+        for path in self._drop_unsound(hits):
+            del found[path]
         return np.fromiter(
             (found.get(path) == (size, mtime_ns) for path, size, mtime_ns in stats), bool, count=len(stats)
         )
@@ -634,15 +699,51 @@ class FeatureCache:
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
-        found: dict[str, np.ndarray | None] = {}
-        sql = "SELECT digest, dim, data FROM vectors WHERE model_key = ? AND digest IN ({marks})"
+        found: dict[str, tuple[bytes, int]] = {}
+        sql = "SELECT digest, data, dim FROM vectors WHERE model_key = ? AND digest IN ({marks})"
         try:
             with self._lock:
-                for digest, dim, data in self._select_in(sql, (key,), digests):
-                    found[digest] = _from_blob(data, dim)
+                for digest, data, dim in self._select_in(sql, (key,), digests):
+                    found[digest] = (data, dim)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
-        return [found.get(d) for d in digests]
+        for digest in self._drop_unsound([(d, d, *hit) for d, hit in found.items()], by_digest=True):
+            del found[digest]
+        return [_from_blob(*found[d]) if d in found else None for d in digests]
+
+    def _drop_unsound(
+        self, hits: Sequence[tuple[Any, str, bytes, int]], *, by_digest: bool = False
+    ) -> list[Any]:
+        """The keys of ``hits`` (key, digest, blob, dim) whose vector is not sound (:func:`_sound`).
+
+        Each is deleted from the cache (the photo is then extracted again, and stored anew) and named in
+        one warning. A cache that cannot be written keeps it; lookups still do not find it.
+        """
+        if not hits:
+            return []
+        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm)
+        if sound.all():
+            return []
+        bad = [(key, digest) for (key, digest, _, _), ok in zip(hits, sound, strict=True) if not ok]
+        names = [os.fsdecode(key) for key, _ in bad] if not by_digest else []
+        try:
+            with self._lock:
+                for _, digest in bad if by_digest else ():  # a file with those bytes, to name
+                    row = self._conn.execute("SELECT path FROM files WHERE digest = ?", (digest,)).fetchone()
+                    names.append(os.fsdecode(row[0]) if row is not None else f"the file with digest {digest}")
+            with self._lock, self._write() as conn:
+                conn.executemany(
+                    "DELETE FROM vectors WHERE digest = ? AND model_key = ?",
+                    [(digest, self.model_key) for _, digest in bad],
+                )
+        except (sqlite3.Error, CacheError):
+            pass  # read-only or busy: the vector stays, unused, until a scan can replace it
+        for name in names:
+            self._warn(
+                f"the cached vector of {display(name)} is damaged (not finite, or too large); "
+                "extracting it again"
+            )
+        return [key for key, _ in bad]
 
     def model_keys(self) -> dict[str, int]:
         """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
@@ -1036,6 +1137,7 @@ def open_store(
     dtype: str = DEFAULT_DTYPE,
     streamed: bool = False,
     on_warning: Callable[[str], None] | None = None,
+    max_norm: float = DEFAULT_MAX_NORM,
 ) -> Iterator[FeatureCache | NullCache]:
     """The feature store a scan uses, as a context manager that closes it.
 
@@ -1044,6 +1146,7 @@ def open_store(
     through ``on_warning`` and a :class:`NullCache` stands in. With ``streamed`` (the vectors are read
     back from the store, the library being too large to hold them) there must be a real store: without
     a cache it is a temporary file, deleted afterwards, and one that cannot be opened is a CacheError.
+    ``max_norm``: the model's bound on a vector's norm (see :class:`FeatureCache`).
     """
     import tempfile
 
@@ -1052,7 +1155,8 @@ def open_store(
             yield NullCache()
             return
         with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
-            with FeatureCache(Path(folder) / "features.sqlite", model_key, dtype=dtype) as store:
+            temporary = Path(folder) / "features.sqlite"
+            with FeatureCache(temporary, model_key, dtype=dtype, max_norm=max_norm) as store:
                 yield store
         return
     path = None
@@ -1061,7 +1165,7 @@ def open_store(
     elif choice is not True:
         path = choice
     try:
-        store = FeatureCache.open(path, model_key, on_warning=on_warning, dtype=dtype)
+        store = FeatureCache.open(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
     except CacheError as err:
         if streamed:
             raise CacheError(f"{err}; a library this large is ranked from the cache") from None

@@ -24,12 +24,13 @@ import click
 import cloup
 
 from novelfind import __version__, dirs, features, params, run
-from novelfind.cache import FeatureCache, damage, remove_damaged
+from novelfind.cache import FeatureCache, damage, not_ours, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
-from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
+from novelfind.errors import CacheError, ExitCode, InputError, Interrupted, NovelfindError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import encode_output, escape_field
+from novelfind.safe_text import one_line
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -126,6 +127,12 @@ class NovelfindCommand(cloup.Command):
             raise
 
 
+def _stderr(message: str) -> None:
+    """Print one message on stderr as one line: every message novelfind prints there comes through here,
+    so a file name cannot forge a line or speak to the terminal (:func:`novelfind.safe_text.one_line`)."""
+    click.echo(one_line(message), err=True)
+
+
 class NovelfindGroup(click.Group):
     """A group whose errors are one line on stderr and a documented exit code, in every mode."""
 
@@ -137,16 +144,16 @@ class NovelfindGroup(click.Group):
             )
             code = int(code or 0)
         except NovelfindError as err:
-            click.echo(f"error: {err}", err=True)
+            _stderr(f"error: {err}")
             code = int(err.exit_code)
         except click.exceptions.NoArgsIsHelpError as err:  # help, not an error; still not a success
             click.echo(err.ctx.get_help() if err.ctx is not None else err.format_message(), err=True)
             code = int(ExitCode.USAGE)
         except click.UsageError as err:
-            click.echo(f"error: {err.format_message()}", err=True)
+            _stderr(f"error: {err.format_message()}")
             code = int(ExitCode.USAGE)
         except click.ClickException as err:
-            click.echo(f"error: {err.format_message()}", err=True)
+            _stderr(f"error: {err.format_message()}")
             code = int(err.exit_code)
         except click.exceptions.Abort:
             click.echo("interrupted", err=True)
@@ -154,8 +161,8 @@ class NovelfindGroup(click.Group):
         except Exception as err:  # a bug: still one line, the traceback only on request
             if os.environ.get("NOVELFIND_DEBUG"):
                 raise
-            click.echo(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
-                       "the traceback)", err=True)
+            _stderr(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
+                    "the traceback)")
             code = int(ExitCode.ERROR)
         if standalone_mode:
             sys.exit(code)
@@ -468,23 +475,23 @@ class Console:
 
     def unreadable(self, path: Path, reason: str) -> None:
         """A file that could not be read: always reported, once."""
-        click.echo(f"warning: cannot read {path}: {reason}", err=True)
+        _stderr(f"warning: cannot read {path}: {reason}")
 
     def problem(self, message: str) -> None:
         """A warning shown even with -q (something the run was asked to write was not written)."""
-        click.echo(f"warning: {message}", err=True)
+        _stderr(f"warning: {message}")
 
     def warn(self, message: str) -> None:
         if not self.quiet:
-            click.echo(f"warning: {message}", err=True)
+            _stderr(f"warning: {message}")
 
     def note(self, message: str) -> None:
         if not self.quiet:
-            click.echo(f"note: {message}", err=True)
+            _stderr(f"note: {message}")
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            click.echo(message, err=True)
+            _stderr(message)
 
     @contextmanager
     def progress_bars(self) -> Iterator[Any]:
@@ -631,7 +638,8 @@ cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
 CACHE_EXIT_CODES_HELP = """\b
 Exit codes:
   0    done (prune and clear: also when the cache was damaged; a warning says what they did)
-  1    no cache there, it cannot be read or written, or (info) it is damaged
+  1    no cache there, it cannot be read or written, (info) it is damaged, or (prune and
+       clear) the file is not a novelfind cache: it is left as it is
 """
 
 
@@ -641,6 +649,8 @@ def cache() -> None:
 
     A damaged cache file is left as it is by `info`, which says so; `prune` moves it aside (it is
     kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then start a new, empty one.
+    Both act only on a file they recognise as a novelfind cache (SQLite's header with novelfind's
+    mark); any other file is refused and left as it is.
 
     \b
     Examples:
@@ -661,6 +671,16 @@ def _existing_cache(path: Path | None) -> FeatureCache:
     return FeatureCache.open(_cache_path(path), create=False, on_warning=Console(False).problem)
 
 
+def _refuse_foreign(path: Path) -> None:
+    """CacheError, before anything changes, when a file at ``path`` is not a novelfind cache: `prune` and
+    `clear` move aside or delete only files they recognise (``--cache thesis.txt`` by mistake)."""
+    if not os.path.lexists(path):
+        return
+    reason = not_ours(path)
+    if reason is not None:
+        raise CacheError(f"{path} is not a novelfind cache ({reason}); left as it is")
+
+
 @cache.command("info")
 @cache_option
 def cache_info(cache_path: Path | None) -> int:
@@ -673,7 +693,7 @@ def cache_info(cache_path: Path | None) -> int:
     path = _cache_path(cache_path)
     reason = damage(path)
     if reason is not None:  # info changes nothing, not even a damaged file
-        click.echo(f"path\t{path}")
+        click.echo(f"path\t{escape_field(str(path))}")
         click.echo("damaged\tyes")
         Console(False).problem(
             f"the feature cache {path} is damaged ({reason}); left as it is: `novelfind cache clear` "
@@ -688,7 +708,7 @@ def cache_info(cache_path: Path | None) -> int:
         # vectors this version's model made under another layout or preprocessing: not read, only replaced
         stale = {key: store.photos_without(key, usable) for key, _ in models
                  if features.same_weights(key) and key not in usable}
-    click.echo(f"path\t{info['path']}")
+    click.echo(f"path\t{escape_field(str(info['path']))}")
     click.echo(f"vectors\t{info['entries']}")
     click.echo(f"files\t{info['files']}")
     click.echo(f"bytes\t{info['size_bytes']}")
@@ -720,6 +740,7 @@ def cache_prune(cache_path: Path | None) -> int:
     Example:
       novelfind cache prune
     """
+    _refuse_foreign(_cache_path(cache_path))
     with _existing_cache(cache_path) as store:
         dropped = store.prune()
     click.echo(f"pruned\t{dropped}")
@@ -736,6 +757,7 @@ def cache_clear(cache_path: Path | None) -> int:
       novelfind cache clear
     """
     path = _cache_path(cache_path)
+    _refuse_foreign(path)
     reason = damage(path)
     if reason is not None:  # nothing in it is worth keeping: delete it rather than move it aside
         remove_damaged(path)

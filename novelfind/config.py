@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from novelfind import dirs
+from novelfind import atomic, dirs
 from novelfind.errors import InputError
+from novelfind.safe_text import display
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,17 +24,28 @@ else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config file sets a few dozen keys: some kilobytes
+
+
 def read_config(path: Path) -> dict[str, Any]:
-    """The parsed TOML file; the ``[scan]`` table if present, else the top level."""
+    """The parsed TOML file; the ``[scan]`` table if present, else the top level.
+
+    ``~`` in ``path`` is the home folder. Only a regular file of at most :data:`MAX_CONFIG_BYTES` is
+    read (``NOVELFIND_CONFIG=/dev/zero`` would otherwise fill the memory); a link the user made to one
+    is followed.
+    """
+    path = Path(path).expanduser()
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        text = atomic.read_limited(path, MAX_CONFIG_BYTES, follow_link=True).decode("utf-8")
+        data = tomllib.loads(text)
     except FileNotFoundError:
-        raise InputError(f"config file not found: {path}") from None
+        raise InputError(f"config file not found: {display(path)}") from None
     except OSError as err:
-        raise InputError(f"cannot read config file {path}: {err.strerror}") from None
+        raise InputError(f"cannot read config file {display(path)}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"config file {display(path)} is not valid TOML: not UTF-8 text") from None
     except tomllib.TOMLDecodeError as err:
-        raise InputError(f"config file {path} is not valid TOML: {err}") from None
+        raise InputError(f"config file {display(path)} is not valid TOML: {err}") from None
     if "scan" in data and isinstance(data["scan"], dict):
         extra = sorted(set(data) - {"scan"})
         if extra:

@@ -12,6 +12,7 @@ is decoded again without its metadata chunks, since the pixels do not depend on 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import io
@@ -19,7 +20,7 @@ import os
 import stat
 import struct
 import warnings
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +46,17 @@ Image.MAX_IMAGE_PIXELS = MAX_IMAGE_PIXELS
 BOMB_CHECK_PIXELS = 2**25
 MAX_PIXELS_PER_BYTE = 4096
 ImageFile.LOAD_TRUNCATED_IMAGES = False
+# The decoded-pixels budget: what one decode may hold, checked from the header before any pixel is
+# decoded (after a JPEG's reduced-scale draft, which is what gets decoded). A decode peaks at about
+# BYTES_PER_PIXEL bytes a pixel (RGBA or 16-bit planes decoded, then an RGB copy); the default gives all
+# decodes at once (the workers and this process) half of the machine's memory, never more than
+# MAX_IMAGE_PIXELS each. A file is not read when it is larger than an uncompressed image of the budget
+# could be (a sparse multi-gigabyte file costs its size in memory).
+BYTES_PER_PIXEL = 8
+MEMORY_SHARE = 0.5
+# A progressive JPEG decodes every scan over the whole image: 8,000 scans of 16000 x 16000 took two
+# minutes in a 2.7 MB file. Encoders write at most a few dozen (libjpeg's progressive script: 10).
+MAX_JPEG_SCANS = 256
 
 _PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
 HEIF_EXTENSIONS = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
@@ -76,6 +88,43 @@ def _register_heif() -> bool:
     except Exception:  # noqa: BLE001 - optional dependency, any failure means "absent"
         return False
     return True
+
+
+def default_pixel_budget(workers: int) -> int:
+    """Pixels one decode may hold when ``workers`` decode processes and this one run at once: half the
+    machine's memory shared among them (:data:`BYTES_PER_PIXEL` each), at most :data:`MAX_IMAGE_PIXELS`."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - a system without sysconf
+        return MAX_IMAGE_PIXELS
+    share = MEMORY_SHARE * memory / (max(0, workers) + 1) / BYTES_PER_PIXEL
+    return max(1, min(MAX_IMAGE_PIXELS, int(share)))
+
+
+_pixel_budget = MAX_IMAGE_PIXELS  # this process's; set for a scan by set_pixel_budget
+
+
+def set_pixel_budget(pixels: int) -> None:
+    """Refuse, in this process, images that would decode to more than ``pixels`` (see
+    :func:`default_pixel_budget`); a scan sets it in the scanning process and in each decode worker."""
+    global _pixel_budget
+    _pixel_budget = max(1, min(MAX_IMAGE_PIXELS, int(pixels)))
+
+
+def pixel_budget() -> int:
+    """The decoded-pixels budget of this process."""
+    return _pixel_budget
+
+
+@contextlib.contextmanager
+def pixel_budget_of(pixels: int) -> Iterator[None]:
+    """:func:`set_pixel_budget` for the time of a ``with`` block (a scan), then the one before."""
+    previous = _pixel_budget
+    set_pixel_budget(pixels)
+    try:
+        yield
+    finally:
+        set_pixel_budget(previous)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
@@ -133,6 +182,12 @@ def _open_decoded(fp: io.BytesIO, name: str, min_side: int) -> Image.Image:
                 # so the later resize to the model's shorter side is still a downscale.
                 if min(w, h) >= 2 * min_side:
                     img.draft("RGB", (min_side, min_side))
+            dw, dh = img.size  # what will be decoded
+            if dw * dh > _pixel_budget:
+                raise DecodeError(
+                    f"refused: {dw} x {dh} pixels to decode, over the budget of {_pixel_budget} "
+                    "(max_decode_pixels)"
+                )
             if getattr(img, "is_animated", False):
                 img.seek(0)
             img.load()
@@ -166,9 +221,21 @@ def read_bytes(path: str | os.PathLike) -> bytes:
     """The whole regular file at ``path``; DecodeError with the reason when it cannot be read."""
     try:
         with _open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > _max_file_bytes():
+                raise DecodeError(
+                    f"refused: a file of {size} bytes, more than an image within the decode budget "
+                    f"({_pixel_budget} pixels) can take"
+                )
             return f.read()
     except OSError as e:
         raise DecodeError(e.strerror or _short(e)) from None
+
+
+def _max_file_bytes() -> int:
+    """The largest image file read into memory: an uncompressed image of the budget, with 16 MiB of
+    metadata (RAW files are read by :mod:`novelfind.raw`)."""
+    return _pixel_budget * BYTES_PER_PIXEL + (16 << 20)
 
 
 def _open_regular(path: str | os.PathLike) -> io.BufferedReader:
@@ -199,6 +266,12 @@ def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Imag
 def _decode_bytes(data: bytes, name: str, min_side: int) -> Image.Image:
     if not data:
         raise DecodeError("empty file")
+    if data.startswith(b"\xff\xd8"):
+        # 0xFF 0xDA starts a scan; inside entropy-coded data 0xFF is always followed by 0x00 or a
+        # restart marker, so this counts the scans exactly, in one pass over the bytes.
+        scans = data.count(b"\xff\xda")
+        if scans > MAX_JPEG_SCANS:
+            raise DecodeError(f"refused: a JPEG of {scans} scans (limit {MAX_JPEG_SCANS}; each costs a pass)")
     if Path(name).suffix.lower() in HEIF_EXTENSIONS or data[4:8] == b"ftyp":
         _register_heif()
     try:

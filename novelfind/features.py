@@ -65,6 +65,10 @@ POOLED_DIM = FEATURE_DIMS["pooled"]  # what the cache keeps, whatever the featur
 # last feature map, nothing else. A version that stores more (mid-level statistics, say) names a new layout,
 # so a reader never gets a vector of another layout under its key.
 LAYOUT = "pooled-v1"
+# The largest norm a stored vector can have: each pooled value is an average of ReLU6 outputs, so in
+# [0, 6]. A cached vector beyond it (or not finite) was not made by this model: the cache drops it and
+# the photo is extracted again (:class:`novelfind.cache.FeatureCache`'s ``max_norm``).
+STORED_NORM_MAX = 6.0 * math.sqrt(POOLED_DIM) * 1.001
 DEVICES = ("auto", "cpu", "cuda")  # "cuda:N" is accepted too
 BACKENDS = ("auto", "torch", "onnx")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

@@ -33,13 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import dirs, walk
+from novelfind import atomic, dirs, walk
 from novelfind.decode import file_digest
 from novelfind.errors import NovelfindError
 from novelfind.lock import RunLock
 from novelfind.report import write_atomic
 
 FORMAT_VERSION = 1
+_LIST_LIMIT = 256 << 20  # bytes: a million entries are about 200 MB; a larger file is not a list of ours
 
 
 class IgnoreListError(NovelfindError):
@@ -110,13 +111,13 @@ class IgnoreList:
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None):
-        self.path = Path(path) if path is not None else default_path()
+        self.path = Path(path).expanduser() if path is not None else default_path()
 
     # ------------------------------------------------------------------------------------------ reading
 
     def _load(self) -> dict[str, dict[str, Any]]:
-        try:
-            text = self.path.read_text(encoding="utf-8")
+        try:  # read through a link the user made; written only where no link is (see _change)
+            text = atomic.read_limited(self.path, _LIST_LIMIT, follow_link=True).decode("utf-8")
         except FileNotFoundError:
             return {}
         except OSError as e:

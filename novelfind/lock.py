@@ -80,6 +80,10 @@ class RunLock:
         if self._held:
             raise RuntimeError(f"{self!r} is already held")
         timeout = (-1 if self.timeout is None else self.timeout) if self.wait else 0
+        if self.path.is_symlink():  # the lock file is opened for writing: a planted link is not followed
+            raise NovelfindError(
+                f"cannot use the lock file {self.path}: it is a symbolic link novelfind did not create"
+            )
         try:
             self._lock.acquire(timeout=timeout)
         except filelock.Timeout:
@@ -105,7 +109,11 @@ class RunLock:
         self._held = False
         if self._lock.lock_counter == 1:  # the outermost holder: the pid is no longer true
             try:
-                os.truncate(self.path, 0)
+                fd = os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+                try:
+                    os.ftruncate(fd, 0)
+                finally:
+                    os.close(fd)
             except OSError:
                 pass
         self._lock.release()

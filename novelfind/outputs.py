@@ -17,10 +17,12 @@ from typing import Any
 
 import numpy as np
 
+from novelfind import atomic
 from novelfind.errors import InputError, MissingExtraError, OutputError
 from novelfind.htmlreport import write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
 from novelfind.report import MANIFEST_NAME, Failure, Pick, format_results, place_picks, write_atomic
+from novelfind.safe_text import display
 from novelfind.walk import FileList, scanned_path_within
 from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks
 from novelfind.xmp import available as xmp_available
@@ -39,6 +41,8 @@ def check_outputs(params: ScanParameters) -> None:
         if target is None:
             continue
         parent = target.parent if str(target.parent) else Path(".")
+        if target.is_symlink() and what != "results file":  # -o alone follows a link (the user's own)
+            raise OutputError(f"cannot write the {what} {display(target)}: {atomic.LINK_REFUSED}")
         if target.is_dir():
             raise OutputError(f"cannot write the {what} {target}: it is a folder")
         if not parent.is_dir():
@@ -55,6 +59,9 @@ def check_outputs(params: ScanParameters) -> None:
             )
         if p.copy_to.exists() and not p.copy_to.is_dir():
             raise OutputError(f"cannot place the picks in {p.copy_to}: it is not a folder")
+        manifest = p.copy_to / MANIFEST_NAME
+        if manifest.is_symlink():  # checked again when the picks are placed
+            raise OutputError(f"cannot use {display(manifest)}: {atomic.LINK_REFUSED}")
         existing = p.copy_to.absolute()
         while not existing.exists() and existing.parent != existing:
             existing = existing.parent
@@ -104,7 +111,8 @@ def write_outputs(
     sidecars: list[SidecarSummary] = []
     if p.output is not None:
         text = format_results(picks, p.format, failures=failures, run=record)
-        writers.append(lambda: write_atomic(p.output, text))
+        # The one output written through a link: -o names one file, and a link there is the user's.
+        writers.append(lambda: write_atomic(p.output, text, follow_link=True))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
         writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
     if p.report is not None:

@@ -230,6 +230,17 @@ class ScanParameters:
         metavar="SECONDS",
         group="performance",
     )
+    max_decode_pixels: int | None = param(
+        None,
+        "pixels one decode may hold (1 or more; None: half the machine's memory shared among the decode "
+        "workers and the scanning process, at most 268 million); a larger image is refused from its "
+        "header, before it is decoded, and reported as unreadable.",
+        help="Pixels one decode may hold; larger images are refused before decoding (default: from the "
+        "machine's memory and the decode workers).",
+        limit=Limit(1),
+        metavar="PIXELS",
+        record=True,
+    )
     device: str = param(
         "auto",
         '``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and the '
@@ -422,13 +433,13 @@ class ScanParameters:
         paths = [self.paths] if isinstance(self.paths, (str, os.PathLike)) else list(self.paths)
         if not paths:
             raise InputError("paths must name at least one folder or image")
-        self._set("paths", tuple(Path(p) for p in paths))
+        self._set("paths", tuple(Path(p).expanduser() for p in paths))
         exclude = [self.exclude] if isinstance(self.exclude, str) else list(self.exclude)
         self._set("exclude", tuple(str(e) for e in exclude))
         for f in FIELDS:
             value = getattr(self, f.name)
-            if f.type == "Path | None" and value is not None:
-                self._set(f.name, Path(value))
+            if f.type == "Path | None" and value is not None:  # "~/x" from a config file or the API
+                self._set(f.name, Path(value).expanduser())
             elif f.type in ("int", "int | None") and value is not None:
                 if isinstance(value, bool) or not isinstance(value, numbers.Integral):
                     raise InputError(f"{f.name} must be a whole number, got {value!r}")
@@ -439,7 +450,7 @@ class ScanParameters:
         if self.feature == "auto" and self.method in METHOD_FEATURE:
             self._set("feature", METHOD_FEATURE[self.method])
         if not isinstance(self.cache, (bool, FeatureCache)):
-            self._set("cache", Path(self.cache))
+            self._set("cache", Path(self.cache).expanduser())
         for name, limit in LIMITS.items():
             value = getattr(self, name)
             if value is not None:
@@ -453,6 +464,11 @@ class ScanParameters:
             raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
         if self.since is not None and not isinstance(self.since, datetime):
             raise InputError(f"since must be a datetime, got {self.since!r}")
+        if self.since is not None and not _is_timestamp(self.since):
+            raise InputError(
+                f"since {self.since.date().isoformat()} is out of range: not a time this system can "
+                "compare file times with"
+            )
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
             raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
@@ -485,6 +501,16 @@ class ScanParameters:
     def record(self) -> dict[str, Any]:
         """The parameters in the run record of the JSON formats, as JSON values, in field order."""
         return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
+
+
+def _is_timestamp(when: datetime) -> bool:
+    """Whether ``when`` has a POSIX timestamp: ``0001-01-01`` in local time has none (its conversion to
+    UTC falls before year 1), and would fail only after every photo was extracted."""
+    try:
+        when.timestamp()
+    except (OverflowError, OSError, ValueError):
+        return False
+    return True
 
 
 def _json_value(value: Any) -> Any:

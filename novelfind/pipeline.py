@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import extraction
+from novelfind import decode, extraction
 from novelfind.extraction import (
     Decoded,
     Decoder,
@@ -98,7 +98,9 @@ def _decode_in_worker(decode: Callable[[str], Decoded], path: str, slot: int) ->
     return decode(path)
 
 
-def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) -> None:
+def _worker_init(
+    parent_pid: int, known: frozenset[str], started: Any = None, pixel_budget: int | None = None
+) -> None:
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
 
     A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe
@@ -108,6 +110,8 @@ def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) ->
     global _STARTED
     extraction.use_known(known)
     _STARTED = started
+    if pixel_budget is not None:  # the scan's, set in its process: a worker starts with the default
+        decode.set_pixel_budget(pixel_budget)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
@@ -192,7 +196,7 @@ class ProcessDecoder:
                 self.workers,
                 mp_context=_mp_context(),
                 initializer=_worker_init,
-                initargs=(os.getpid(), self.known, self._started()),
+                initargs=(os.getpid(), self.known, self._started(), decode.pixel_budget()),
             )
         return self.pool
 

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from novelfind import atomic
 from novelfind.atomic import unlink_quietly
 from novelfind.errors import OutputError
 from novelfind.lock import pid_alive
+from novelfind.safe_text import display
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 1
@@ -33,6 +35,7 @@ MANIFEST_NAME = ".novelfind-picks.json"
 MANIFEST_SCHEMA = "novelfind/picks-manifest"
 _TMP_PREFIX = ".novelfind-tmp-"
 _NAME_MAX = 255  # bytes in one file name on common file systems
+_MANIFEST_LIMIT = 256 << 20  # bytes: a manifest of a million picks is about 200 MB
 
 
 @dataclass(frozen=True)
@@ -142,7 +145,9 @@ def format_results(
 
 
 _ESCAPES = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-_NEEDS_ESCAPE = re.compile(r"[\\\x00-\x1f\x7f\ud800-\udfff]")
+# Also C1 controls and U+2028 / U+2029: ``str.splitlines`` (and many viewers) end a line at U+0085,
+# U+2028 and U+2029, so one pick would read as two.
+_NEEDS_ESCAPE = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _ESCAPE_TOKEN = re.compile(r"\\(\\|t|n|r|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
 
 
@@ -153,14 +158,15 @@ def _escape_char(match: re.Match[str]) -> str:
     code = ord(ch)
     if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of the file name (surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
-    if code >= 0xD800:
+    if code >= 0x80:  # C1 control, line separator, lone surrogate (\xHH from 80 up stands for a byte)
         return f"\\u{code:04x}"
     return f"\\x{code:02x}"
 
 
 def escape_field(text: str) -> str:
-    """Escape a path for the line formats: ``\\\\ \\t \\n \\r``, ``\\xHH`` for other control
-    characters and for bytes that are not UTF-8. Ordinary names come out unchanged."""
+    """Escape a path for the line formats: ``\\\\ \\t \\n \\r``, ``\\xHH`` for other C0 control
+    characters and for bytes that are not UTF-8, ``\\uHHHH`` for C1 controls (U+0085) and the line
+    separators U+2028 / U+2029. Ordinary names come out unchanged."""
     return _NEEDS_ESCAPE.sub(_escape_char, text)
 
 
@@ -253,7 +259,9 @@ def _format_csv(picks: Sequence[Pick]) -> str:
     return out.getvalue()
 
 
-_LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# Lone surrogates (undecodable file-name bytes), and the characters ``str.splitlines`` ends a line at
+# that JSON leaves raw (U+0085, U+2028, U+2029): escaped, one JSON Lines record stays one line.
+_JSON_ESCAPE = re.compile(r"[\x85\u2028\u2029\ud800-\udfff]")
 
 
 def _json_default(obj: Any) -> Any:
@@ -274,7 +282,7 @@ def _dumps(obj: Any, indent: int | None = None) -> str:
     """JSON, UTF-8 readable; undecodable file-name bytes as ``\\udcXX`` escapes (round-trip
     with ``json.loads`` + ``os.fsencode``)."""
     text = json.dumps(obj, ensure_ascii=False, indent=indent, default=_json_default, allow_nan=False)
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _JSON_ESCAPE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,23 +293,23 @@ def _describe(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def write_atomic(path: Path | str, data: str | bytes) -> None:
+def write_atomic(path: Path | str, data: str | bytes, *, follow_link: bool = False) -> None:
     """Write ``data`` to ``path`` all at once (:func:`novelfind.atomic.replacing`).
 
     ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
-    followed, so its target is replaced. Raises OutputError with a one-line message; never leaves a
-    temp file behind.
+    refused, or with ``follow_link`` (``-o`` to a link the user made) followed, so its target is
+    replaced. Raises OutputError with a one-line message; never leaves a temp file behind.
     """
-    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    path = Path(os.path.realpath(path)) if follow_link and os.path.islink(path) else Path(path)
     payload = encode_output(data) if isinstance(data, str) else bytes(data)
-    if path.is_dir():
-        raise OutputError(f"cannot write {path}: it is a folder")
+    if not os.path.islink(path) and path.is_dir():
+        raise OutputError(f"cannot write {display(path)}: it is a folder")
     if not path.parent.is_dir():
-        raise OutputError(f"cannot write {path}: no such folder {path.parent}")
+        raise OutputError(f"cannot write {display(path)}: no such folder {display(path.parent)}")
     try:
         atomic.write_bytes(path, payload)
     except OSError as err:
-        raise OutputError(f"cannot write {path}: {_describe(err)}") from None
+        raise OutputError(f"cannot write {display(path)}: {_describe(err)}") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -346,6 +354,10 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
         raise OutputError(f"cannot write to {dest}: permission denied")
 
     manifest_path = dest / MANIFEST_NAME
+    try:  # a manifest that is a link may point anywhere: never read or replaced through it
+        atomic.refuse_link(manifest_path)
+    except OSError as err:
+        raise OutputError(f"cannot use {display(manifest_path)}: {_describe(err)}") from None
     previous = _read_manifest(manifest_path)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
@@ -360,7 +372,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
         target = dest / name
         if os.path.lexists(target) and name not in ours:
             raise OutputError(
-                f"refusing to overwrite {target}: not created by novelfind "
+                f"refusing to overwrite {display(target)}: not created by novelfind "
                 "(move it away or choose another folder)"
             )
         try:
@@ -377,9 +389,9 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     created: list[Path] = []
     records: dict[str, dict[str, Any]] = {}
     try:
-        for i, ((_, source), name) in enumerate(zip(sources, names, strict=True)):
+        for (_, source), name in zip(sources, names, strict=True):
             target = dest / name
-            tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{i}"
+            tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
             try:
                 _place_one(source, tmp, mode)
                 records[name] = _record(tmp, mode, source)
@@ -407,8 +419,17 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
 
 
 def _place_one(source: Path, tmp: Path, mode: str) -> None:
-    if mode == "copy":
-        shutil.copy2(source, tmp)
+    """Make ``tmp`` a copy of, or a link to, ``source``. ``tmp`` is a new name (random, see
+    ``place_picks``); each way refuses one that exists, so a link planted there is never written
+    through: the copy is created with ``O_EXCL | O_NOFOLLOW``, ``symlink`` and ``link`` fail on any
+    existing name."""
+    if mode == "copy":  # shutil.copy2 opens the destination by name, following a link there
+        with open(source, "rb") as src, open(atomic.create_exclusive(tmp), "wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+            st = os.fstat(src.fileno())
+            out.flush()
+            os.fchmod(out.fileno(), st.st_mode & 0o7777)
+            os.utime(out.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
     elif mode == "symlink":
         os.symlink(os.path.abspath(source), tmp)
     else:
@@ -447,7 +468,7 @@ def _still_ours(path: Path, rec: Mapping[str, Any]) -> bool:
 def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
     """Entries of an earlier run; an unreadable or foreign manifest counts as empty (safe side)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8", errors="surrogateescape"))
+        doc = json.loads(atomic.read_limited(path, _MANIFEST_LIMIT).decode("utf-8", "surrogateescape"))
     except (OSError, ValueError):
         return {}
     files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == MANIFEST_SCHEMA else None

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, features, ranking, walk
+from novelfind import __version__, decode, features, ranking, walk
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extraction import featured
@@ -148,7 +148,10 @@ class _Scan:
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
+        workers = p.workers if p.workers is not None else features.available_cpus()
+        budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
+            stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
             if self.on_warning is not None:
                 stack.enter_context(warnings_to(self.on_warning))
             for target in p.outputs():
@@ -167,8 +170,12 @@ class _Scan:
             # stage keeps the stored vectors (pooled, also for logits), so those set the memory
             stored_dim = getattr(extractor, "stored_dim", extractor.dim)
             streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
+            # a cached vector beyond what the model can make is damage (extractors that store what they
+            # return, without ``encode``, give no such bound)
+            bound = {"max_norm": features.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
             opened = open_store(
-                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn
+                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn,
+                **bound,
             )
             cache = stack.enter_context(opened)
             store = featured(cache, extractor)  # read back as the feature asked for

@@ -137,7 +137,8 @@ class FileList(Sequence[ImageFile]):
         """bool (N,): the files modified at or after ``since`` (all of them for None)."""
         if since is None:
             return np.ones(len(self), bool)
-        return self.mtimes_ns >= int(since.timestamp() * 1e9)
+        threshold = since.timestamp() * 1e9  # beyond int64 nanoseconds (1677-2262): all files or none
+        return self.mtimes_ns >= int(min(max(threshold, -(2.0**63)), 2.0**63 - 1024))
 
     def nbytes(self) -> int:
         """Memory held by the records' buffers."""
@@ -188,6 +189,10 @@ def is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in WALKED_EXTENSIONS
 
 
+MAX_PATTERN_CHARS = 1024  # one exclude glob: longer than any sensible path pattern
+MAX_PATTERNS = 1000  # exclude globs in one walk: compiled together into one regex
+
+
 def skipped_kind(name: str) -> str | None:
     """The ``SKIPPED_KINDS`` key of a file the walk does not offer but a scan should count, else None:
     ``"heif"`` for a HEIC/HEIF file without pillow-heif, ``"video"`` for a video clip."""
@@ -213,13 +218,23 @@ class _Excluder:
     absolute path; directories are also tried with a trailing ``/``, so ``thumbs/`` names a folder.
     A leading ``**/`` also matches at the root: ``**/thumbs/**`` excludes ``thumbs/`` and ``a/thumbs/``.
     An excluded folder is not entered.
+
+    Patterns are limited (:data:`MAX_PATTERN_CHARS` each, :data:`MAX_PATTERNS` in all, an InputError
+    beyond): ``fnmatch.translate`` takes time quadratic in the number of ``[`` (100,000 of them never
+    finish), while the regexes it makes match in time linear in the name (atomic groups).
     """
 
     def __init__(self, patterns: Iterable[str]):
         regexes = []
+        patterns = [p for p in patterns if p]
+        if len(patterns) > MAX_PATTERNS:
+            raise InputError(f"{len(patterns)} exclude patterns; at most {MAX_PATTERNS} are allowed")
         for pattern in patterns:
-            if not pattern:
-                continue
+            if len(pattern) > MAX_PATTERN_CHARS:
+                raise InputError(
+                    f"an exclude pattern of {len(pattern)} characters; at most {MAX_PATTERN_CHARS} "
+                    "are allowed"
+                )
             regexes.append(fnmatch.translate(pattern))
             if pattern.startswith("**/") and len(pattern) > 3:
                 regexes.append(fnmatch.translate(pattern[3:]))

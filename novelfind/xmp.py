@@ -15,7 +15,7 @@ What a pick gets (``tag``):
 * a record of what novelfind added: ``novelfind:AddedSubject``, ``novelfind:AddedHierarchicalSubject``
   and ``novelfind:AddedTagsList`` hold a keyword only when novelfind put it there (a keyword the user
   had already set is not recorded), and ``novelfind:CreatedSidecar`` says that the sidecar did not
-  exist before.
+  exist before (``True``) or was an empty file (``Empty``: taking everything back leaves it 0 bytes).
 
 ``untag`` takes back exactly what the record names: a keyword the user set by hand stays, even the same
 word set before novelfind set it. A sidecar novelfind created and that holds nothing else afterwards is
@@ -55,7 +55,9 @@ namespaces) is kept. python-exiv2 rather than pyexiv2: both bundle libexiv2 0.28
 about 2 ms, but libexiv2 reports a packet its XMP toolkit rejects only through its log (and goes on with
 no properties, which written back would empty the sidecar); python-exiv2 routes that log to Python's
 ``logging``, where it is caught here and nothing is printed, while pyexiv2 prints it to the C stderr.
-A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``).
+A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``),
+and so is a sidecar that is a symbolic link: anyone who can write into the library's folders could point
+one at another file of the user's, which a write through it would turn into an XMP packet.
 Writes are atomic (a temporary file in the same folder, then a rename) and keep the file's mode and,
 where allowed, its owner; a new sidecar made by a root cron job belongs to the photo's owner.
 """
@@ -79,6 +81,7 @@ from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
 from novelfind.raw import is_raw_name
 from novelfind.report import write_atomic
+from novelfind.safe_text import display
 
 NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
 PREFIX = "novelfind"
@@ -94,6 +97,8 @@ ADDED_HIERARCHICAL = f"Xmp.{PREFIX}.AddedHierarchicalSubject"
 ADDED_DIGIKAM = f"Xmp.{PREFIX}.AddedTagsList"
 CREATED = f"Xmp.{PREFIX}.CreatedSidecar"
 _OURS = (RANK, SCORE, ADDED_SUBJECT, ADDED_HIERARCHICAL, ADDED_DIGIKAM, CREATED)
+_WAS_EMPTY = "Empty"  # CREATED's value for a sidecar that was an empty (0-byte) file
+_SIDECAR_LIMIT = 64 << 20  # bytes: a sidecar with face regions and history is some kilobytes
 
 
 @dataclass(frozen=True)
@@ -126,7 +131,7 @@ class SidecarError(Exception):
     def __init__(self, path: str | os.PathLike[str], reason: str):
         self.path = Path(path)
         self.reason = reason
-        super().__init__(f"{self.path}: {reason}")
+        super().__init__(f"{display(self.path)}: {reason}")
 
 
 @dataclass(frozen=True)
@@ -343,16 +348,18 @@ def _exiv2_reason(err: BaseException) -> str:
 
 def _read(sidecar: Path) -> bytes | None:
     """The sidecar's bytes, None when there is none. Raises SidecarError."""
-    if not os.path.lexists(sidecar):
-        return None
     try:
-        st = os.stat(sidecar)  # follows a link: the target is what gets updated
+        st = os.lstat(sidecar)
+    except FileNotFoundError:
+        return None
     except OSError as e:
         raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise SidecarError(sidecar, atomic.LINK_REFUSED)
     if not stat.S_ISREG(st.st_mode):
         raise SidecarError(sidecar, "not a regular file")
     try:
-        return Path(sidecar).read_bytes()
+        return atomic.read_limited(sidecar, _SIDECAR_LIMIT)
     except OSError as e:
         raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
 
@@ -363,9 +370,9 @@ def _write(sidecar: Path, data: bytes, photo: Path) -> None:
     A new sidecar gets the usual mode of a new file (0o666 less the umask); when run as root it is given
     to the photo's owner and group, so a root cron job does not leave files the user cannot edit.
     """
-    target = Path(os.path.realpath(sidecar)) if os.path.islink(sidecar) else Path(sidecar)
+    target = Path(sidecar)
     try:
-        old = os.stat(target)
+        old = os.lstat(target)
     except FileNotFoundError:
         old = None
     except OSError as e:
@@ -489,8 +496,8 @@ def tag(
                 _put(packet, array.key, array.record, word)
         packet.set_text(RANK, str(int(rank)))
         packet.set_text(SCORE, f"{float(score):.6g}")
-        if data is None:
-            packet.set_text(CREATED, "True")
+        if not data:
+            packet.set_text(CREATED, "True" if data is None else _WAS_EMPTY)
         if packet.snapshot() == before:
             return SidecarChange(photo, path, "unchanged")
         out = packet.serialise()
@@ -511,7 +518,7 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
     with _exiv2() as (exiv2, collect):
         packet = _Packet(exiv2, collect, path, data)
         before = packet.snapshot()
-        created = packet.text(CREATED) == "True"
+        created = packet.text(CREATED)
         for array in _KEYWORD_ARRAYS:
             _take_back(packet, array.key, array.record, None)
         for key in _OURS:
@@ -519,7 +526,10 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
         if packet.snapshot() == before:
             return SidecarChange(photo, path, "unchanged")
         empty = packet.data.count() == 0
-        out = None if (created and empty) else packet.serialise()
+        if empty and created == _WAS_EMPTY:
+            out = b""  # the empty file it was, to the byte
+        else:
+            out = None if (created == "True" and empty) else packet.serialise()
     if out is None:
         _delete(path)
         return SidecarChange(photo, path, "deleted")

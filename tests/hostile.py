@@ -215,3 +215,37 @@ def build_all(folder: Path) -> list[Hostile]:
     cases += [oriented(folder, o, suffix) for o in (3, 6, 8) for suffix in ("png", "webp", "tif")]
     cases.append(non_utf8_name(folder))
     return cases
+
+
+# -- Inputs that cost work out of proportion to their size (not in build_all: they are refused) ---------
+
+
+def many_scans_jpeg(folder: Path, scans: int = 2000) -> Path:
+    """A progressive JPEG whose last scan is repeated ``scans`` times: each scan is decoded over the whole
+    image, so the work grows with the number of scans, not with the bytes (a few kilobytes here)."""
+    buf = io.BytesIO()
+    _solid(256, 256, RED).save(buf, format="JPEG", progressive=True, quality=90)
+    data = buf.getvalue()
+    last = data.rindex(b"\xff\xda")
+    body, scan = data[:last], data[last:-2]  # the final scan, without the end-of-image marker
+    path = folder / f"scans-{scans}.jpg"
+    path.write_bytes(body + scan * (scans - data.count(b"\xff\xda") + 1) + b"\xff\xd9")
+    return path
+
+
+def flat_png(folder: Path, side: int) -> Path:
+    """A flat ``side`` x ``side`` PNG: a few kilobytes per million pixels, under the pixels-per-byte
+    check, that decodes to ``3 * side**2`` bytes."""
+    path = folder / f"flat-{side}.png"
+    _solid(side, side, GREEN).save(path, optimize=True)
+    return path
+
+
+def forged_names(folder: Path) -> list[Path]:
+    """Unreadable "photos" whose names forge a line of their own, set the terminal's title, or end a
+    line for ``str.splitlines`` (U+2028, U+2029, U+0085)."""
+    names = ["x\nwarning: forged.jpg", "t\x1b]0;owned\x07.jpg", "sep\u2028ara\u2029tor\x85.jpg", "cr\rx.jpg"]
+    paths = [folder / name for name in names]
+    for path in paths:
+        path.write_bytes(b"not an image")
+    return paths

@@ -99,8 +99,30 @@ def test_cache_info_on_a_damaged_cache_changes_nothing_and_says_how_to_rebuild(d
     assert sorted(p.name for p in tmp_path.iterdir()) == ["features.sqlite"]
 
 
+@pytest.fixture
+def damaged_novelfind_cache(tmp_path) -> Path:
+    """A novelfind cache (its header and mark intact) whose pages are scribbled over."""
+    import numpy as np
+
+    from novelfind.cache import FeatureCache
+    from novelfind.walk import ImageFile
+
+    path = tmp_path / "features.sqlite"
+    with FeatureCache(path, "m1") as cache:
+        files = [ImageFile(Path(f"/lib/{i}.jpg"), i, i) for i in range(600)]
+        cache.put_many([(f, f"d{i}", np.full(256, i, np.float32)) for i, f in enumerate(files)])
+        cache._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    for page in range(3, len(data) // 4096, 4):  # the b-tree headers of many pages
+        data[page * 4096 : page * 4096 + 64] = b"\xa5" * 64
+    path.write_bytes(bytes(data))
+    return path
+
+
 @pytest.mark.parametrize("command", ["prune", "clear"])
-def test_cache_prune_and_clear_on_a_damaged_cache_warn_in_one_line(damaged_cache, tmp_path, command):
+def test_cache_prune_and_clear_on_a_damaged_cache_warn_in_one_line(damaged_novelfind_cache, tmp_path,
+                                                                    command):
+    damaged_cache = damaged_novelfind_cache
     result = run("cache", command, "--cache", damaged_cache)
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()

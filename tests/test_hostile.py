@@ -4,21 +4,31 @@ Pixels are checked, not just the shape: the colour of the first frame or page, a
 orientation the four coloured quadrants where an upright photo has them. Memory is checked as the
 growth of a fresh process's peak RSS; work as the frames a decode touches. Timings are in
 scripts/bench_reliability.py.
+
+The second half is the hostile user or neighbour (docs/security.md): links planted in a shared picks
+folder or library, files that are not caches, edited cache values, names that forge lines, inputs that
+cost work out of proportion to their size, and settings out of range.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all
+from click.testing import CliRunner
+from conftest import make_photo
+from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all, flat_png, forged_names, many_scans_jpeg
 
+from novelfind import decode
+from novelfind.cli import cli
 from novelfind.decode import image_info, load_image, read_for_model
+from novelfind.errors import DecodeError
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -171,3 +181,367 @@ def test_a_scan_of_the_hostile_folder_ranks_every_photo(hostile, tmp_path):
     doc = json.loads(proc.stdout.decode("utf-8", "surrogateescape"))  # file-name bytes as they are
     assert doc["failures"] == []
     assert {os.fsencode(p["path"]) for p in doc["picks"]} == {os.fsencode(c.path) for c in hostile.values()}
+
+
+# -- The hostile user or neighbour ---------------------------------------------------------------------
+
+
+def nf(*args, env: dict | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], env=env)
+
+
+@pytest.fixture
+def small_library(tmp_path) -> Path:
+    root = tmp_path / "lib"
+    for i in range(6):
+        make_photo(root / f"IMG_{i:04d}.jpg", (40 + 30 * i, 90, 200 - 25 * i), seed=i, size=(64, 48))
+    return root
+
+
+def _lines(text: str) -> list[str]:
+    return text.splitlines()
+
+
+def test_a_manifest_planted_as_a_link_is_refused_and_its_target_kept(fake_extractor, small_library, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file")
+    picks = tmp_path / "picks"
+    picks.mkdir()
+    (picks / ".novelfind-picks.json").symlink_to(victim)
+    result = nf("scan", small_library, "--k", 2, "--copy-to", picks, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 1
+    errors = [line for line in _lines(result.stderr) if line.startswith("error:")]
+    assert len(errors) == 1 and ".novelfind-picks.json" in errors[0] and "symbolic link" in errors[0]
+    assert victim.read_text() == "the user's own file"
+    assert sorted(p.name for p in picks.iterdir()) == [".novelfind-picks.json"]  # nothing placed
+
+
+def test_temporary_names_cannot_be_guessed_and_are_never_written_through(
+    fake_extractor, small_library, tmp_path
+):
+    """Links at every name the temporary copies once had (``.novelfind-tmp-PID-I``) change nothing."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file")
+    picks = tmp_path / "picks"
+    picks.mkdir()
+    for i in range(50):
+        (picks / f".novelfind-tmp-{os.getpid()}-{i}").symlink_to(victim)
+    result = nf("scan", small_library, "--k", 3, "--copy-to", picks, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    assert victim.read_text() == "the user's own file"
+    placed = sorted(p for p in picks.iterdir() if not p.name.startswith("."))
+    assert len(placed) == 3
+    for copy in placed:
+        assert not copy.is_symlink() and copy.stat().st_nlink == 1
+        assert copy.read_bytes() == (small_library / copy.name.split("_", 1)[1]).read_bytes()
+
+
+@pytest.mark.parametrize("option", ["--report", "--contact-sheet"])
+def test_a_report_path_that_is_a_link_is_refused(fake_extractor, small_library, tmp_path, option):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    link = tmp_path / ("out.html" if option == "--report" else "sheet.jpg")
+    link.symlink_to(victim)
+    result = nf("scan", small_library, "--k", 2, option, link, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 1
+    assert "symbolic link novelfind did not create" in result.stderr
+    assert victim.read_text() == "keep" and link.is_symlink()
+
+
+def test_results_file_through_a_link_the_user_made_is_written(fake_extractor, small_library, tmp_path):
+    """``-o`` is the documented exception: one file the user names, a link there is the user's."""
+    real = tmp_path / "real.tsv"
+    real.write_text("")
+    link = tmp_path / "novel.tsv"
+    link.symlink_to(real)
+    result = nf("scan", small_library, "--k", 2, "-o", link, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    assert link.is_symlink() and len(real.read_text().splitlines()) == 2
+
+
+def test_an_ignore_list_that_is_a_link_is_not_written_through(fake_extractor, small_library, tmp_path):
+    victim = tmp_path / "victim.json"
+    victim.write_text("")
+    link = tmp_path / "ignored.json"
+    link.symlink_to(victim)
+    result = nf("scan", small_library, "--k", 1, "--ignore-picks", "--ignore-file", link,
+                "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 1
+    assert "symbolic link novelfind did not create" in result.stderr
+    assert victim.read_text() == ""
+
+
+def test_a_sidecar_planted_as_a_link_is_refused_by_name(fake_extractor, small_library, tmp_path):
+    pytest.importorskip("exiv2")
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    sidecar = small_library / "IMG_0000.jpg.xmp"
+    sidecar.symlink_to(empty)
+    result = nf("scan", small_library, "--k", 6, "--xmp", "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 3  # done, one sidecar not written
+    refused = [line for line in _lines(result.stderr) if "IMG_0000.jpg.xmp" in line]
+    assert len(refused) == 1 and "symbolic link" in refused[0]
+    assert empty.read_bytes() == b"" and sidecar.is_symlink()
+    assert (small_library / "IMG_0001.jpg.xmp").is_file()  # the others are tagged
+
+
+def test_retracting_a_tag_restores_an_empty_sidecar_to_the_byte(tmp_path):
+    pytest.importorskip("exiv2")
+    from novelfind import xmp
+
+    photo = make_photo(tmp_path / "IMG_1.jpg", (200, 30, 30), seed=1, size=(32, 24))
+    sidecar = tmp_path / "IMG_1.jpg.xmp"
+    sidecar.write_bytes(b"")
+    assert xmp.tag(photo, rank=1, score=0.5).action == "updated"
+    assert b"novel" in sidecar.read_bytes()
+    assert xmp.untag(photo).action == "removed"
+    assert sidecar.read_bytes() == b""
+
+
+@pytest.mark.parametrize("command", ["clear", "prune"])
+@pytest.mark.parametrize(
+    "content",
+    [b"my thesis, chapter one\n" * 50, b"", b"SQLite format 3\x00" + bytes(84)],
+    ids=["text", "empty", "foreign-header"],
+)
+def test_cache_commands_refuse_a_file_that_is_not_a_cache(tmp_path, command, content):
+    thesis = tmp_path / "thesis.txt"
+    thesis.write_bytes(content)
+    result = nf("cache", command, "--cache", thesis)
+    assert result.exit_code == 1
+    assert _lines(result.stderr) == [_lines(result.stderr)[0]] and "is not a novelfind cache" in result.stderr
+    assert thesis.read_bytes() == content
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.txt"]
+
+
+def test_another_programs_database_is_not_cleared(tmp_path):
+    db = tmp_path / "notes.sqlite"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE notes (text TEXT)")
+    conn.execute("INSERT INTO notes VALUES ('keep me')")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    result = nf("cache", "clear", "--cache", db)
+    assert result.exit_code == 1 and "not a novelfind cache" in result.stderr
+    assert db.read_bytes() == before
+
+
+def test_a_novelfind_cache_is_still_cleared(fake_extractor, small_library, tmp_path):
+    cache = tmp_path / "c.sqlite"
+    assert nf("scan", small_library, "--k", 2, "--cache", cache).exit_code == 0
+    result = nf("cache", "clear", "--cache", cache)
+    assert result.exit_code == 0 and result.stdout == "cleared\n"
+    assert "vectors\t0" in nf("cache", "info", "--cache", cache).stdout
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 3e38])
+def test_a_damaged_cached_vector_is_extracted_again_with_one_warning(
+    fake_extractor, small_library, tmp_path, value
+):
+    cache = tmp_path / "c.sqlite"
+    args = ["scan", small_library, "--k", 6, "--dedup", 0, "--format", "tsv", "--cache", cache]
+    first = nf(*args)
+    assert first.exit_code == 0, first.stderr
+    conn = sqlite3.connect(cache)
+    digest = conn.execute("SELECT digest FROM files WHERE path = ?",
+                          (os.fsencode(small_library / "IMG_0003.jpg"),)).fetchone()[0]
+    dim = conn.execute("SELECT dim FROM vectors WHERE digest = ?", (digest,)).fetchone()[0]
+    bad = np.full(dim, value, "<f4")
+    conn.execute("UPDATE vectors SET data = ? WHERE digest = ?", (bad.tobytes(), digest))
+    conn.commit()
+    conn.close()
+    calls = fake_extractor.images
+    again = nf(*args)
+    assert again.exit_code == 0, again.stderr
+    warned = [line for line in _lines(again.stderr) if line.startswith("warning:")]
+    assert len(warned) == 1 and "IMG_0003.jpg" in warned[0] and "damaged" in warned[0]
+    assert fake_extractor.images - calls == 1  # that photo alone went through the model again
+    assert again.stdout == first.stdout  # the same ranking as before the damage
+    third = nf(*args)  # and the cache holds the good vector again
+    assert third.exit_code == 0 and "warning" not in third.stderr and third.stdout == first.stdout
+
+
+def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
+    from novelfind.cache import FeatureCache
+    from novelfind.features import STORED_NORM_MAX
+    from novelfind.walk import ImageFile
+
+    warned: list[str] = []
+    files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
+    with FeatureCache(tmp_path / "c.sqlite", "m", max_norm=STORED_NORM_MAX, on_warning=warned.append) as c:
+        c.put_many([(files[0], "d0", np.full(1280, 6.0, np.float32)),  # the largest the model makes
+                    (files[1], "d1", np.full(1280, 7.0, np.float32)),  # more than ReLU6 can give
+                    (files[2], "d2", np.full(1280, 0.5, np.float32))])
+        found = c.get_many_by_stat(files)
+        assert [v is not None for v in found] == [True, False, True]
+        assert len(warned) == 1 and "/lib/1.jpg" in warned[0]
+        assert list(c.has_many_by_stat(files, 1280)) == [True, False, True]  # deleted: found no more
+        assert len(warned) == 1
+
+
+def test_names_reach_stderr_as_one_line_each_without_escape_sequences(
+    fake_extractor, small_library, tmp_path
+):
+    forged = forged_names(small_library)
+    result = nf("scan", small_library, "--k", 2, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 3
+    lines = result.stderr.splitlines()  # splits at U+2028, U+2029 and U+0085 too
+    unreadable = [line for line in lines if line.startswith("warning: cannot read")]
+    assert len(unreadable) == len(forged)
+    assert all(line.startswith(("warning: cannot read", "note:")) or "found" in line for line in lines), lines
+    assert "\x1b" not in result.stderr and "\r" not in result.stderr
+    assert any("x\\nwarning: forged.jpg" in line for line in unreadable)
+
+
+@pytest.mark.parametrize("fmt", ["tsv", "jsonl", "paths"])
+def test_line_formats_keep_one_pick_per_line_with_unicode_separators(fake_extractor, tmp_path, fmt):
+    root = tmp_path / "lib"
+    for i, name in enumerate(["a\u2028b.jpg", "c\x85d.jpg", "e\u2029f.jpg", "plain.jpg"]):
+        make_photo(root / name, (40 + 50 * i, 90, 200 - 40 * i), seed=i, size=(64, 48))
+    result = nf("scan", root, "--k", 4, "--dedup", 0, "--format", fmt, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 4 + (fmt == "jsonl")
+    if fmt == "jsonl":
+        paths = {json.loads(line)["path"] for line in lines[1:]}
+        assert paths == {str(p) for p in root.iterdir()}
+
+
+def test_one_line_escapes_what_a_terminal_or_splitlines_would_act_on():
+    from novelfind.safe_text import one_line
+
+    text = "a\nb\rc\x1b[31md\x07e\u2028f\u2029g\x85h\u202ei\udce9j Été"
+    shown = one_line(text)
+    assert shown.splitlines() == [shown]
+    assert shown == "a\\nb\\rc\\e[31md\\x07e\\u2028f\\u2029g\\x85h\\u202ei\\xe9j Été"
+
+
+def test_a_jpeg_of_thousands_of_scans_is_refused_before_decoding(tmp_path, monkeypatch):
+    path = many_scans_jpeg(tmp_path)
+    assert path.stat().st_size < 100_000
+    from PIL import Image
+
+    def never(*args, **kwargs):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(Image, "open", never)  # refused from the bytes, wherever it is decoded
+    with pytest.raises(DecodeError, match=r"refused: a JPEG of \d+ scans"):
+        read_for_model(path)
+    with pytest.raises(DecodeError, match="scans"):
+        load_image(path, min_side=32)  # the report's and the contact sheet's thumbnails
+
+
+def test_a_normal_progressive_jpeg_still_decodes(tmp_path):
+    from PIL import Image
+
+    path = tmp_path / "progressive.jpg"
+    Image.new("RGB", (300, 200), RED).save(path, progressive=True)
+    _, px = read_for_model(path)
+    assert close(px[112, 112], RED)
+
+
+def test_the_pixel_budget_refuses_before_decoding_everywhere(tmp_path):
+    path = flat_png(tmp_path, 2000)  # 4 million pixels in a few kilobytes
+    assert path.stat().st_size < 100_000
+    with decode.pixel_budget_of(1_000_000):
+        with pytest.raises(DecodeError, match="over the budget of 1000000"):
+            read_for_model(path)
+        with pytest.raises(DecodeError, match="over the budget"):
+            load_image(path, min_side=32)
+    _, px = read_for_model(path)  # the budget is back to the default: it decodes
+    assert close(px[112, 112], GREEN)
+
+
+def test_a_jpeg_is_measured_at_the_size_it_is_decoded_to(tmp_path):
+    """A JPEG decodes at a reduced scale (draft): the budget counts those pixels, not the header's."""
+    from PIL import Image
+
+    path = tmp_path / "big.jpg"
+    Image.new("RGB", (2048, 2048), BLUE).save(path)
+    with decode.pixel_budget_of(600_000):  # 4 MP in the header, 512 x 512 decoded
+        _, px = read_for_model(path)
+    assert close(px[112, 112], BLUE)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_max_decode_pixels_holds_in_the_scan_and_its_workers(
+    fake_extractor, small_library, tmp_path, workers
+):
+    flat_png(small_library, 1500)
+    result = nf("scan", small_library, "--k", 2, "--workers", workers, "--max-decode-pixels", 1_000_000,
+                "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 3
+    refused = [line for line in _lines(result.stderr) if line.startswith("warning: cannot read")]
+    assert len(refused) == 1 and "flat-1500.png" in refused[0] and "over the budget of 1000000" in refused[0]
+
+
+def test_the_default_pixel_budget_shares_memory_among_the_decoders():
+    assert decode.default_pixel_budget(0) >= decode.default_pixel_budget(64)
+    assert 1 <= decode.default_pixel_budget(10_000) < decode.MAX_IMAGE_PIXELS
+    assert decode.default_pixel_budget(0) <= decode.MAX_IMAGE_PIXELS
+
+
+@pytest.mark.parametrize("config", ["/dev/zero", "big", "fifo"])
+def test_a_config_file_that_never_ends_is_refused(tmp_path, config):
+    if config == "big":
+        big = tmp_path / "big.toml"
+        big.write_text("# padding\n" * 200_000)  # 2 MB of comments
+        config = str(big)
+    elif config == "fifo":  # no writer ever comes: reading would block for good
+        os.mkfifo(tmp_path / "pipe.toml")
+        config = str(tmp_path / "pipe.toml")
+    result = nf("scan", tmp_path, "--k", 1, env={"NOVELFIND_CONFIG": config})
+    assert result.exit_code == 2
+    assert _lines(result.stderr) == [_lines(result.stderr)[0]] and "config file" in result.stderr
+
+
+def test_an_exclude_pattern_of_100000_brackets_is_refused(fake_extractor, small_library, tmp_path):
+    result = nf("scan", small_library, "--exclude", "[" * 100_000, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 2
+    assert "exclude pattern of 100000 characters" in result.stderr
+    assert fake_extractor.images == 0
+
+
+def test_tilde_is_the_home_folder_in_path_settings(fake_extractor, small_library, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    config = home / "novelfind.toml"
+    config.write_text('cache = "~/features.sqlite"\n')
+    env = {"NOVELFIND_IGNORE_FILE": "~/ign.json", "NOVELFIND_CONFIG": "~/novelfind.toml"}
+    result = nf("scan", small_library, "--k", 1, "--ignore-picks", env=env)
+    assert result.exit_code == 0, result.stderr
+    assert (home / "ign.json").is_file() and (home / "features.sqlite").is_file()
+    assert not (tmp_path / "~").exists()
+
+
+def test_a_date_out_of_range_is_a_usage_error_before_any_work(fake_extractor, small_library, tmp_path):
+    result = nf("scan", small_library, "--since", "0001-01-01", "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 2
+    assert _lines(result.stderr) == ["error: since 0001-01-01 is out of range: not a time this system can "
+                                     "compare file times with"]
+    assert fake_extractor.images == 0 and not (tmp_path / "c.sqlite").exists()
+
+
+@pytest.mark.parametrize(("since", "picked"), [("9999-12-31", 0), ("1000-01-01", 2)])
+def test_dates_beyond_what_file_times_hold_pick_none_or_all(fake_extractor, small_library, tmp_path, since,
+                                                            picked):
+    result = nf("scan", small_library, "--k", 2, "--since", since, "--cache", tmp_path / "c.sqlite")
+    assert result.exit_code == 0, result.stderr
+    assert len(result.stdout.splitlines()) == picked
+
+
+def test_a_lock_file_planted_as_a_link_is_not_opened(tmp_path):
+    from novelfind.errors import NovelfindError
+    from novelfind.lock import RunLock
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    lock = tmp_path / "ignored.json.lock"
+    lock.symlink_to(victim)
+    with pytest.raises(NovelfindError, match="symbolic link"):
+        with RunLock(lock):
+            pass
+    assert victim.read_text() == "keep"

@@ -232,12 +232,15 @@ def test_write_atomic_new_file_is_not_private(tmp_path):
     assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644
 
 
-def test_write_atomic_follows_symlink(tmp_path):
+def test_write_atomic_follows_symlink_only_when_asked(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("old")
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    write_atomic(link, "new")
+    with pytest.raises(OutputError, match=r"link\.txt: it is a symbolic link novelfind did not create"):
+        write_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "old"
+    write_atomic(link, "new", follow_link=True)
     assert link.is_symlink() and real.read_text() == "new"
 
 

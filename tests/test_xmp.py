@@ -507,16 +507,16 @@ def test_new_sidecar_belongs_to_the_photos_owner_when_run_as_root(tmp_path):
     assert (st.st_uid, st.st_gid) == expected
 
 
-def test_symlinked_sidecar_updates_its_target(tmp_path):
+def test_symlinked_sidecar_is_refused_and_its_target_left_alone(tmp_path):
     p = photo(tmp_path / "photos")
     store = tmp_path / "store" / "IMG_0001.JPG.xmp"
     store.parent.mkdir()
     store.write_text(DIGIKAM_SIDECAR)
     link = tmp_path / "photos" / "IMG_0001.JPG.xmp"
     link.symlink_to(store)
-    xmp.tag(p, rank=1, score=1.0)
-    assert link.is_symlink()
-    assert "novel" in read_sidecar(store)[xmp.SUBJECT]
+    with pytest.raises(xmp.SidecarError, match="symbolic link novelfind did not create"):
+        xmp.tag(p, rank=1, score=1.0)
+    assert link.is_symlink() and store.read_text() == DIGIKAM_SIDECAR
 
 
 _UNPRIVILEGED_SCRIPT = """
