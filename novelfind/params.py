@@ -240,6 +240,7 @@ class ScanParameters:
         limit=Limit(1),
         metavar="PIXELS",
         record=True,
+        group="performance",
     )
     device: str = param(
         "auto",
