@@ -9,13 +9,12 @@ to stderr, and ``-q`` leaves only errors and unreadable files there. Exit codes 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -23,12 +22,12 @@ from typing import Any
 import click
 
 from novelfind import __version__, dirs, params, run
+from novelfind.atomic import encode_output
 from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
-from novelfind.errors import ExitCode, InputError, Interrupted, NovelfindError
-from novelfind.htmlreport import CONTACT_SHEET_FORMATS
+from novelfind.errors import ExitCode, InputError, Interrupted, NeedsError, NovelfindError
 from novelfind.ignore import IgnoreList, count_photos
-from novelfind.report import encode_output, escape_field
+from novelfind.report import escape_field
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -179,12 +178,6 @@ def _range(name: str, kind: type) -> click.ParamType:
     return FiniteFloatRange(limit.low, limit.high, min_open=limit.low_open, max_open=limit.high_open)
 
 
-def _contact_sheet_name(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None and value.suffix.lower() not in CONTACT_SHEET_FORMATS:
-        raise click.BadParameter(f"{value}: use a .jpg, .png or .webp name", ctx, param)
-    return value
-
-
 def plural(count: int, noun: str) -> str:
     """``1 photo``, ``2 photos``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
@@ -225,13 +218,12 @@ def cli() -> None:
 # --- scan ----------------------------------------------------------------------------------------
 
 
-CALLBACKS = {"contact_sheet": _contact_sheet_name}  # checks the command line makes before the library's
-
-
-def _parameter_option(f: dataclasses.Field) -> click.Option:
-    """The ``scan`` option of one parameter (:mod:`novelfind.params`): its flags and help, a Click type
-    from its limit or choices (so ``--help`` shows them), the library's default and the environment
-    variable NOVELFIND_<NAME>."""
+def _parameter_option(name: str, dest: str | None = None) -> tuple[list[str], dict[str, Any]]:
+    """The option of one parameter (:mod:`novelfind.params`), as Click's declarations and keywords: its
+    flags and help, a Click type from its limit or choices (so ``--help`` shows them), the library's
+    default and the environment variable NOVELFIND_<NAME>. ``scan`` has one for each parameter; the
+    ``ignore`` and ``cache`` commands take theirs of ``--ignore-file`` and ``--cache`` (as ``dest``)."""
+    f = FIELDS[name]
     meta = f.metadata
     kwargs: dict[str, Any] = {"default": DEFAULTS[f.name], "envvar": _env(f.name), "help": meta["help"]}
     if meta["limit"] is not None:
@@ -254,9 +246,32 @@ def _parameter_option(f: dataclasses.Field) -> click.Option:
     kwargs["show_default"] = not (default is None or default is False or default == ())
     if meta["metavar"]:
         kwargs["metavar"] = meta["metavar"]
-    if f.name in CALLBACKS:
-        kwargs["callback"] = CALLBACKS[f.name]
-    return SourcedOption([*flags, f.name], **kwargs)
+    return [*flags, dest or f.name], kwargs
+
+
+FIELDS = {f.name: f for f in params.FIELDS}
+# -q of the commands that print progress or notes (not a parameter: the library prints nothing)
+QUIET = (
+    ["-q", "--quiet"],
+    {
+        "is_flag": True,
+        "default": False,
+        "envvar": _env("quiet"),
+        "help": "Print nothing on stderr but errors and unreadable files.",
+    },
+)
+
+
+def parameter_option(name: str, dest: str | None = None) -> Callable:
+    """The option of a parameter as a decorator, for the commands other than ``scan``."""
+    decls, kwargs = _parameter_option(name, dest)
+    return click.option(*decls, cls=SourcedOption, **kwargs)
+
+
+def _flag(name: str, value: Any = True) -> str:
+    """A parameter as the command line spells it: ``--xmp``, ``--engine ray``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if value is True else f"{flag} {value}"
 
 
 def _scan_options(command: click.Command) -> click.Command:
@@ -275,7 +290,8 @@ def _scan_options(command: click.Command) -> click.Command:
     ]
     for f in params.FIELDS:
         if f.metadata["help"] is not None:
-            options.append(_parameter_option(f))
+            decls, kwargs = _parameter_option(f.name)
+            options.append(SourcedOption(decls, **kwargs))
         if f.name == "cache_dtype":
             options.append(
                 SourcedOption(
@@ -287,15 +303,7 @@ def _scan_options(command: click.Command) -> click.Command:
                     "environment or a config file).",
                 )
             )
-    options.append(
-        click.Option(
-            ["-q", "--quiet"],
-            is_flag=True,
-            default=False,
-            envvar=_env("quiet"),
-            help="Print nothing on stderr but errors and unreadable files.",
-        )
-    )
+    options.append(click.Option(QUIET[0], **QUIET[1]))
     command.params.extend(options)
     return command
 
@@ -323,12 +331,12 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         options["cache"] = False
     elif options["cache"] is None:
         options["cache"] = True
-    keyword_given = ctx.get_parameter_source("xmp_keyword") == click.core.ParameterSource.COMMANDLINE
-    if keyword_given and not options["xmp"]:
-        raise InputError("--xmp-keyword takes effect only with --xmp (sidecars are written only when asked)")
-    address_given = ctx.get_parameter_source("ray_address") == click.core.ParameterSource.COMMANDLINE
-    if address_given and options["engine"] != "ray":
-        raise InputError("--ray-address takes effect only with --engine ray")
+    for name, (other, value) in params.NEEDS.items():
+        # from the environment or a config file it is a standing setting, for the runs it applies to;
+        # from the command line the library refuses it where it takes no effect
+        from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        if not from_command_line and options[other] != value:
+            options[name] = params.DEFAULTS[name]
     console = Console(quiet)
     engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
@@ -340,6 +348,9 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                 on_warning=console.warn,
                 on_failure=console.unreadable,
             )
+        except NeedsError as err:  # said in the command line's words
+            needs = _flag(err.needs, err.value)
+            raise InputError(f"{_flag(err.name)} takes effect only with {needs}") from None
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
@@ -541,11 +552,8 @@ def _write_stdout(data: bytes) -> None:
     "--remove", is_flag=True, help="Take PATHS off the list (a folder: every photo last seen under it)."
 )
 @click.option("--clear", is_flag=True, help="Empty the list.")
-@click.option("--ignore-file", cls=SourcedOption, type=click.Path(dir_okay=False, path_type=Path),
-              default=None, envvar=_env("ignore_file"),
-              help="The ignore list (default: ignored.json in the user data folder).")
-@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
-              help="Print nothing on stderr but errors and unreadable files.")
+@parameter_option("ignore_file")
+@click.option(*QUIET[0], **QUIET[1])
 def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None,
            quiet: bool) -> int:
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
@@ -599,10 +607,7 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
 
 # --- cache ---------------------------------------------------------------------------------------
 
-cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
-                            type=click.Path(dir_okay=False, path_type=Path), default=None,
-                            envvar=_env("cache"),
-                            help="Feature cache file (default: the user cache folder).")
+cache_option = parameter_option("cache", dest="cache_path")
 
 
 CACHE_EXIT_CODES_HELP = """\b

@@ -31,6 +31,15 @@ class InputError(NovelfindError, ValueError):
     exit_code = ExitCode.USAGE
 
 
+class NeedsError(InputError):
+    """A parameter that takes effect only with another's value was given without it (``xmp_keyword``
+    without ``xmp``). It keeps the names, so the command line can say it in its flags."""
+
+    def __init__(self, name: str, needs: str, value: object) -> None:
+        self.name, self.needs, self.value = name, needs, value
+        super().__init__(f"{name} takes effect only with {needs}={value!r}")
+
+
 class MissingExtraError(NovelfindError):
     """An option needs an optional dependency that is not installed (``pip install 'novelfind[xmp]'``)."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import numbers
 import os
 import textwrap
@@ -21,41 +20,21 @@ from collections.abc import Collection
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from novelfind import features
+from novelfind.adsconfig import ADS_LIMITS, ADSConfig
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
-from novelfind.errors import InputError
+from novelfind.errors import InputError, NeedsError
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
+from novelfind.limits import Limit
 from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
-from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHOD_FEATURE, METHODS
+from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
 from novelfind.report import FORMATS, PLACE_MODES
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword
 
-if TYPE_CHECKING:
-    from novelfind.solver import ADSConfig
-
-
-@dataclass(frozen=True)
-class Limit:
-    """The allowed range of a numeric parameter (the command line turns it into a Click range type)."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low itself is not allowed
-    high_open: bool = False
-
-    def check(self, name: str, value: float) -> None:
-        """InputError naming ``name`` and the value when ``value`` is outside the range or not finite."""
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{name} must be a finite number, got {value}")
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            bound = "greater than" if self.low_open else "at least"
-            raise InputError(f"{name} must be {bound} {self.low:g}, got {value}")
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            bound = "less than" if self.high_open else "at most"
-            raise InputError(f"{name} must be {bound} {self.high:g}, got {value}")
+ADS = ADSConfig()  # the solver's defaults: the scan's ADS parameters default to them
 
 
 def param(
@@ -69,6 +48,7 @@ def param(
     metavar: str | None = None,
     folder: bool = False,
     record: bool = False,
+    needs: tuple[str, Any] | None = None,
 ) -> Any:
     """One parameter: its default and everything said about it.
 
@@ -76,7 +56,9 @@ def param(
     parameter has no command-line option). ``flags``: the option's names (default ``--name-with-dashes``).
     ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
     ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
-    ``record``: part of the run record of the JSON formats (``docs/output-schema.md``).
+    ``record``: part of the run record of the JSON formats (``docs/output-schema.md``). ``needs``:
+    (another parameter, its value) without which this one takes no effect, so a value other than the
+    default is refused there (``NeedsError``) rather than silently unused.
     """
     metadata = {
         "doc": doc,
@@ -87,6 +69,7 @@ def param(
         "metavar": metavar,
         "folder": folder,
         "record": record,
+        "needs": needs,
     }
     return field(default=default, metadata=metadata)
 
@@ -117,68 +100,61 @@ class ScanParameters:
     # ranking
     method: str = param(
         DEFAULT_METHOD,
-        '``"cosine-knn"`` (default: mean cosine distance to the 10 nearest neighbours), '
-        '``"multiscale-knn"`` (cosine k-NN at 3, 10 and 50 neighbours, fused by rank), '
-        '``"ads"`` (the ADS solver on whitened features, blended with a k-NN density score), '
-        '``"ads-paper"`` (the paper\'s Algorithm 1 alone) or ``"knn"`` (mean distance to the 10 '
-        "nearest neighbours). See :func:`novelfind.rank`.",
-        help="Ranking: cosine-knn (default: cosine distance to the 10 nearest neighbours), multiscale-knn "
-        "(cosine k-NN at 3, 10 and 50 neighbours, fused by rank), "
-        "ads (the ADS solver on whitened features, blended with a k-NN density score), ads-paper "
-        "(Algorithm 1 alone, as published), knn (distance to the 10 nearest neighbours).",
+        f"{methods_help(code=True)}. See :func:`novelfind.rank`.",
+        help=f"Ranking: {methods_help()}.",
         choices=METHODS,
         record=True,
     )
     feature: str = param(
         "auto",
-        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn and '
-        'multiscale-knn, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
-        '``"pooled"`` (1280-d pooled features). The run record names the one used.',
-        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn and "
-        "multiscale-knn, logits for the other methods).",
+        f'``"auto"`` (default: the one the method was chosen on, {features_help()}), ``"logits"`` '
+        '(1000-d classifier output) or ``"pooled"`` (1280-d pooled features). The run record names the '
+        "one used.",
+        help=f"MobileNet-V2 output used as the feature vector (auto: {features_help()}).",
         choices=("auto", *features.FEATURE_DIMS),
         record=True,
     )
     epochs: int = param(
-        20,
-        "the ADS solver's SGD steps E (1-100000).",
+        ADS.epochs,
+        f"the ADS solver's SGD steps E ({ADS_LIMITS['epochs'].describe('E')}).",
         help="ADS: SGD steps E.",
-        limit=Limit(1, 100_000),
+        limit=ADS_LIMITS["epochs"],
         record=True,
     )
     partners: int = param(
-        16,
-        "the ADS solver's partners J sampled per image per step (1-100000).",
+        ADS.partners,
+        f"the ADS solver's partners J sampled per image per step ({ADS_LIMITS['partners'].describe('J')}).",
         help="ADS: partners sampled per image per step J.",
-        limit=Limit(1, 100_000),
+        limit=ADS_LIMITS["partners"],
         record=True,
     )
     lr: float = param(
-        1e-3,
-        "the ADS solver's learning rate alpha (> 0).",
+        ADS.lr,
+        f"the ADS solver's learning rate alpha ({ADS_LIMITS['lr'].describe('alpha')}).",
         help="ADS: learning rate alpha.",
-        limit=Limit(0, low_open=True),
+        limit=ADS_LIMITS["lr"],
         record=True,
     )
     momentum: float = param(
-        0.9,
-        "the ADS solver's momentum beta (0 <= beta < 1).",
+        ADS.momentum,
+        f"the ADS solver's momentum beta ({ADS_LIMITS['momentum'].describe('beta')}).",
         help="ADS: momentum beta.",
-        limit=Limit(0, 1, high_open=True),
+        limit=ADS_LIMITS["momentum"],
         record=True,
     )
     seed: int = param(
-        0,
-        "the solver's random seed (>= 0): the same seed on the same device, the same ranking.",
+        ADS.seed,
+        f"the solver's random seed ({ADS_LIMITS['seed'].describe('seed')}): the same seed on the same "
+        "device, the same ranking.",
         help="Random seed; the same seed gives the same ranking on the same device.",
-        limit=Limit(0),
+        limit=ADS_LIMITS["seed"],
         record=True,
     )
     restarts: int = param(
-        1,
-        "average the solver over this many seeds (1-1000).",
+        ADS.restarts,
+        f"average the solver over this many seeds ({ADS_LIMITS['restarts'].describe('restarts')}).",
         help="ADS: average this many runs with different seeds.",
-        limit=Limit(1, 1000),
+        limit=ADS_LIMITS["restarts"],
         record=True,
     )
     dedup: float = param(
@@ -247,6 +223,7 @@ class ScanParameters:
         help="The Ray cluster for --engine ray: auto joins the cluster this machine is part of, HOST:PORT "
         "the head node at that address (default: start Ray on this machine for the scan).",
         metavar="auto|HOST:PORT",
+        needs=("engine", "ray"),
     )
     weights: Path | None = param(
         None,
@@ -349,6 +326,7 @@ class ScanParameters:
         'the keyword ``xmp`` writes (default ``"novel"``; ``"Picks|novel"`` is hierarchical).',
         help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.",
         metavar="TEXT",
+        needs=("xmp", True),
     )
     # the ignore list
     ignore_file: Path | None = param(
@@ -396,8 +374,8 @@ class ScanParameters:
                 if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise InputError(f"{f.name} must be a number, got {value!r}")
                 self._set(f.name, float(value))
-        if self.feature == "auto" and self.method in METHOD_FEATURE:
-            self._set("feature", METHOD_FEATURE[self.method])
+        if self.feature == "auto" and self.method in METHODS:
+            self._set("feature", METHODS[self.method].feature)
         if not isinstance(self.cache, (bool, FeatureCache)):
             self._set("cache", Path(self.cache))
         for name, limit in LIMITS.items():
@@ -420,14 +398,15 @@ class ScanParameters:
             check_keyword(self.xmp_keyword)
         except ValueError as err:
             raise InputError(f"xmp_keyword: {err}") from None
+        for name, (other, value) in NEEDS.items():
+            if getattr(self, name) != DEFAULTS[name] and getattr(self, other) != value:
+                raise NeedsError(name, other, value)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
 
     def solver_config(self) -> ADSConfig:
         """The ADS solver's settings of this scan (``novelfind.solver.ADSConfig``)."""
-        from novelfind.solver import ADSConfig  # the solver is torch code: imported when a scan ranks
-
         return ADSConfig(
             epochs=self.epochs,
             partners=self.partners,
@@ -465,11 +444,21 @@ LIMITS: dict[str, Limit] = {f.name: f.metadata["limit"] for f in FIELDS if f.met
 CHOICES: dict[str, Collection[str]] = {
     f.name: f.metadata["choices"] for f in FIELDS if f.metadata["choices"] is not None
 }
+# parameter -> (the parameter it takes effect with, that one's value)
+NEEDS: dict[str, tuple[str, Any]] = {f.name: f.metadata["needs"] for f in FIELDS if f.metadata["needs"]}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
 
 
 def parameter_defaults() -> dict[str, Any]:
     """Each parameter's default, for the command line's options (so the two never disagree)."""
-    return {f.name: f.default for f in FIELDS if f.name != "paths"}
+    return {name: default for name, default in DEFAULTS.items() if name != "paths"}
+
+
+def config_comment(name: str) -> str:
+    """The comment above the key ``name`` in ``configs/default.toml``: the option's help, wrapped (a
+    test holds the file to it, so the method and feature comments follow ``ranking.METHODS``)."""
+    help_text = next(f.metadata["help"] for f in FIELDS if f.name == name)
+    return textwrap.fill(help_text, width=106, initial_indent="# ", subsequent_indent="# ")
 
 
 def describe(indent: str = "        ") -> str:

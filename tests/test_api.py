@@ -135,6 +135,8 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
         ({"since": "2024-01-01"}, "since must be a datetime, got '2024-01-01'"),
         ({"contact_sheet": "sheet.gif"}, "contact sheet sheet.gif: use a .jpg, .png or .webp name"),
+        ({"xmp_keyword": "Picks|novel"}, "xmp_keyword takes effect only with xmp=True"),
+        ({"ray_address": "auto"}, "ray_address takes effect only with engine='ray'"),
         ({"paths": []}, "paths must name at least one folder or image"),
     ],
 )
