@@ -23,6 +23,7 @@ import numpy as np
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor
 from novelfind.raw import read_any_for_model
+from novelfind.sources import STREAM_CHUNK, ChunkedSource
 from novelfind.walk import FileList
 
 STAT_CHUNK = 2048  # files per cache stat lookup
@@ -101,6 +102,16 @@ class FeatureStore(Protocol):
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
     def known_digests(self) -> frozenset[str]: ...
     def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
+
+
+def stored_source(store: FeatureStore, files: FileList, chunk: int = STREAM_CHUNK) -> ChunkedSource:
+    """The vectors of ``files`` as ``store`` keeps them, read in chunks: what the ranking
+    and the report's map read when a library's vectors stay in the cache."""
+    return ChunkedSource(
+        chunks=lambda: store.rows_by_stat(files, chunk),
+        take=lambda rows: np.concatenate(list(store.rows_by_stat(files.take(rows), chunk))),
+        n=len(files),
+    )
 
 
 _KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for

@@ -28,16 +28,17 @@ import numpy as np
 from novelfind import features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
-from novelfind.extraction import featured
-from novelfind.htmlreport import pca_2d
+from novelfind.extraction import featured, stored_source
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
+from novelfind.pca import map_2d
 from novelfind.pipeline import ENGINES, Extraction, FeatureStore, load
 from novelfind.report import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
+from novelfind.sources import FeatureSource
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
@@ -131,7 +132,6 @@ class _Scan:
         self.on_failure = on_failure
         self.started = time.monotonic()
         self.failures: list[Failure] = []
-        self.projection: np.ndarray | None = None  # (N, 2) the ranking's principal map, where it made one
 
     def run(self) -> ScanResult:
         p = self.params
@@ -173,7 +173,12 @@ class _Scan:
             # rank
             candidates = np.flatnonzero(extraction.files.modified_since(p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
-            picks, dropped = self.rank(extraction, read, candidates, restricted, store)
+            vectors = (
+                extraction.features
+                if extraction.features is not None
+                else stored_source(store, extraction.files)
+            )
+            picks, dropped = self.rank(vectors, extraction.files, read, candidates, restricted)
             counts = Counts(
                 found=photos.file_count(),
                 from_cache=extraction.from_cache,
@@ -191,7 +196,7 @@ class _Scan:
                 record=run_record(p, counts, self.seconds()),
                 failures=self.failures,
                 files=extraction.files,
-                points2d=lambda: self.points2d(extraction),
+                points2d=lambda: map_2d(vectors),  # the report's map
                 on_progress=lambda done, total: self.progress("write", done, total),
                 on_warning=self.warn,
             )
@@ -282,33 +287,22 @@ class _Scan:
 
     def rank(
         self,
-        extraction: Extraction,
+        vectors: np.ndarray | FeatureSource,
+        files: FileList,
         read: PhotoList,
         candidates: np.ndarray,
         restricted: bool,
-        store: FeatureStore,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
-        Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
+        ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk."""
         if not len(candidates):
             return [], 0
         p = self.params
         self.progress("rank", 0, 1)
-        files = extraction.files
-        if extraction.features is not None:
-            source: Any = extraction.features
-        else:
-            source = ranking.ChunkedSource(
-                chunks=lambda: store.rows_by_stat(files, ranking.STREAM_CHUNK),
-                take=lambda rows: np.concatenate(
-                    list(store.rows_by_stat(files.take(rows), ranking.STREAM_CHUNK))
-                ),
-                n=len(files),
-            )
         try:
             result = ranking.rank(
-                source,
+                vectors,
                 p.k,
                 method=p.method,
                 config=p.solver_config(),
@@ -318,7 +312,6 @@ class _Scan:
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
-        self.projection = result.map2d
         self.progress("rank", 1, 1)
         return picks_of(result, files, read), int(result.duplicates_dropped)
 
@@ -330,11 +323,6 @@ class _Scan:
         if p.engine == "local" or p.device == "cpu":
             return features.resolve_device(p.device, photos)
         return features.resolve_device("auto", photos)
-
-    def points2d(self, extraction: Extraction) -> np.ndarray:
-        """(N, 2): where the report's map puts each photo: the top two principal axes of the vectors, or of
-        the ranking's projection when the vectors stayed in the cache (the same PCA, fitted from chunks)."""
-        return pca_2d(extraction.features) if extraction.features is not None else self.projection
 
     # -- reporting
 
