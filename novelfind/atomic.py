@@ -3,8 +3,10 @@
 Every file novelfind writes (the outputs, the manifests, XMP sidecars, the exported ONNX model, model
 bytes shipped to a cluster node) goes through :func:`replacing`: a temporary file in the target's folder,
 written, fsynced, given the target's mode, renamed over the target, and the folder fsynced. A failure or
-an interrupt at any point removes the temporary file and leaves the old one as it was. Callers turn the
-``OSError`` into their own one-line error.
+an interrupt at any point removes the temporary file and leaves the old one as it was. :func:`write_atomic`
+is that for the outputs, with ``OutputError``; other callers turn the ``OSError`` into their own one-line
+error. What is not a file written byte by byte (a pick placed as a copy or a link) is made under a name
+of the caller's and swapped in by :func:`staged`, the same rename and the same clean-up.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from novelfind.errors import OutputError
 
 
 @contextmanager
@@ -28,8 +32,7 @@ def replacing(path: str | os.PathLike[str], *, owner: tuple[int, int] | None = N
     mode = _mode_for(target)
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
     os.close(fd)
-    tmp = Path(name)
-    try:
+    with staged(Path(name), target) as tmp:
         yield tmp
         _fsync_file(tmp)
         os.chmod(tmp, mode)
@@ -38,17 +41,55 @@ def replacing(path: str | os.PathLike[str], *, owner: tuple[int, int] | None = N
                 os.chown(tmp, *owner)
             except OSError:
                 pass  # not allowed to give it away or to that group: it stays ours
+    _fsync_dir(target.parent)
+
+
+@contextmanager
+def staged(tmp: Path, target: Path) -> Iterator[Path]:
+    """Yield ``tmp`` for the caller to create (a file, a copy, a link); on a clean exit it is renamed over
+    ``target``, on any failure or interrupt removed. The name is the caller's, so that it can find and
+    remove what a killed run left (``report.place_picks``). Raises OSError."""
+    try:
+        yield tmp
         os.replace(tmp, target)
     except BaseException:
         unlink_quietly(tmp)
         raise
-    _fsync_dir(target.parent)
 
 
 def write_bytes(path: str | os.PathLike[str], data: bytes, *, owner: tuple[int, int] | None = None) -> None:
     """Replace (or create) ``path`` with ``data`` atomically (see :func:`replacing`). Raises OSError."""
     with replacing(path, owner=owner) as tmp, open(tmp, "wb") as handle:
         handle.write(data)
+
+
+def encode_output(text: str) -> bytes:
+    """Bytes to write for ``text``: UTF-8, with undecodable file-name bytes restored as they were."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def write_atomic(path: Path | str, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` all at once (:func:`replacing`).
+
+    ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
+    followed, so its target is replaced. Raises OutputError with a one-line message; never leaves a
+    temp file behind.
+    """
+    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    payload = encode_output(data) if isinstance(data, str) else bytes(data)
+    if path.is_dir():
+        raise OutputError(f"cannot write {path}: it is a folder")
+    if not path.parent.is_dir():
+        raise OutputError(f"cannot write {path}: no such folder {path.parent}")
+    try:
+        write_bytes(path, payload)
+    except OSError as err:
+        raise OutputError(f"cannot write {path}: {describe(err)}") from None
+
+
+def describe(err: OSError) -> str:
+    """An OSError in a few words for a one-line message: its strerror (``No space left on device``)."""
+    return err.strerror or str(err)
 
 
 def unlink_quietly(path: str | os.PathLike[str]) -> None:

@@ -664,10 +664,8 @@ class OnnxExtractor(_Features):
         import torch
 
         net = _build_torch_net(self.weights)
-        tmp_dir = path.parent
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        candidate = tmp_dir / (path.name + f".{os.getpid()}.new")
-        try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.replacing(path) as candidate:  # checked before it replaces the model file
             export_onnx(net, candidate)
             session = self._new_session(candidate)
             check = _reference_batch(8)
@@ -677,10 +675,7 @@ class OnnxExtractor(_Features):
             diff = float(np.max(np.abs(got - want)))
             if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
                 raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
-            os.replace(candidate, path)
-            return self._new_session(path)
-        finally:
-            candidate.unlink(missing_ok=True)
+        return self._new_session(path)
 
     def encode(self, batch: np.ndarray) -> np.ndarray:
         """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from novelfind import atomic
-from novelfind.atomic import unlink_quietly
+from novelfind.atomic import describe, unlink_quietly, write_atomic
 from novelfind.errors import OutputError
 from novelfind.lock import pid_alive
 
@@ -179,11 +179,6 @@ def unescape_field(text: str) -> str:
     return _ESCAPE_TOKEN.sub(one, text)
 
 
-def encode_output(text: str) -> bytes:
-    """Bytes to write for ``text``: UTF-8, with undecodable file-name bytes restored as they were."""
-    return text.encode("utf-8", "surrogateescape")
-
-
 def _score(score: float) -> str:
     return f"{score:.6f}"
 
@@ -281,29 +276,6 @@ def _dumps(obj: Any, indent: int | None = None) -> str:
 # Atomic writes
 
 
-def _describe(err: OSError) -> str:
-    return err.strerror or str(err)
-
-
-def write_atomic(path: Path | str, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` all at once (:func:`novelfind.atomic.replacing`).
-
-    ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
-    followed, so its target is replaced. Raises OutputError with a one-line message; never leaves a
-    temp file behind.
-    """
-    path = Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
-    payload = encode_output(data) if isinstance(data, str) else bytes(data)
-    if path.is_dir():
-        raise OutputError(f"cannot write {path}: it is a folder")
-    if not path.parent.is_dir():
-        raise OutputError(f"cannot write {path}: no such folder {path.parent}")
-    try:
-        atomic.write_bytes(path, payload)
-    except OSError as err:
-        raise OutputError(f"cannot write {path}: {_describe(err)}") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Placing the picks in a folder
 
@@ -339,7 +311,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     except FileExistsError:
         raise OutputError(f"cannot use {dest} for the picks: it is not a folder") from None
     except OSError as err:
-        raise OutputError(f"cannot create {dest}: {_describe(err)}") from None
+        raise OutputError(f"cannot create {dest}: {describe(err)}") from None
     if not dest.is_dir():
         raise OutputError(f"cannot use {dest} for the picks: it is not a folder")
     if not os.access(dest, os.W_OK | os.X_OK):
@@ -366,7 +338,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
         try:
             source_stat = os.stat(source)
         except OSError as err:
-            raise OutputError(f"cannot {mode} {source}: {_describe(err)}") from None
+            raise OutputError(f"cannot {mode} {source}: {describe(err)}") from None
         if mode == "hardlink" and source_stat.st_dev != dest_dev:
             raise OutputError(
                 f"cannot hardlink {source} into {dest}: different file systems "
@@ -379,16 +351,12 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     try:
         for i, ((_, source), name) in enumerate(zip(sources, names, strict=True)):
             target = dest / name
-            tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{i}"
             try:
-                _place_one(source, tmp, mode)
-                records[name] = _record(tmp, mode, source)
-                os.replace(tmp, target)
-            except BaseException as err:
-                unlink_quietly(tmp)
-                if isinstance(err, OSError):
-                    raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
-                raise
+                with atomic.staged(dest / f"{_TMP_PREFIX}{os.getpid()}-{i}", target) as tmp:
+                    _place_one(source, tmp, mode)
+                    records[name] = _record(tmp, mode, source)
+            except OSError as err:
+                raise OutputError(f"cannot {mode} {source} to {target}: {describe(err)}") from None
             ours.pop(name, None)
             created.append(target)
         for name in ours:  # earlier picks of ours that are no longer picked

@@ -25,8 +25,8 @@ import pytest
 from conftest import make_photo, missing_prerequisite
 
 import novelfind
+from novelfind.atomic import encode_output
 from novelfind.errors import ClusterError, ExitCode
-from novelfind.report import encode_output
 
 pytestmark = pytest.mark.slow
 
