@@ -26,6 +26,7 @@ from novelfind.atomic import encode_output
 from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, Interrupted, NeedsError, NovelfindError
+from novelfind.extract.engines import ENGINES
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import escape_field
 
@@ -331,14 +332,14 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         options["cache"] = False
     elif options["cache"] is None:
         options["cache"] = True
-    for name, (other, value) in params.NEEDS.items():
+    for name in params.NEEDS:
         # from the environment or a config file it is a standing setting, for the runs it applies to;
         # from the command line the library refuses it where it takes no effect
         from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-        if not from_command_line and options[other] != value:
+        if not from_command_line and not params.takes_effect(name, options.__getitem__):
             options[name] = params.DEFAULTS[name]
     console = Console(quiet)
-    engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
+    engine_output = _engine_output(quiet) if ENGINES[options["engine"]].remote else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
             result = run.scan(

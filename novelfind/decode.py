@@ -19,7 +19,7 @@ import os
 import stat
 import struct
 import warnings
-from collections.abc import Container
+from collections.abc import Callable, Container
 from pathlib import Path
 
 import numpy as np
@@ -303,13 +303,18 @@ def model_input_from_bytes(data: bytes, name: str) -> np.ndarray:
 
     Raises DecodeError.
     """
-    img = _decode_bytes(data, name, RESIZE_SIZE)
+    return model_input_of(_decode_bytes(data, name, RESIZE_SIZE))
+
+
+def model_input_of(img: Image.Image, reason: Callable[[BaseException], str] = _short) -> np.ndarray:
+    """``to_model_input`` with any failure a DecodeError, worded by ``reason`` (a decoder's own words
+    for its library's errors)."""
     try:
         return to_model_input(img)
     except DecodeError:
         raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_short(e)) from None
+    except Exception as e:  # noqa: BLE001 - whatever Pillow raises on a damaged image is the file's fault
+        raise DecodeError(reason(e)) from None
 
 
 def read_for_model(

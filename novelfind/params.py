@@ -16,7 +16,7 @@ import inspect
 import numbers
 import os
 import textwrap
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -26,9 +26,11 @@ from novelfind import features
 from novelfind.adsconfig import ADS_LIMITS, ADSConfig
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
 from novelfind.errors import InputError, NeedsError
+from novelfind.extract.decoders import DECODERS
+from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
+from novelfind.extract.engines import ENGINES
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.limits import Limit
-from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
 from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
 from novelfind.report import FORMATS, PLACE_MODES
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
@@ -74,6 +76,15 @@ def param(
     return field(default=default, metadata=metadata)
 
 
+def _ads_param(name: str, symbol: str, doc: str, help: str) -> Any:
+    """A setting of the ADS solver as a parameter: its default and its limit are ``ADSConfig``'s, and
+    ``doc``'s ``{range}`` says the limit in words (``symbol`` names the value there)."""
+    limit = ADS_LIMITS[name]
+    return param(
+        getattr(ADS, name), doc.format(range=limit.describe(symbol)), help=help, limit=limit, record=True
+    )
+
+
 @dataclass(frozen=True)
 class ScanParameters:
     """Everything a scan is asked to do: the keyword arguments of :func:`novelfind.scan`, checked.
@@ -114,48 +125,30 @@ class ScanParameters:
         choices=("auto", *features.FEATURE_DIMS),
         record=True,
     )
-    epochs: int = param(
-        ADS.epochs,
-        f"the ADS solver's SGD steps E ({ADS_LIMITS['epochs'].describe('E')}).",
-        help="ADS: SGD steps E.",
-        limit=ADS_LIMITS["epochs"],
-        record=True,
+    epochs: int = _ads_param("epochs", "E", "the ADS solver's SGD steps E ({range}).", "ADS: SGD steps E.")
+    partners: int = _ads_param(
+        "partners",
+        "J",
+        "the ADS solver's partners J sampled per image per step ({range}).",
+        "ADS: partners sampled per image per step J.",
     )
-    partners: int = param(
-        ADS.partners,
-        f"the ADS solver's partners J sampled per image per step ({ADS_LIMITS['partners'].describe('J')}).",
-        help="ADS: partners sampled per image per step J.",
-        limit=ADS_LIMITS["partners"],
-        record=True,
+    lr: float = _ads_param(
+        "lr", "alpha", "the ADS solver's learning rate alpha ({range}).", "ADS: learning rate alpha."
     )
-    lr: float = param(
-        ADS.lr,
-        f"the ADS solver's learning rate alpha ({ADS_LIMITS['lr'].describe('alpha')}).",
-        help="ADS: learning rate alpha.",
-        limit=ADS_LIMITS["lr"],
-        record=True,
+    momentum: float = _ads_param(
+        "momentum", "beta", "the ADS solver's momentum beta ({range}).", "ADS: momentum beta."
     )
-    momentum: float = param(
-        ADS.momentum,
-        f"the ADS solver's momentum beta ({ADS_LIMITS['momentum'].describe('beta')}).",
-        help="ADS: momentum beta.",
-        limit=ADS_LIMITS["momentum"],
-        record=True,
+    seed: int = _ads_param(
+        "seed",
+        "seed",
+        "the solver's random seed ({range}): the same seed on the same device, the same ranking.",
+        "Random seed; the same seed gives the same ranking on the same device.",
     )
-    seed: int = param(
-        ADS.seed,
-        f"the solver's random seed ({ADS_LIMITS['seed'].describe('seed')}): the same seed on the same "
-        "device, the same ranking.",
-        help="Random seed; the same seed gives the same ranking on the same device.",
-        limit=ADS_LIMITS["seed"],
-        record=True,
-    )
-    restarts: int = param(
-        ADS.restarts,
-        f"average the solver over this many seeds ({ADS_LIMITS['restarts'].describe('restarts')}).",
-        help="ADS: average this many runs with different seeds.",
-        limit=ADS_LIMITS["restarts"],
-        record=True,
+    restarts: int = _ads_param(
+        "restarts",
+        "restarts",
+        "average the solver over this many seeds ({range}).",
+        "ADS: average this many runs with different seeds.",
     )
     dedup: float = param(
         DEFAULT_DEDUP,
@@ -206,7 +199,7 @@ class ScanParameters:
         "local",
         'where decoding and the model run: ``"local"`` (this machine) or ``"ray"`` (the workers of a '
         "Ray cluster, ``pip install 'novelfind[ray]'``; the photos must be at the same path on every "
-        "node); see ``novelfind.pipeline.ENGINES``. Walking, the cache and the ranking stay on this "
+        "node); see ``novelfind.extract.engines.ENGINES``. Walking, the cache and the ranking stay on this "
         'machine either way. With ``"ray"``, ``device`` picks the workers\' device (``auto``: GPU '
         "workers when the cluster has GPUs) and the solver runs here, on CUDA when this machine has it "
         '(unless ``device`` is ``"cpu"``).',
@@ -234,7 +227,7 @@ class ScanParameters:
         "auto",
         'what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and '
         'nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see '
-        "``novelfind.pipeline.DECODERS``.",
+        "``novelfind.extract.decoders.DECODERS``.",
         choices=DECODERS,  # the registry itself, as ENGINES
     )
     cache: bool | Path | FeatureCache = param(
@@ -399,7 +392,7 @@ class ScanParameters:
         except ValueError as err:
             raise InputError(f"xmp_keyword: {err}") from None
         for name, (other, value) in NEEDS.items():
-            if getattr(self, name) != DEFAULTS[name] and getattr(self, other) != value:
+            if getattr(self, name) != DEFAULTS[name] and not takes_effect(name, lambda n: getattr(self, n)):
                 raise NeedsError(name, other, value)
 
     def _set(self, name: str, value: Any) -> None:
@@ -407,14 +400,7 @@ class ScanParameters:
 
     def solver_config(self) -> ADSConfig:
         """The ADS solver's settings of this scan (``novelfind.solver.ADSConfig``)."""
-        return ADSConfig(
-            epochs=self.epochs,
-            partners=self.partners,
-            lr=self.lr,
-            momentum=self.momentum,
-            seed=self.seed,
-            restarts=self.restarts,
-        )
+        return ADSConfig(**{name: getattr(self, name) for name in ADS_LIMITS if name in LIMITS})
 
     def outputs(self) -> list[Path]:
         """What this run writes, absolute and sorted (the order their locks are taken in)."""
@@ -447,6 +433,17 @@ CHOICES: dict[str, Collection[str]] = {
 # parameter -> (the parameter it takes effect with, that one's value)
 NEEDS: dict[str, tuple[str, Any]] = {f.name: f.metadata["needs"] for f in FIELDS if f.metadata["needs"]}
 DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+
+
+def takes_effect(name: str, value_of: Callable[[str], Any]) -> bool:
+    """Whether the parameter ``name`` of ``NEEDS`` takes effect with the others' values (``value_of``).
+    One the engine needs takes effect with every engine whose record takes it (``Engine.takes``: an
+    engine added at run time may take ``ray_address`` too)."""
+    other, value = NEEDS[name]
+    if other == "engine":
+        engine = ENGINES.get(value_of("engine"))
+        return engine is not None and name in engine.takes
+    return value_of(other) == value
 
 
 def parameter_defaults() -> dict[str, Any]:

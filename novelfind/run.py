@@ -4,7 +4,7 @@
 keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
 This module only orchestrates; each stage owns its work: the parameters and their checks
 (:mod:`novelfind.params`), walking (:mod:`novelfind.walk`) and grouping twins (:mod:`novelfind.pairs`),
-the feature store (:func:`novelfind.cache.open_store`), extraction (:mod:`novelfind.pipeline`), the
+the feature store (:func:`novelfind.cache.open_store`), extraction (:mod:`novelfind.extract`), the
 ignore list (:class:`novelfind.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking`) and everything
 written afterwards (:mod:`novelfind.outputs`). Errors are exceptions:
 :class:`~novelfind.errors.InputError` (also a ValueError) for impossible values, other
@@ -28,14 +28,14 @@ import numpy as np
 from novelfind import features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
-from novelfind.extraction import featured, stored_source
+from novelfind.extract.engines import ENGINES
+from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pca import map_2d
-from novelfind.pipeline import ENGINES, Extraction, FeatureStore, load
 from novelfind.report import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
 from novelfind.sources import FeatureSource
@@ -150,7 +150,7 @@ class _Scan:
             extractor = features.build_extractor(
                 feature=p.feature,
                 # an engine running the model elsewhere needs the driver's model for its name only
-                device=p.device if p.engine == "local" else "cpu",
+                device="cpu" if ENGINES[p.engine].remote else p.device,
                 backend=p.backend,
                 weights=p.weights,
             )
@@ -254,13 +254,11 @@ class _Scan:
         self, files: FileList, extractor: features.Extractor, store: FeatureStore, *, keep_vectors: bool
     ) -> Extraction:
         p = self.params
-        engine = load(ENGINES[p.engine])
-        # an engine that runs elsewhere is told where, and on what device its workers run the model
-        if p.engine == "local":
-            elsewhere: dict[str, Any] = {"decode_timeout": p.decode_timeout}
-        else:
-            elsewhere = {"address": p.ray_address, "device": p.device}
-        extraction = engine(
+        engine = ENGINES[p.engine]
+        # what the engine takes of the parameters: the local one a decode time limit, one that runs
+        # elsewhere where, and on what device its workers run the model
+        takes = {keyword: getattr(p, name) for name, keyword in engine.takes.items()}
+        extraction = load(engine.target)(
             files,
             extractor,
             store,
@@ -271,7 +269,7 @@ class _Scan:
             on_failure=self.fail,
             on_warning=self.warn,
             keep_vectors=keep_vectors,
-            **elsewhere,
+            **takes,
         )
         if not keep_vectors and store.writes_disabled:
             raise CacheError(
@@ -320,7 +318,7 @@ class _Scan:
         elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
         one and the ranking is large enough to pay for it (``features.resolve_device``)."""
         p = self.params
-        if p.engine == "local" or p.device == "cpu":
+        if not ENGINES[p.engine].remote or p.device == "cpu":
             return features.resolve_device(p.device, photos)
         return features.resolve_device("auto", photos)
 

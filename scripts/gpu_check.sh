@@ -141,7 +141,7 @@ check_install() {
   fi
   "$PY" - <<'EOF'
 import faiss, novelfind
-from novelfind import gpu_decode
+from novelfind.extract.decoders import gpu as gpu_decode
 from novelfind.features import resolve_weights
 print("novelfind", novelfind.__file__)
 print("faiss", faiss.__version__)

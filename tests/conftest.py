@@ -32,7 +32,7 @@ def cuda(request):
 @pytest.fixture(scope="session")
 def nvimgcodec(cuda, request):
     """A checked GPU JPEG decoder (nvImageCodec) on the CUDA device; skipped or failed like ``cuda``."""
-    from novelfind import gpu_decode
+    from novelfind.extract.decoders import gpu as gpu_decode
 
     try:
         return gpu_decode.open_gpu_decoder(cuda)

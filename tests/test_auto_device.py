@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from novelfind import features
+from novelfind.extract.engines.local import extract
 from novelfind.features import AutoDeviceExtractor, auto_cuda_min_photos, build_extractor, resolve_device
-from novelfind.pipeline import extract
 from tests.test_pipeline import DictCache, MeanColour, make_library
 
 
@@ -76,7 +76,7 @@ def test_a_small_scan_stays_on_the_cpu_and_a_large_one_takes_cuda(tmp_path, monk
 
 
 def _pixels(f):
-    from novelfind.pipeline import decode_file
+    from novelfind.extract.stage import decode_file
 
     return decode_file(str(f.path), frozenset()).pixels
 
@@ -93,17 +93,17 @@ class Loading(MeanColour):
 
 
 def test_the_model_loads_while_the_decoders_start_and_only_for_misses(tmp_path, monkeypatch):
-    from novelfind import pipeline
+    from novelfind.extract.decoders import pillow
 
     files = make_library(tmp_path, 6)
     events: list[str] = []
-    real = pipeline.ProcessDecoder.__init__
+    real = pillow.ProcessDecoder.__init__
 
     def init(self, *args, **kwargs):
         events.append("decoder")
         real(self, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline.ProcessDecoder, "__init__", init)
+    monkeypatch.setattr(pillow.ProcessDecoder, "__init__", init)
     cache = DictCache()
     extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")
     assert events == ["load", "decoder"]

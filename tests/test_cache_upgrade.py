@@ -11,10 +11,10 @@ import pytest
 from conftest import make_photo
 
 from novelfind import cache as cache_module
-from novelfind import extraction
 from novelfind.cache import FeatureCache
+from novelfind.extract import stage
+from novelfind.extract.engines.local import extract
 from novelfind.features import FormerKeys
-from novelfind.pipeline import extract
 from novelfind.walk import ImageFile
 
 NEW, OLD_POOLED, OLD_LOGITS = "fake:pooled-v1", "fake:pooled", "fake:logits"
@@ -57,7 +57,7 @@ def library(root: Path, n: int) -> list[ImageFile]:
 
 
 def digest_of(f: ImageFile) -> str:
-    from novelfind.extraction import decode_file
+    from novelfind.extract.stage import decode_file
 
     return decode_file(str(f.path), frozenset()).digest
 
@@ -126,7 +126,7 @@ def test_a_cache_of_the_earlier_version_is_upgraded_or_extracted_again_with_one_
     files = library(tmp_path / "lib", 6)
     path = tmp_path / "c.sqlite"
     model = PooledFake()
-    pooled = model.encode(np.stack([extraction.decode_file(str(f.path), frozenset()).pixels for f in files]))
+    pooled = model.encode(np.stack([stage.decode_file(str(f.path), frozenset()).pixels for f in files]))
     # the earlier version: photos 0, 1 scanned with --feature pooled, 2, 3 with --feature logits, 4 both
     write_old(path, OLD_POOLED, [(files[i], pooled[i]) for i in (0, 1, 4)])
     write_old(path, OLD_LOGITS, [(files[i], np.full(2, SENTINEL)) for i in (2, 3, 4)])
@@ -161,7 +161,7 @@ def test_features_read_back_from_the_cache_are_the_head_of_the_stored_vectors(tm
         kept = extract(files, model, store, workers=0)
         streamed = extract(files, model, store, workers=0, keep_vectors=False)
         assert streamed.features is None
-        view = extraction.featured(store, model)
+        view = stage.featured(store, model)
         rows = np.concatenate(list(view.rows_by_stat(streamed.files, 3)))  # (4, 2)
         stored = np.concatenate(list(store.rows_by_stat(streamed.files, 3)))  # (4, 6): what is kept
         assert view.path == store.path and view.writes_disabled is False
@@ -175,7 +175,7 @@ def test_an_extractor_without_encode_stores_what_it_returns(tmp_path):
     plain = type("Plain", (), {"model_key": "plain", "dim": 6, "__call__": lambda self, b: model.encode(b)})()
     with FeatureCache(tmp_path / "c.sqlite", "plain") as store:
         res = extract(files, plain, store, workers=0)
-        assert extraction.featured(store, plain) is store
+        assert stage.featured(store, plain) is store
     raw = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT dim FROM vectors").fetchall()
     assert res.features.shape == (2, 6) and raw == [(6,), (6,)]
 

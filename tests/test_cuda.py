@@ -18,8 +18,11 @@ import torch
 from conftest import make_photo, missing_prerequisite
 from PIL import Image
 
-from novelfind import decode, gpu_decode, pipeline
+from novelfind import decode
 from novelfind.errors import WeightsError
+from novelfind.extract import stage
+from novelfind.extract.decoders import gpu as gpu_decode
+from novelfind.extract.engines import local
 from novelfind.features import CUDA_TOLERANCE, build_extractor, resolve_weights
 from novelfind.solver import ADSConfig, ads
 
@@ -252,7 +255,7 @@ def test_file_decoder_on_gpu_falls_back_per_file(nvimgcodec, jpegs, tmp_path, re
     record_property("file_decoder_stats", json.dumps(dict(fd.stats)))
     for i, p in enumerate(paths):
         digest, pixels, reason = got[i]
-        want_digest, want, want_reason = pipeline.decode_file(p, frozenset())
+        want_digest, want, want_reason = stage.decode_file(p, frozenset())
         assert digest == want_digest, p
         if want_digest is None:
             assert reason == want_reason, p  # the same reason as the CPU path
@@ -284,9 +287,9 @@ def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, weights, jpeg_f
 
     files = list(walk([jpeg_folder]))
     ex = build_extractor(device="cuda")
-    on_gpu = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
-    cpu_decoded = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
-    all_cpu = pipeline.extract(
+    on_gpu = local.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
+    cpu_decoded = local.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
+    all_cpu = local.extract(
         files, build_extractor(device="cpu", backend="torch"), NullCache(), batch_size=16
     )
     assert [f.path for f in on_gpu.files] == [f.path for f in cpu_decoded.files] == [f.path for f in files]

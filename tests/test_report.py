@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from novelfind import report
+from novelfind.atomic import encode_output
 from novelfind.errors import OutputError
 from novelfind.report import (
     MANIFEST_NAME,
@@ -88,7 +89,7 @@ def test_undecodable_file_name_bytes_round_trip():
     assert os.fsencode(unescape_field(tsv.rstrip("\n").split("\t")[2])) == raw
     doc = json.loads(format_results([make_pick(path)], "json"))
     assert os.fsencode(doc["picks"][0]["path"]) == raw
-    assert report.encode_output(format_results([make_pick(path)], "paths0")) == raw + b"\0"
+    assert encode_output(format_results([make_pick(path)], "paths0")) == raw + b"\0"
 
 
 @given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xDCFF)))

@@ -1,14 +1,16 @@
 """What the extraction stage's parts share: the result types, the store and decoder protocols, one
 file's decode, and :class:`Stage`, the state of one extraction.
 
-``pipeline`` drives a :class:`Stage` on this machine (its decoders and :func:`pipeline.extract`);
-``gpu_decode`` and ``engine_ray`` build on the same pieces. They all import this module and none of them
-imports another, so the registries in ``pipeline`` (names to "module:attribute" strings) can point at
-any of them without an import cycle. The flow itself is described in ``pipeline``.
+Every engine (``engines.local``, ``engines.ray``) drives a :class:`Stage`; the decoders
+(``decoders.pillow``, ``decoders.gpu``) build on the same pieces. They all import this module and it
+imports none of them, so the registries (``decoders.DECODERS``, ``engines.ENGINES``: names to
+"module:attribute" strings, :func:`load`) can point at any of them without an import cycle. The flow
+itself is described in ``novelfind.extract``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import warnings
@@ -102,6 +104,12 @@ class FeatureStore(Protocol):
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
     def known_digests(self) -> frozenset[str]: ...
     def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
+
+
+def load(spec: str) -> Any:
+    """The object a ``DECODERS`` / ``ENGINES`` entry names ("package.module:attribute")."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def stored_source(store: FeatureStore, files: FileList, chunk: int = STREAM_CHUNK) -> ChunkedSource:

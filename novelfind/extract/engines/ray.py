@@ -3,7 +3,7 @@
 The driver (the process running the scan) walks the library and looks every file up in its cache exactly
 as with the local engine; only the files the cache lacks are handed to ``RayEngine.run``. Ray Data runs
 them through a pool of actors (``map_batches`` with a callable class that holds the model), each actor
-reads its files, decodes them with ``extraction.decode_file`` (the local engine's own function, so an
+reads its files, decodes them with ``stage.decode_file`` (the local engine's own function, so an
 unreadable file gets the same reason) and runs the model on the batch. Results stream back to the
 driver block by block (``iter_batches``), so the driver can commit every batch to its cache as it
 arrives: one writer, and no SQLite over a network file system.
@@ -91,7 +91,7 @@ class ResultBatch:
     - unreadable: ``digests[i]`` is None and ``reasons[i]`` says why, word for word what the local engine
       says.
 
-    Vectors are as the model produced them, the pooled vectors the cache keeps (``extraction.Stage`` makes
+    Vectors are as the model produced them, the pooled vectors the cache keeps (``stage.Stage`` makes
     the feature asked for from them): the driver applies the same finite-values check to them as to a
     local batch.
     """
@@ -183,7 +183,7 @@ class _ExtractWorker:
         self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
 
     def _read(self, raw: bytes):
-        from novelfind.extraction import decode_file
+        from novelfind.extract.stage import decode_file
 
         return decode_file(os.fsdecode(raw), self.known)
 
@@ -587,10 +587,10 @@ def extract(
     device: str = "auto",
     keep_vectors: bool = True,
 ) -> Any:
-    """The ``ray`` engine of ``pipeline.ENGINES``: ``pipeline.extract`` with decoding and the model on a
+    """The ``ray`` engine of ``engines.ENGINES``: ``local.extract`` with decoding and the model on a
     Ray cluster.
 
-    The driver does what the local engine does (``extraction.Stage``): the stat lookup in the cache, the
+    The driver does what the local engine does (``stage.Stage``): the stat lookup in the cache, the
     digests the cache knows, the finite-values check, ``on_failure`` / ``on_progress``, and one cache
     transaction per batch as the batches come back; only the files the cache lacks go to the cluster.
     ``extractor`` is the driver's (never called): it names the model (``feature``, ``weights``,
@@ -601,7 +601,7 @@ def extract(
     ``ClusterError``; KeyboardInterrupt stops the run, and every batch committed before it stays in the
     cache.
     """
-    from novelfind.extraction import Stage
+    from novelfind.extract.stage import Stage
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
