@@ -27,11 +27,12 @@ from PIL import Image, ImageFile, ImageOps
 
 from novelfind import extras
 from novelfind.errors import DecodeError
+from novelfind.weights import MOBILENET_V2
 
-# Bump when the pixels fed to the model change (decode, resize, crop); it is part of the cache key.
-PREPROCESS_VERSION = "1"
-INPUT_SIZE = 224  # centre crop fed to the model (IMAGENET1K_V1)
-RESIZE_SIZE = 256  # shorter side before the crop (IMAGENET1K_V1)
+# The model's pixels, from its weights' record (IMAGENET1K_V1's transforms): the shorter side resized to
+# RESIZE_SIZE, then the centre INPUT_SIZE square (``weights.PREPROCESS_VERSION`` names them in the cache key).
+INPUT_SIZE = MOBILENET_V2.transforms.crop_size
+RESIZE_SIZE = MOBILENET_V2.transforms.resize_size
 
 # Refuse images above this many pixels (Pillow warns above it; we treat the warning as an error).
 # 2**28 = 268 MP: large panoramas pass, decompression bombs do not.

@@ -22,17 +22,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from novelfind import features
 from novelfind.adsconfig import ADS_LIMITS, ADSConfig
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
+from novelfind.devices import DEVICES
 from novelfind.errors import InputError, NeedsError
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
 from novelfind.extract.engines import ENGINES
+from novelfind.features import BACKENDS
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.limits import Limit
 from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
 from novelfind.report import FORMATS, PLACE_MODES
+from novelfind.weights import FEATURE_DIMS
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword
 
@@ -122,7 +124,7 @@ class ScanParameters:
         '(1000-d classifier output) or ``"pooled"`` (1280-d pooled features). The run record names the '
         "one used.",
         help=f"MobileNet-V2 output used as the feature vector (auto: {features_help()}).",
-        choices=("auto", *features.FEATURE_DIMS),
+        choices=("auto", *FEATURE_DIMS),
         record=True,
     )
     epochs: int = _ads_param("epochs", "E", "the ADS solver's SGD steps E ({range}).", "ADS: SGD steps E.")
@@ -187,13 +189,13 @@ class ScanParameters:
         '``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and the '
         "solver run there.",
         help="Where the model and the solver run; auto = CUDA when available.",
-        choices=features.DEVICES,
+        choices=DEVICES,
     )
     backend: str = param(
         "auto",
         '``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.',
         help="Inference engine; auto = the fastest available for the device.",
-        choices=features.BACKENDS,
+        choices=BACKENDS,
     )
     engine: str = param(
         "local",

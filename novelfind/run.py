@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import features, ranking, walk
+from novelfind import devices, features, ranking, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extract.engines import ENGINES
@@ -316,11 +316,11 @@ class _Scan:
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
         elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
-        one and the ranking is large enough to pay for it (``features.resolve_device``)."""
+        one and the ranking is large enough to pay for it (``devices.resolve_device``)."""
         p = self.params
         if not ENGINES[p.engine].remote or p.device == "cpu":
-            return features.resolve_device(p.device, photos)
-        return features.resolve_device("auto", photos)
+            return devices.resolve_device(p.device, photos)
+        return devices.resolve_device("auto", photos)
 
     # -- reporting
 

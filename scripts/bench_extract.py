@@ -233,7 +233,7 @@ def phase_naive(folder: Path, limit: int | None) -> dict:
     import torchvision
     from PIL import Image, ImageOps
 
-    from novelfind.features import resolve_weights
+    from novelfind.weights import resolve_weights
 
     files = [f.path for f in _image_files(folder)][:limit]
     t0 = time.perf_counter()
@@ -304,7 +304,7 @@ def phase_rescan(folder: Path) -> dict:
     import hashlib
 
     from novelfind.extract.engines.local import extract
-    from novelfind.features import model_key_for
+    from novelfind.weights import model_key_for
 
     key = model_key_for()
     cache_path = folder.parent / "rescan-features.sqlite"

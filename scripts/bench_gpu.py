@@ -191,7 +191,7 @@ def _scan(root: Path, device: str, k: int, cache: Path, extra: list[str]) -> dic
 
 def _cached_vectors(cache: Path, files: list, feature: str) -> np.ndarray:
     from novelfind.cache import FeatureCache
-    from novelfind.features import model_key_for
+    from novelfind.weights import model_key_for
 
     with FeatureCache(cache, model_key_for()) as c:  # the pooled vectors, whatever the feature
         vecs = c.get_many_by_stat(files)

@@ -44,10 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from novelfind.cache import FeatureCache  # noqa: E402
 from novelfind.decode import INPUT_SIZE  # noqa: E402
+from novelfind.devices import available_cpus  # noqa: E402
 from novelfind.extract import decoders, stage  # noqa: E402
 from novelfind.extract.decoders import gpu as gpu_decode  # noqa: E402
 from novelfind.extract.engines import local  # noqa: E402
-from novelfind.features import available_cpus  # noqa: E402
 from novelfind.walk import walk  # noqa: E402
 
 DIM = 1000

@@ -14,8 +14,8 @@ from novelfind import cache as cache_module
 from novelfind.cache import FeatureCache
 from novelfind.extract import stage
 from novelfind.extract.engines.local import extract
-from novelfind.features import FormerKeys
 from novelfind.walk import ImageFile
+from novelfind.weights import FormerKeys
 
 NEW, OLD_POOLED, OLD_LOGITS = "fake:pooled-v1", "fake:pooled", "fake:logits"
 SENTINEL = 999.0  # what the old classifier-output entries hold: never seen in a result

@@ -23,8 +23,9 @@ from novelfind.errors import WeightsError
 from novelfind.extract import stage
 from novelfind.extract.decoders import gpu as gpu_decode
 from novelfind.extract.engines import local
-from novelfind.features import CUDA_TOLERANCE, build_extractor, resolve_weights
+from novelfind.features import CUDA_TOLERANCE, build_extractor
 from novelfind.solver import ADSConfig, ads
+from novelfind.weights import resolve_weights
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cuda")]  # skip before building any fixture
 

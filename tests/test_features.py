@@ -10,16 +10,11 @@ import numpy as np
 import pytest
 from conftest import missing_prerequisite
 
-from novelfind import features
+from novelfind import devices, features, weights
 from novelfind.decode import to_model_input
 from novelfind.errors import WeightsError
-from novelfind.features import (
-    BACKEND_TOLERANCE,
-    WEIGHTS_FILE,
-    build_extractor,
-    model_key_for,
-    resolve_weights,
-)
+from novelfind.features import BACKEND_TOLERANCE, build_extractor
+from novelfind.weights import WEIGHTS_FILE, model_key_for, resolve_weights
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +78,7 @@ def test_explicit_wrong_file_refused(tmp_path, monkeypatch):
 def test_resolution_order(tmp_path, monkeypatch, real_weights):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     # no explicit, no hub copy: the installed package
-    assert resolve_weights(download=False) == features._package_weights()
+    assert resolve_weights(download=False) == weights._package_weights()
     # a verified hub copy wins over the package
     hub = tmp_path / "torch" / "hub" / "checkpoints" / WEIGHTS_FILE
     hub.parent.mkdir(parents=True)
@@ -95,26 +90,26 @@ def test_resolution_order(tmp_path, monkeypatch, real_weights):
     # a corrupt hub copy is skipped, not used
     monkeypatch.delenv("NOVELFIND_WEIGHTS")
     hub.write_bytes(b"corrupt")
-    assert resolve_weights(download=False) == features._package_weights()
+    assert resolve_weights(download=False) == weights._package_weights()
 
 
 def test_nothing_found_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr(features, "_package_weights", lambda: None)
+    monkeypatch.setattr(weights, "_package_weights", lambda: None)
     with pytest.raises(WeightsError, match="weights not found; get the MobileNet-V2 weights"):
         resolve_weights(download=False)
 
 
 def test_sha_verified_once_per_file_state(real_weights, monkeypatch):
-    features._sha_cache.clear()
+    weights._sha_cache.clear()
     calls = []
-    real_sha = features.hashlib.sha256
+    real_sha = weights.hashlib.sha256
 
     def counting():
         calls.append(1)
         return real_sha()
 
-    monkeypatch.setattr(features.hashlib, "sha256", counting)
+    monkeypatch.setattr(weights.hashlib, "sha256", counting)
     for _ in range(3):
         resolve_weights(real_weights)
     assert len(calls) == 1
@@ -229,7 +224,7 @@ def test_torch_extractor_takes_a_tensor_batch(real_weights, photos):
 
 
 def test_threads_default_to_available_cores():
-    assert features.available_cpus() == len(os.sched_getaffinity(0))
+    assert devices.available_cpus() == len(os.sched_getaffinity(0))
 
 
 # ----------------------------------------------------------------------------- one stored vector
@@ -248,7 +243,7 @@ def test_logits_from_the_pooled_vector_are_the_networks_own(real_weights, photos
     np.testing.assert_array_equal(got, ex.head(pooled))
     rel = np.abs(got - own).max(axis=1) / np.abs(own).max(axis=1)  # per photo
     assert rel.max() < 1e-4, rel
-    assert ex.head is features.load_classifier(real_weights)  # read once
+    assert ex.head is weights.load_classifier(real_weights)  # read once
 
 
 def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weights, tmp_path, photos):
@@ -265,7 +260,7 @@ def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weig
     second = novelfind.scan(root, 2, feature="pooled", backend="torch", cache=cache)
     assert (first.counts.extracted, second.counts.extracted, second.counts.from_cache) == (6, 0, 6)
     assert first.features.shape == (6, 1000) and second.features.shape == (6, 1280)
-    classifier = features.load_classifier(real_weights)
+    classifier = weights.load_classifier(real_weights)
     np.testing.assert_allclose(classifier(second.features), first.features, rtol=1e-5, atol=1e-4)
     with novelfind.Cache.open(cache) as store:
         info = store.info()
@@ -284,7 +279,7 @@ def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
         (real_weights, list(want)),
         (tmp_path / "zip.pth", list(want)[:5] + ["classifier.1.bias"]),
     ):
-        got = features.read_weights(path)
+        got = weights.read_weights(path)
         assert list(got) == names
         for name in names:
             np.testing.assert_array_equal(got[name], want[name].numpy())
@@ -292,4 +287,4 @@ def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
     evil = tmp_path / "evil.pth"
     torch.save({"w": torch.zeros(2), "x": os.getcwd}, evil)  # a function: not a state dict
     with pytest.raises(pickle.UnpicklingError, match=r"unexpected \w+\.getcwd"):
-        features.read_weights(evil)
+        weights.read_weights(evil)

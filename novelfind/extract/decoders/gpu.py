@@ -63,9 +63,9 @@ from novelfind.decode import (
     read_bytes,
     resized_geometry,
 )
+from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
 from novelfind.extract.stage import Decoded, Decoder, SharedDecoder, guarded
-from novelfind.features import available_cpus
 from novelfind.raw import model_input_any
 
 if TYPE_CHECKING:

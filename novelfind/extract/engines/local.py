@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from novelfind.devices import available_cpus
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.stage import Extraction, FeatureStore, OnFailure, OnProgress, OnWarning, Stage, load
-from novelfind.features import Extractor, available_cpus
+from novelfind.features import Extractor
 
 POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
 

@@ -151,7 +151,8 @@ def _worker_extractor(spec: _ModelSpec):
     """The extractor a worker runs: the package's own classes on node-local copies of the shipped files."""
     import ray
 
-    from novelfind.features import WEIGHTS_FILE, OnnxExtractor, TorchExtractor
+    from novelfind.features import OnnxExtractor, TorchExtractor
+    from novelfind.weights import WEIGHTS_FILE
 
     base = Path(tempfile.gettempdir()) / NODE_DIR
     weights = base / WEIGHTS_FILE
@@ -348,7 +349,7 @@ class RayEngine:
         stall_timeout: float = STALL_TIMEOUT_S,
         model_cache_dir: Path | None = None,
     ):
-        from novelfind.features import FEATURE_DIMS, POOLED_DIM, model_key_for
+        from novelfind.weights import FEATURE_DIMS, POOLED_DIM, model_key_for
 
         if feature not in FEATURE_DIMS:
             raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
@@ -399,7 +400,7 @@ class RayEngine:
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
             if not joining:
-                from novelfind.features import available_cpus
+                from novelfind.devices import available_cpus
 
                 with _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
                     ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
@@ -467,7 +468,8 @@ class RayEngine:
         """Verify the weights, export + verify the ONNX graph here, and put the bytes in the object store."""
         if self._spec is not None:
             return self._spec
-        from novelfind.features import OnnxExtractor, resolve_weights, sha256_file
+        from novelfind.features import OnnxExtractor
+        from novelfind.weights import resolve_weights, sha256_file
 
         ray = self._ray
         device, actors, cpus, gpus = self._plan()
