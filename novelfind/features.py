@@ -13,7 +13,7 @@ Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract
          onnxruntime is missing or its graph fails verification. torch.compile reached ~21 after ~70 s of
          compiling, so it is not offered.
   cuda   eager PyTorch in float16, channels_last, pinned host memory, cuDNN autotuning; it also takes
-         a batch already on the GPU (JPEGs decoded there, ``gpu_decode.py``).
+         a batch already on the GPU (JPEGs decoded there, ``extract/decoders/gpu.py``).
 The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key`` does
 not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/test_cuda.py).
 

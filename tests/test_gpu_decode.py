@@ -1,6 +1,6 @@
-"""gpu_decode.py on the CPU: header checks, the device geometry against Pillow's, the fallback logic with a
-stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the pipeline's "gpu" and
-"auto" decoders.
+"""extract/decoders/gpu.py on the CPU: header checks, the device geometry against Pillow's, the fallback
+logic with a stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the "gpu" and "auto"
+decoders of ``novelfind.extract.decoders``.
 
 The real decoder (nvImageCodec on a GPU) is tested in test_cuda.py.
 """

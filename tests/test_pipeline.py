@@ -1,4 +1,5 @@
-"""pipeline.py: cache hits by stat and by digest, batching, failures, worker pool, interruption."""
+"""The extraction stage (novelfind.extract): cache hits by stat and by digest, batching, failures, worker
+pool, interruption."""
 
 from __future__ import annotations
 
