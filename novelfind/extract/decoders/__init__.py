@@ -45,7 +45,7 @@ def auto_decoder(
     """
     timeout = context.get("timeout")
     if str(getattr(extractor, "device", "cpu")).startswith("cuda"):
-        from novelfind.extract.decoders import gpu as gpu_decode
+        import novelfind.extract.decoders.gpu as gpu_decode
 
         if gpu_decode.library_installed():
             try:

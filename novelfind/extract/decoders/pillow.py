@@ -23,8 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind.extract import stage
-from novelfind.extract.stage import Decoded, decode_file
+from novelfind.extract.stage import Decoded, decode_file, use_known
 from novelfind.lock import pid_alive
 
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
@@ -53,7 +52,7 @@ def _worker_init(parent_pid: int, known: frozenset[str], started: Any = None) ->
     (SIGKILL gives the scan no chance to stop it).
     """
     global _STARTED
-    stage.use_known(known)
+    use_known(known)
     _STARTED = started
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
