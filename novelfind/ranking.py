@@ -492,11 +492,14 @@ def methods_help(code: bool = False) -> str:
 
 def features_help() -> str:
     """What ``--feature auto`` extracts, by method: ``pooled for cosine-knn and multiscale-knn, logits
-    for ads, ads-paper and knn``."""
+    for the other methods`` (the last feature's methods are "the other methods")."""
     by_feature: dict[str, list[str]] = {}
     for name, m in METHODS.items():
         by_feature.setdefault(m.feature, []).append(name)
-    return ", ".join(f"{feature} for {_spoken(names)}" for feature, names in by_feature.items())
+    said = [f"{feature} for {_spoken(names)}" for feature, names in by_feature.items()]
+    if len(said) > 1:
+        said[-1] = f"{list(by_feature)[-1]} for the other methods"
+    return ", ".join(said)
 
 
 # --------------------------------------------------------------------------- main entry
