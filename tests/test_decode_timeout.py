@@ -85,7 +85,7 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
     root = tmp_path / "photos"
     ordinary = _photos(root, [f"IMG_{i:02d}.png" for i in range(12)])
     stuck = _photos(root / "sub", ["stuck.png"])[0]
-    monkeypatch.setattr(decoders, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
+    monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     cache = tmp_path / "c.sqlite"
     args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "paths",
             "--decode-timeout", str(LIMIT_S)]
@@ -107,7 +107,7 @@ def test_decode_timeout_reaches_the_decoding_processes(library, fake_extractor, 
             super().__init__(*args, **kwargs)
             made.append(self.timeout)
 
-    monkeypatch.setattr(decoders, "ProcessDecoder", Recording)
+    monkeypatch.setattr(pillow, "ProcessDecoder", Recording)
     novelfind.scan(library["root"], 2, workers=2, decoder=decoder, cache=False, **options)
     assert made == [limit]
 

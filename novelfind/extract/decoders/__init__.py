@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.decoders import pillow
 from novelfind.extract.stage import Decoder, OnWarning
 
 DECODERS: dict[str, str] = {
@@ -51,8 +51,8 @@ def auto_decoder(
             try:
                 if workers > 0:  # GPU and Pillow processes at once: whichever is free takes the next files
 
-                    def cpu(n: int) -> ProcessDecoder:
-                        return ProcessDecoder(n, max(1, window), known, timeout=timeout)
+                    def cpu(n: int) -> pillow.ProcessDecoder:
+                        return pillow.ProcessDecoder(n, max(1, window), known, timeout=timeout)
 
                     return gpu_decode.both_decoder(workers, window, known, extractor, on_warning, cpu=cpu)
                 return gpu_decode.GpuFileDecoder(workers, window, known, extractor, on_warning)
@@ -62,4 +62,4 @@ def auto_decoder(
                     on_warning(message)
                 else:
                     warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return ProcessDecoder(workers, window, known, timeout=timeout)
+    return pillow.ProcessDecoder(workers, window, known, timeout=timeout)
