@@ -25,7 +25,7 @@ from novelfind import __version__, dirs, params, run
 from novelfind.atomic import encode_output
 from novelfind.cache import FeatureCache, damage, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
-from novelfind.errors import ExitCode, InputError, Interrupted, NeedsError, NovelfindError
+from novelfind.errors import ExitCode, InputError, Interrupted, NeedsError, NovelfindError, ParameterError
 from novelfind.extract.engines import ENGINES
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.report import escape_field
@@ -352,6 +352,11 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         except NeedsError as err:  # said in the command line's words
             needs = _flag(err.needs, err.value)
             raise InputError(f"{_flag(err.name)} takes effect only with {needs}") from None
+        except ParameterError as err:  # a value the user did not type: where it came from
+            where = value_source(ctx, next(p for p in ctx.command.params if p.name == err.name))
+            if where is None:
+                raise
+            raise InputError(f"Invalid value for {where[0]}: {err}") from None
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k

@@ -25,7 +25,7 @@ from typing import Any
 from novelfind.adsconfig import ADS_LIMITS, ADSConfig
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
 from novelfind.devices import DEVICES
-from novelfind.errors import InputError, NeedsError
+from novelfind.errors import InputError, NeedsError, ParameterError
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
 from novelfind.extract.engines import ENGINES
@@ -388,7 +388,7 @@ class ScanParameters:
             raise InputError(f"since must be a datetime, got {self.since!r}")
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
-            raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
+            raise ParameterError("contact_sheet", f"contact sheet {sheet}: use a .jpg, .png or .webp name")
         try:
             check_keyword(self.xmp_keyword)
         except ValueError as err:
