@@ -43,7 +43,7 @@ _API = {
     "rank": ("novelfind.ranking", "rank"),
     "Ranking": ("novelfind.ranking", "Ranking"),
     "ads": ("novelfind.solver", "ads"),
-    "ADSConfig": ("novelfind.solver", "ADSConfig"),
+    "ADSConfig": ("novelfind.adsconfig", "ADSConfig"),
     "ADSResult": ("novelfind.solver", "ADSResult"),
     "Cache": ("novelfind.cache", "FeatureCache"),
     "IgnoreList": ("novelfind.ignore", "IgnoreList"),
@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ below imports on demand
+    from novelfind.adsconfig import ADSConfig
     from novelfind.cache import FeatureCache as Cache
     from novelfind.errors import InputError, MissingExtraError, NovelfindError
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
@@ -86,7 +87,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.report import Failure, Pick
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
-    from novelfind.solver import ADSConfig, ADSResult, ads
+    from novelfind.solver import ADSResult, ads
 
 
 def __getattr__(name: str) -> Any:

@@ -11,6 +11,10 @@ No write follows a link novelfind did not create: a symbolic link at the target 
 temporary file has a random name and is created with ``O_EXCL`` (:func:`tempfile.mkstemp`), so a link
 planted under a name guessed in advance is never opened; the rename replaces the directory entry
 itself, so a link that appears at the target after the check is replaced, never written through.
+
+:func:`write_atomic` is that for the outputs, with ``OutputError``. What is not a file written byte by
+byte (a pick placed as a copy or a link) is made under a name of the caller's and swapped in by
+:func:`staged`, the same rename and the same clean-up.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from novelfind.errors import OutputError
+from novelfind.safe_text import display
 
 
 @contextmanager
@@ -43,8 +50,7 @@ def replacing(
     mode = _mode_for(target)
     fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name[:100]}.", suffix=".tmp")
     os.close(fd)
-    tmp = Path(name)
-    try:
+    with staged(Path(name), target) as tmp:
         yield tmp
         _fsync_file(tmp)
         os.chmod(tmp, mode)
@@ -53,11 +59,20 @@ def replacing(
                 os.chown(tmp, *owner)
             except OSError:
                 pass  # not allowed to give it away or to that group: it stays ours
+    _fsync_dir(target.parent)
+
+
+@contextmanager
+def staged(tmp: Path, target: Path) -> Iterator[Path]:
+    """Yield ``tmp`` for the caller to create (a file, a copy, a link); on a clean exit it is renamed over
+    ``target``, on any failure or interrupt removed. The name is the caller's, so that it can find and
+    remove what a killed run left (``report.place_picks``). Raises OSError."""
+    try:
+        yield tmp
         os.replace(tmp, target)
     except BaseException:
         unlink_quietly(tmp)
         raise
-    _fsync_dir(target.parent)
 
 
 def write_bytes(
@@ -117,6 +132,35 @@ def read_limited(path: str | os.PathLike[str], limit: int, *, follow_link: bool 
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", os.fspath(path))
     return data
+
+
+def encode_output(text: str) -> bytes:
+    """Bytes to write for ``text``: UTF-8, with undecodable file-name bytes restored as they were."""
+    return text.encode("utf-8", "surrogateescape")
+
+
+def write_atomic(path: Path | str, data: str | bytes, *, follow_link: bool = False) -> None:
+    """Write ``data`` to ``path`` all at once (:func:`replacing`).
+
+    ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
+    refused, or with ``follow_link`` (``-o`` to a link the user made) followed, so its target is
+    replaced. Raises OutputError with a one-line message; never leaves a temp file behind.
+    """
+    path = Path(os.path.realpath(path)) if follow_link and os.path.islink(path) else Path(path)
+    payload = encode_output(data) if isinstance(data, str) else bytes(data)
+    if not os.path.islink(path) and path.is_dir():
+        raise OutputError(f"cannot write {display(path)}: it is a folder")
+    if not path.parent.is_dir():
+        raise OutputError(f"cannot write {display(path)}: no such folder {display(path.parent)}")
+    try:
+        write_bytes(path, payload)
+    except OSError as err:
+        raise OutputError(f"cannot write {display(path)}: {describe(err)}") from None
+
+
+def describe(err: OSError) -> str:
+    """An OSError in a few words for a one-line message: its strerror (``No space left on device``)."""
+    return err.strerror or str(err)
 
 
 def unlink_quietly(path: str | os.PathLike[str]) -> None:

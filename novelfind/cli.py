@@ -9,13 +9,12 @@ to stderr, and ``-q`` leaves only errors and unreadable files there. Exit codes 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -23,13 +22,22 @@ from typing import Any
 import click
 import cloup
 
-from novelfind import __version__, dirs, features, params, run
+from novelfind import __version__, dirs, params, run, weights
+from novelfind.atomic import encode_output
 from novelfind.cache import FeatureCache, damage, not_ours, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
-from novelfind.errors import CacheError, ExitCode, InputError, Interrupted, NovelfindError
-from novelfind.htmlreport import CONTACT_SHEET_FORMATS
+from novelfind.errors import (
+    CacheError,
+    ExitCode,
+    InputError,
+    Interrupted,
+    NeedsError,
+    NovelfindError,
+    ParameterError,
+)
+from novelfind.extract.engines import ENGINES
 from novelfind.ignore import IgnoreList, count_photos
-from novelfind.report import encode_output, escape_field
+from novelfind.report import escape_field
 from novelfind.safe_text import one_line
 
 EXIT_CODES_HELP = """\b
@@ -193,12 +201,6 @@ def _range(name: str, kind: type) -> click.ParamType:
     return FiniteFloatRange(limit.low, limit.high, min_open=limit.low_open, max_open=limit.high_open)
 
 
-def _contact_sheet_name(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    if value is not None and value.suffix.lower() not in CONTACT_SHEET_FORMATS:
-        raise click.BadParameter(f"{value}: use a .jpg, .png or .webp name", ctx, param)
-    return value
-
-
 def plural(count: int, noun: str) -> str:
     """``1 photo``, ``2 photos``."""
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
@@ -239,9 +241,6 @@ def cli() -> None:
 # --- scan ----------------------------------------------------------------------------------------
 
 
-CALLBACKS = {"contact_sheet": _contact_sheet_name}  # checks the command line makes before the library's
-
-
 # The sections of ``novelfind scan --help``, everyday ones first: (key in params.param's ``group``, title).
 OPTION_GROUPS = (
     ("input", "Input"),
@@ -255,10 +254,12 @@ OPTION_GROUPS = (
 )
 
 
-def _parameter_option(f: dataclasses.Field, group: cloup.OptionGroup) -> click.Option:
-    """The ``scan`` option of one parameter (:mod:`novelfind.params`): its flags and help, a Click type
-    from its limit or choices (so ``--help`` shows them), the library's default and the environment
-    variable NOVELFIND_<NAME>."""
+def _parameter_option(name: str, dest: str | None = None) -> tuple[list[str], dict[str, Any]]:
+    """The option of one parameter (:mod:`novelfind.params`), as Click's declarations and keywords: its
+    flags and help, a Click type from its limit or choices (so ``--help`` shows them), the library's
+    default and the environment variable NOVELFIND_<NAME>. ``scan`` has one for each parameter; the
+    ``ignore`` and ``cache`` commands take theirs of ``--ignore-file`` and ``--cache`` (as ``dest``)."""
+    f = FIELDS[name]
     meta = f.metadata
     kwargs: dict[str, Any] = {"default": DEFAULTS[f.name], "envvar": _env(f.name), "help": meta["help"]}
     if meta["limit"] is not None:
@@ -281,9 +282,32 @@ def _parameter_option(f: dataclasses.Field, group: cloup.OptionGroup) -> click.O
     kwargs["show_default"] = not (default is None or default is False or default == ())
     if meta["metavar"]:
         kwargs["metavar"] = meta["metavar"]
-    if f.name in CALLBACKS:
-        kwargs["callback"] = CALLBACKS[f.name]
-    return SourcedOption([*flags, f.name], group=group, **kwargs)
+    return [*flags, dest or f.name], kwargs
+
+
+FIELDS = {f.name: f for f in params.FIELDS}
+# -q of the commands that print progress or notes (not a parameter: the library prints nothing)
+QUIET = (
+    ["-q", "--quiet"],
+    {
+        "is_flag": True,
+        "default": False,
+        "envvar": _env("quiet"),
+        "help": "Print nothing on stderr but errors and unreadable files.",
+    },
+)
+
+
+def parameter_option(name: str, dest: str | None = None) -> Callable:
+    """The option of a parameter as a decorator, for the commands other than ``scan``."""
+    decls, kwargs = _parameter_option(name, dest)
+    return click.option(*decls, cls=SourcedOption, **kwargs)
+
+
+def _flag(name: str, value: Any = True) -> str:
+    """A parameter as the command line spells it: ``--xmp``, ``--engine ray``."""
+    flag = "--" + name.replace("_", "-")
+    return flag if value is True else f"{flag} {value}"
 
 
 def _scan_options() -> list[click.Parameter]:
@@ -303,8 +327,9 @@ def _scan_options() -> list[click.Parameter]:
     options: list[click.Parameter] = [config]
     for f in params.FIELDS:
         if f.metadata["help"] is not None:
-            options.append(_parameter_option(f, groups[f.metadata["group"]]))
-        if f.name == "cache":
+            decls, kwargs = _parameter_option(f.name)
+            options.append(SourcedOption(decls, group=groups[f.metadata["group"]], **kwargs))
+        if f.name == "cache_dtype":
             options.append(
                 SourcedOption(
                     ["--no-cache"],
@@ -316,16 +341,7 @@ def _scan_options() -> list[click.Parameter]:
                     group=groups["cache"],
                 )
             )
-    options.append(
-        cloup.Option(
-            ["-q", "--quiet"],
-            is_flag=True,
-            default=False,
-            envvar=_env("quiet"),
-            help="Print nothing on stderr but errors and unreadable files.",
-            group=groups["outputs"],
-        )
-    )
+    options.append(cloup.Option(QUIET[0], group=groups["outputs"], **QUIET[1]))
     # cloup lists the sections in the order their first option comes: the parameters' order, by section
     position = {id(group): n for n, group in enumerate(groups.values())}
     return sorted(options, key=lambda option: position[id(option.group)])
@@ -353,14 +369,14 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         options["cache"] = False
     elif options["cache"] is None:
         options["cache"] = True
-    keyword_given = ctx.get_parameter_source("xmp_keyword") == click.core.ParameterSource.COMMANDLINE
-    if keyword_given and not options["xmp"]:
-        raise InputError("--xmp-keyword takes effect only with --xmp (sidecars are written only when asked)")
-    address_given = ctx.get_parameter_source("ray_address") == click.core.ParameterSource.COMMANDLINE
-    if address_given and options["engine"] != "ray":
-        raise InputError("--ray-address takes effect only with --engine ray")
+    for name in params.NEEDS:
+        # from the environment or a config file it is a standing setting, for the runs it applies to;
+        # from the command line the library refuses it where it takes no effect
+        from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+        if not from_command_line and not params.takes_effect(name, options.__getitem__):
+            options[name] = params.DEFAULTS[name]
     console = Console(quiet)
-    engine_output = _engine_output(quiet) if options["engine"] != "local" else nullcontext()
+    engine_output = _engine_output(quiet) if ENGINES[options["engine"]].remote else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
             result = run.scan(
@@ -370,6 +386,14 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                 on_warning=console.warn,
                 on_failure=console.unreadable,
             )
+        except NeedsError as err:  # said in the command line's words
+            needs = _flag(err.needs, err.value)
+            raise InputError(f"{_flag(err.name)} takes effect only with {needs}") from None
+        except ParameterError as err:  # a value the user did not type: where it came from
+            where = value_source(ctx, next(p for p in ctx.command.params if p.name == err.name))
+            if where is None:
+                raise
+            raise InputError(f"Invalid value for {where[0]}: {err}") from None
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
@@ -571,11 +595,8 @@ def _write_stdout(data: bytes) -> None:
     "--remove", is_flag=True, help="Take PATHS off the list (a folder: every photo last seen under it)."
 )
 @click.option("--clear", is_flag=True, help="Empty the list.")
-@click.option("--ignore-file", cls=SourcedOption, type=click.Path(dir_okay=False, path_type=Path),
-              default=None, envvar=_env("ignore_file"),
-              help="The ignore list (default: ignored.json in the user data folder).")
-@click.option("-q", "--quiet", is_flag=True, default=False, envvar=_env("quiet"),
-              help="Print nothing on stderr but errors and unreadable files.")
+@parameter_option("ignore_file")
+@click.option(*QUIET[0], **QUIET[1])
 def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None,
            quiet: bool) -> int:
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
@@ -629,10 +650,7 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
 
 # --- cache ---------------------------------------------------------------------------------------
 
-cache_option = click.option("--cache", "cache_path", cls=SourcedOption,
-                            type=click.Path(dir_okay=False, path_type=Path), default=None,
-                            envvar=_env("cache"),
-                            help="Feature cache file (default: the user cache folder).")
+cache_option = parameter_option("cache", dest="cache_path")
 
 
 CACHE_EXIT_CODES_HELP = """\b
@@ -700,14 +718,14 @@ def cache_info(cache_path: Path | None) -> int:
             "deletes it and starts a new one (the next scan moves it aside and starts a new one)"
         )
         return int(ExitCode.ERROR)
-    current, former = features.model_key_for(), features.former_keys()
+    current, former = weights.model_key_for(), weights.former_keys()
     with _existing_cache(path) as store:
         info = store.info()
         models = sorted(info["models"].items())
         usable = (current, *former.same)
         # vectors this version's model made under another layout or preprocessing: not read, only replaced
         stale = {key: store.photos_without(key, usable) for key, _ in models
-                 if features.same_weights(key) and key not in usable}
+                 if weights.same_weights(key) and key not in usable}
     click.echo(f"path\t{escape_field(str(info['path']))}")
     click.echo(f"vectors\t{info['entries']}")
     click.echo(f"files\t{info['files']}")

@@ -20,7 +20,7 @@ import os
 import stat
 import struct
 import warnings
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -28,11 +28,12 @@ from PIL import Image, ImageFile, ImageOps
 
 from novelfind import extras
 from novelfind.errors import DecodeError
+from novelfind.weights import MOBILENET_V2
 
-# Bump when the pixels fed to the model change (decode, resize, crop); it is part of the cache key.
-PREPROCESS_VERSION = "1"
-INPUT_SIZE = 224  # centre crop fed to the model (IMAGENET1K_V1)
-RESIZE_SIZE = 256  # shorter side before the crop (IMAGENET1K_V1)
+# The model's pixels, from its weights' record (IMAGENET1K_V1's transforms): the shorter side resized to
+# RESIZE_SIZE, then the centre INPUT_SIZE square (``weights.PREPROCESS_VERSION`` names them in the cache key).
+INPUT_SIZE = MOBILENET_V2.transforms.crop_size
+RESIZE_SIZE = MOBILENET_V2.transforms.resize_size
 
 # Refuse images above this many pixels (Pillow warns above it; we treat the warning as an error).
 # 2**28 = 268 MP: large panoramas pass, decompression bombs do not.
@@ -376,13 +377,18 @@ def model_input_from_bytes(data: bytes, name: str) -> np.ndarray:
 
     Raises DecodeError.
     """
-    img = _decode_bytes(data, name, RESIZE_SIZE)
+    return model_input_of(_decode_bytes(data, name, RESIZE_SIZE))
+
+
+def model_input_of(img: Image.Image, reason: Callable[[BaseException], str] = _short) -> np.ndarray:
+    """``to_model_input`` with any failure a DecodeError, worded by ``reason`` (a decoder's own words
+    for its library's errors)."""
     try:
         return to_model_input(img)
     except DecodeError:
         raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_short(e)) from None
+    except Exception as e:  # noqa: BLE001 - whatever Pillow raises on a damaged image is the file's fault
+        raise DecodeError(reason(e)) from None
 
 
 def read_for_model(

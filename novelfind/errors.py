@@ -31,6 +31,24 @@ class InputError(NovelfindError, ValueError):
     exit_code = ExitCode.USAGE
 
 
+class ParameterError(InputError):
+    """An impossible value of one parameter (``name``): the command line says where the value came from
+    (the environment, a config file) when it was not typed."""
+
+    def __init__(self, name: str, message: str) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class NeedsError(ParameterError):
+    """A parameter that takes effect only with another's value was given without it (``xmp_keyword``
+    without ``xmp``). It keeps the names, so the command line can say it in its flags."""
+
+    def __init__(self, name: str, needs: str, value: object) -> None:
+        self.needs, self.value = needs, value
+        super().__init__(name, f"{name} takes effect only with {needs}={value!r}")
+
+
 class MissingExtraError(NovelfindError):
     """An option needs an optional dependency that is not installed (``pip install 'novelfind[xmp]'``)."""
 

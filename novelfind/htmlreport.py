@@ -16,38 +16,15 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from novelfind.atomic import write_atomic
 from novelfind.errors import OutputError
-from novelfind.pca import pca
 from novelfind.raw import image_info_any, load_any
-from novelfind.report import Failure, Pick, iso_utc, write_atomic
+from novelfind.report import Failure, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 NEIGHBOUR_THUMB_SIZE = 160
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
-
-
-# ---------------------------------------------------------------------------------------------
-# The library map
-
-
-def pca_2d(features: np.ndarray, *, chunk: int = 16384) -> np.ndarray:
-    """Project ``features`` (N, M) on their top two principal components -> float32 (N, 2).
-
-    The ranking's PCA (:func:`novelfind.pca.pca`), so the map and the whitening see the same axes;
-    signs are fixed, so the map is deterministic. Fewer than two rows, no columns or no spread give
-    zeros. Raises ValueError for a non-2-D or non-finite input.
-    """
-    x = np.asarray(features)
-    if x.ndim != 2:
-        raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
-    n, m = x.shape
-    if n < 2 or m == 0:
-        return np.zeros((n, 2), dtype=np.float32)
-    if not np.isfinite(x.mean(axis=0, dtype=np.float64)).all():  # a NaN or inf anywhere reaches the mean
-        raise ValueError("features contain NaN or inf")
-    proj, _, _ = pca(x.astype(np.float32, copy=False), 2, chunk)  # (N, d), d <= 2
-    return np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +244,7 @@ def write_html_report(
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
-    ``points2d`` (N, 2) places the whole library on a map (see :func:`pca_2d`), ``pick_indices``
+    ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.pca.map_2d`), ``pick_indices``
     (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
     titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
     ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table. Raises

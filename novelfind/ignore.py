@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 
 from novelfind import atomic, dirs, walk
+from novelfind.atomic import write_atomic
 from novelfind.decode import file_digest
 from novelfind.errors import NovelfindError
 from novelfind.lock import RunLock
-from novelfind.report import write_atomic
 
 FORMAT_VERSION = 1
 _LIST_LIMIT = 256 << 20  # bytes: a million entries are about 200 MB; a larger file is not a list of ours
@@ -291,30 +291,20 @@ class IgnoreList:
             self._remove(targets, result, folders=folders)
         return result
 
-    def remove_digests(self, digests: Iterable[str]) -> IgnoreChange:
-        """Take the entries with these digests off the list (digests not on it are skipped)."""
-        result = IgnoreChange()
-        targets = [(str(d), Path()) for d in digests]
-        if targets:
-            self._remove(targets, result, by_path=False)
-        return result
-
     def _remove(
         self,
         targets: list[tuple[str | None, Path]],
         result: IgnoreChange,
-        by_path: bool = True,
         folders: Sequence[Path] = (),
     ) -> None:
         def edit(entries: dict[str, dict[str, Any]]) -> bool:
             by_name = {os.fsencode(entry["path"]): digest for digest, entry in entries.items()}
             for digest, path in targets:
                 key = digest if digest in entries else None
-                if key is None and by_path:
+                if key is None:
                     key = by_name.get(os.fsencode(path))
                 if key is None:
-                    if by_path:
-                        result.unchanged.append(path)
+                    result.unchanged.append(path)
                     continue
                 result.changed.append(_entry(key, entries.pop(key)))
             for folder in folders:

@@ -13,49 +13,32 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import numbers
 import os
 import textwrap
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from novelfind import features
+from novelfind.adsconfig import ADS_LIMITS, ADSConfig
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
-from novelfind.errors import InputError
+from novelfind.devices import DEVICES
+from novelfind.errors import InputError, NeedsError, ParameterError
+from novelfind.extract.decoders import DECODERS
+from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
+from novelfind.extract.engines import ENGINES
+from novelfind.features import BACKENDS
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
-from novelfind.pipeline import DECODE_TIMEOUT_S, DECODERS, ENGINES
-from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHOD_FEATURE, METHODS
+from novelfind.limits import Limit
+from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
 from novelfind.report import FORMATS, PLACE_MODES
+from novelfind.weights import FEATURE_DIMS
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword
 
-if TYPE_CHECKING:
-    from novelfind.solver import ADSConfig
-
-
-@dataclass(frozen=True)
-class Limit:
-    """The allowed range of a numeric parameter (the command line turns it into a Click range type)."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False  # low itself is not allowed
-    high_open: bool = False
-
-    def check(self, name: str, value: float) -> None:
-        """InputError naming ``name`` and the value when ``value`` is outside the range or not finite."""
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{name} must be a finite number, got {value}")
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            bound = "greater than" if self.low_open else "at least"
-            raise InputError(f"{name} must be {bound} {self.low:g}, got {value}")
-        if self.high is not None and (value >= self.high if self.high_open else value > self.high):
-            bound = "less than" if self.high_open else "at most"
-            raise InputError(f"{name} must be {bound} {self.high:g}, got {value}")
+ADS = ADSConfig()  # the solver's defaults: the scan's ADS parameters default to them
 
 
 def param(
@@ -70,6 +53,7 @@ def param(
     folder: bool = False,
     record: bool = False,
     group: str | None = None,
+    needs: tuple[str, Any] | None = None,
 ) -> Any:
     """One parameter: its default and everything said about it.
 
@@ -78,7 +62,9 @@ def param(
     ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
     ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
     ``record``: part of the run record of the JSON formats (``docs/output-schema.md``). ``group``: the
-    section of ``novelfind scan --help`` the option is listed in (``cli.OPTION_GROUPS``).
+    section of ``novelfind scan --help`` the option is listed in (``cli.OPTION_GROUPS``). ``needs``:
+    (another parameter, its value) without which this one takes no effect, so a value other than the
+    default is refused there (``NeedsError``) rather than silently unused.
     """
     metadata = {
         "doc": doc,
@@ -90,8 +76,23 @@ def param(
         "folder": folder,
         "record": record,
         "group": group,
+        "needs": needs,
     }
     return field(default=default, metadata=metadata)
+
+
+def _ads_param(name: str, symbol: str, doc: str, help: str, group: str = "solver") -> Any:
+    """A setting of the ADS solver as a parameter: its default and its limit are ``ADSConfig``'s, and
+    ``doc``'s ``{range}`` says the limit in words (``symbol`` names the value there)."""
+    limit = ADS_LIMITS[name]
+    return param(
+        getattr(ADS, name),
+        doc.format(range=limit.describe(symbol)),
+        help=help,
+        limit=limit,
+        record=True,
+        group=group,
+    )
 
 
 @dataclass(frozen=True)
@@ -122,77 +123,47 @@ class ScanParameters:
     # ranking
     method: str = param(
         DEFAULT_METHOD,
-        '``"cosine-knn"`` (default: mean cosine distance to the 10 nearest neighbours), '
-        '``"multiscale-knn"`` (cosine k-NN at 3, 10 and 50 neighbours, fused by rank), '
-        '``"ads"`` (the ADS solver on whitened features, blended with a k-NN density score), '
-        '``"ads-paper"`` (the paper\'s Algorithm 1 alone) or ``"knn"`` (mean distance to the 10 '
-        "nearest neighbours). See :func:`novelfind.rank`.",
-        help="Ranking: cosine-knn (default: cosine distance to the 10 nearest neighbours), multiscale-knn "
-        "(cosine k-NN at 3, 10 and 50 neighbours, fused by rank), "
-        "ads (the ADS solver on whitened features, blended with a k-NN density score), ads-paper "
-        "(Algorithm 1 alone, as published), knn (distance to the 10 nearest neighbours).",
+        f"{methods_help(code=True)}. See :func:`novelfind.rank`.",
+        help=f"Ranking: {methods_help()}.",
         choices=METHODS,
         record=True,
         group="ranking",
     )
     feature: str = param(
         "auto",
-        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn and '
-        'multiscale-knn, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
-        '``"pooled"`` (1280-d pooled features). The run record names the one used.',
-        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn and "
-        "multiscale-knn, logits for the other methods).",
-        choices=("auto", *features.FEATURE_DIMS),
+        f'``"auto"`` (default: the one the method was chosen on, {features_help()}), ``"logits"`` '
+        '(1000-d classifier output) or ``"pooled"`` (1280-d pooled features). The run record names the '
+        "one used.",
+        help=f"MobileNet-V2 output used as the feature vector (auto: {features_help()}).",
+        choices=("auto", *FEATURE_DIMS),
         record=True,
         group="ranking",
     )
-    epochs: int = param(
-        20,
-        "the ADS solver's SGD steps E (1-100000).",
-        help="ADS: SGD steps E.",
-        limit=Limit(1, 100_000),
-        record=True,
-        group="solver",
+    epochs: int = _ads_param("epochs", "E", "the ADS solver's SGD steps E ({range}).", "ADS: SGD steps E.")
+    partners: int = _ads_param(
+        "partners",
+        "J",
+        "the ADS solver's partners J sampled per image per step ({range}).",
+        "ADS: partners sampled per image per step J.",
     )
-    partners: int = param(
-        16,
-        "the ADS solver's partners J sampled per image per step (1-100000).",
-        help="ADS: partners sampled per image per step J.",
-        limit=Limit(1, 100_000),
-        record=True,
-        group="solver",
+    lr: float = _ads_param(
+        "lr", "alpha", "the ADS solver's learning rate alpha ({range}).", "ADS: learning rate alpha."
     )
-    lr: float = param(
-        1e-3,
-        "the ADS solver's learning rate alpha (> 0).",
-        help="ADS: learning rate alpha.",
-        limit=Limit(0, low_open=True),
-        record=True,
-        group="solver",
+    momentum: float = _ads_param(
+        "momentum", "beta", "the ADS solver's momentum beta ({range}).", "ADS: momentum beta."
     )
-    momentum: float = param(
-        0.9,
-        "the ADS solver's momentum beta (0 <= beta < 1).",
-        help="ADS: momentum beta.",
-        limit=Limit(0, 1, high_open=True),
-        record=True,
-        group="solver",
-    )
-    seed: int = param(
-        0,
-        "the solver's random seed (>= 0): the same seed on the same device, the same ranking.",
-        help="Random seed; the same seed gives the same ranking on the same device.",
-        limit=Limit(0),
-        record=True,
+    seed: int = _ads_param(
+        "seed",
+        "seed",
+        "the solver's random seed ({range}): the same seed on the same device, the same ranking.",
+        "Random seed; the same seed gives the same ranking on the same device.",
         group="ranking",
     )
-    restarts: int = param(
-        1,
-        "average the solver over this many seeds (1-1000).",
-        help="ADS: average this many runs with different seeds.",
-        limit=Limit(1, 1000),
-        record=True,
-        group="solver",
+    restarts: int = _ads_param(
+        "restarts",
+        "restarts",
+        "average the solver over this many seeds ({range}).",
+        "ADS: average this many runs with different seeds.",
     )
     dedup: float = param(
         DEFAULT_DEDUP,
@@ -247,21 +218,21 @@ class ScanParameters:
         '``"auto"`` (CUDA when available), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; the model and the '
         "solver run there.",
         help="Where the model and the solver run; auto = CUDA when available.",
-        choices=features.DEVICES,
+        choices=DEVICES,
         group="performance",
     )
     backend: str = param(
         "auto",
         '``"auto"`` (the fastest available for the device), ``"torch"`` or ``"onnx"``.',
         help="Inference engine; auto = the fastest available for the device.",
-        choices=features.BACKENDS,
+        choices=BACKENDS,
         group="performance",
     )
     engine: str = param(
         "local",
         'where decoding and the model run: ``"local"`` (this machine) or ``"ray"`` (the workers of a '
         "Ray cluster, ``pip install 'novelfind[ray]'``; the photos must be at the same path on every "
-        "node); see ``novelfind.pipeline.ENGINES``. Walking, the cache and the ranking stay on this "
+        "node); see ``novelfind.extract.engines.ENGINES``. Walking, the cache and the ranking stay on this "
         'machine either way. With ``"ray"``, ``device`` picks the workers\' device (``auto``: GPU '
         "workers when the cluster has GPUs) and the solver runs here, on CUDA when this machine has it "
         '(unless ``device`` is ``"cpu"``).',
@@ -280,6 +251,7 @@ class ScanParameters:
         "the head node at that address (default: start Ray on this machine for the scan).",
         metavar="auto|HOST:PORT",
         group="cluster",
+        needs=("engine", "ray"),
     )
     weights: Path | None = param(
         None,
@@ -291,7 +263,7 @@ class ScanParameters:
         "auto",
         'what decodes the photos: ``"auto"`` (JPEGs on the GPU when the model runs on CUDA and '
         'nvImageCodec is installed, else Pillow), ``"pillow"`` or ``"gpu"``; see '
-        "``novelfind.pipeline.DECODERS``.",
+        "``novelfind.extract.decoders.DECODERS``.",
         choices=DECODERS,  # the registry itself, as ENGINES
     )
     cache: bool | Path | FeatureCache = param(
@@ -397,6 +369,7 @@ class ScanParameters:
         help="The keyword --xmp writes; 'Picks|novel' is a hierarchical one.",
         metavar="TEXT",
         group="workflow",
+        needs=("xmp", True),
     )
     # the ignore list
     ignore_file: Path | None = param(
@@ -448,8 +421,8 @@ class ScanParameters:
                 if isinstance(value, bool) or not isinstance(value, numbers.Real):
                     raise InputError(f"{f.name} must be a number, got {value!r}")
                 self._set(f.name, float(value))
-        if self.feature == "auto" and self.method in METHOD_FEATURE:
-            self._set("feature", METHOD_FEATURE[self.method])
+        if self.feature == "auto" and self.method in METHODS:
+            self._set("feature", METHODS[self.method].feature)
         if not isinstance(self.cache, (bool, FeatureCache)):
             self._set("cache", Path(self.cache).expanduser())
         for name, limit in LIMITS.items():
@@ -472,27 +445,21 @@ class ScanParameters:
             )
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
-            raise InputError(f"contact sheet {sheet}: use a .jpg, .png or .webp name")
+            raise ParameterError("contact_sheet", f"contact sheet {sheet}: use a .jpg, .png or .webp name")
         try:
             check_keyword(self.xmp_keyword)
         except ValueError as err:
             raise InputError(f"xmp_keyword: {err}") from None
+        for name, (other, value) in NEEDS.items():
+            if getattr(self, name) != DEFAULTS[name] and not takes_effect(name, lambda n: getattr(self, n)):
+                raise NeedsError(name, other, value)
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
 
     def solver_config(self) -> ADSConfig:
         """The ADS solver's settings of this scan (``novelfind.solver.ADSConfig``)."""
-        from novelfind.solver import ADSConfig  # the solver is torch code: imported when a scan ranks
-
-        return ADSConfig(
-            epochs=self.epochs,
-            partners=self.partners,
-            lr=self.lr,
-            momentum=self.momentum,
-            seed=self.seed,
-            restarts=self.restarts,
-        )
+        return ADSConfig(**{name: getattr(self, name) for name in ADS_LIMITS if name in LIMITS})
 
     def outputs(self) -> list[Path]:
         """What this run writes, absolute and sorted (the order their locks are taken in)."""
@@ -532,11 +499,32 @@ LIMITS: dict[str, Limit] = {f.name: f.metadata["limit"] for f in FIELDS if f.met
 CHOICES: dict[str, Collection[str]] = {
     f.name: f.metadata["choices"] for f in FIELDS if f.metadata["choices"] is not None
 }
+# parameter -> (the parameter it takes effect with, that one's value)
+NEEDS: dict[str, tuple[str, Any]] = {f.name: f.metadata["needs"] for f in FIELDS if f.metadata["needs"]}
+DEFAULTS: dict[str, Any] = {f.name: f.default for f in FIELDS}
+
+
+def takes_effect(name: str, value_of: Callable[[str], Any]) -> bool:
+    """Whether the parameter ``name`` of ``NEEDS`` takes effect with the others' values (``value_of``).
+    One the engine needs takes effect with every engine whose record takes it (``Engine.takes``: an
+    engine added at run time may take ``ray_address`` too)."""
+    other, value = NEEDS[name]
+    if other == "engine":
+        engine = ENGINES.get(value_of("engine"))
+        return engine is not None and name in engine.takes
+    return value_of(other) == value
 
 
 def parameter_defaults() -> dict[str, Any]:
     """Each parameter's default, for the command line's options (so the two never disagree)."""
-    return {f.name: f.default for f in FIELDS if f.name != "paths"}
+    return {name: default for name, default in DEFAULTS.items() if name != "paths"}
+
+
+def config_comment(name: str) -> str:
+    """The comment above the key ``name`` in ``configs/default.toml``: the option's help, wrapped (a
+    test holds the file to it, so the method and feature comments follow ``ranking.METHODS``)."""
+    help_text = next(f.metadata["help"] for f in FIELDS if f.name == name)
+    return textwrap.fill(help_text, width=106, initial_indent="# ", subsequent_indent="# ")
 
 
 def describe(indent: str = "        ") -> str:

@@ -1,5 +1,5 @@
 """Principal component analysis of feature vectors: the ranking's whitening and search space, the
-report's map.
+report's map (``map_2d``).
 
 One implementation for a matrix in memory and for vectors read from the cache in chunks
 (``novelfind.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so both give
@@ -113,28 +113,42 @@ def fit_space(
     return Space(proj=proj, var=var, resid=resid, mean=mean)
 
 
-def principal_space(
-    x: np.ndarray | FeatureSource, dims: int, chunk: int = BLOCK, max_rows: int | None = None
+def pca(
+    x: np.ndarray | FeatureSource, dims: int, chunk: int = BLOCK
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``fit_space`` as (projections float32 (N, d), variances (d,), residual norms float32 (N,))."""
-    s = fit_space(x, dims, chunk, max_rows)
-    return s.proj, s.var, s.resid
-
-
-def pca(x: np.ndarray, dims: int, chunk: int = BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Principal axes of the rows of x (N, M) -> (projections float32 (N, d), variances (d,), mean (M,)).
 
     The axes of ``principal_axes`` on all rows; all rows identical gives one zero column. Memory
-    O(N d + M^2).
+    O(N d + M^2). ``x`` a matrix or a source read in chunks: the same numbers bit for bit.
     """
-    n = x.shape[0]
-    axes, var, mean = principal_axes(x, dims, chunk)
+    src = as_source(x)
+    axes, var, mean = principal_axes(src, dims, chunk)
     if axes.shape[1] == 0:
-        return np.zeros((n, 1), dtype=np.float32), np.ones(1), mean
-    out = np.empty((n, axes.shape[1]), dtype=np.float32)
-    for i in range(0, n, chunk):
-        out[i : i + chunk] = (x[i : i + chunk] - mean) @ axes
+        return np.zeros((src.n, 1), dtype=np.float32), np.ones(1), mean
+    out = np.empty((src.n, axes.shape[1]), dtype=np.float32)
+    for i, c in blocks(src, chunk):
+        out[i : i + len(c)] = (c - mean) @ axes
     return out, var, mean
+
+
+def map_2d(x: np.ndarray | FeatureSource, chunk: int = BLOCK) -> np.ndarray:
+    """Where the report's map puts each row: its coordinates on the top two principal axes of all the
+    rows as they are (``pca``) -> float32 (N, 2).
+
+    One computation whether the vectors are a matrix in memory or a source read from the cache in
+    chunks (the same axes and coordinates bit for bit); signs are fixed, so the map is deterministic.
+    Fewer than two rows, no columns or no spread give zeros. Raises ValueError for a matrix that is not
+    2-D, or NaN or infinite values.
+    """
+    if isinstance(x, np.ndarray) and x.ndim != 2:
+        raise ValueError(f"features must be 2-D (N, M), got shape {x.shape}")
+    src = as_source(x)
+    if src.n < 2 or src.dim == 0:
+        return np.zeros((src.n, 2), dtype=np.float32)
+    if not np.isfinite(src.abs_max()):  # a source read in chunks raises ValueError itself
+        raise ValueError("features contain NaN or inf")
+    proj, _, _ = pca(src, 2, chunk)  # (N, d), d <= 2
+    return np.pad(proj, ((0, 0), (0, 2 - proj.shape[1])))
 
 
 def spread(n: int, m: int) -> np.ndarray:

@@ -7,7 +7,8 @@ ranking path over either source: the same PCA (``novelfind.pca``), the same scor
 near-duplicate pass; the source decides only how the vectors are read. Ranked from a matrix and from
 the same vectors in chunks, the picks, their scores, neighbours and distances are the same (tested).
 
-Methods (``METHODS``):
+Methods (``METHODS``, one ``Method`` record each: name, scorer, help, feature, geometry, whether it
+ranks from chunks):
 
 - ``cosine-knn`` (default): the mean distance to the ``KNN_K`` nearest other rows, the rows scaled to
   unit length first (each distance is sqrt(2 - 2 cos): the k-NN score embedding tools compute;
@@ -38,7 +39,7 @@ Methods (``METHODS``):
 - ``ads-paper``: Algorithm 1 exactly as written, on the raw features. It draws random partner rows of
   the raw matrix every epoch, so it needs the matrix in memory (``read_in_chunks`` refuses it above
   the budget, saying how much memory it would need).
-- ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features): the default's density
+- ``knn``: mean distance to the ``KNN_K`` nearest neighbours (raw features): the ``ads`` method's density
   term alone, exact and certified in the same way, from either source.
 
 The research baselines the benchmark compares against (exact power iteration, IsolationForest) live
@@ -52,7 +53,7 @@ Near-duplicates: with ``dedup`` set, a candidate whose distance to a higher-rank
 feature vectors (0 = same direction, sqrt(2) = orthogonal), so the threshold does not depend on the
 feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
 
-Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps (2k for the default);
+Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps (2k for ``ads``);
 ``neighbours`` the number of nearest rows a density is the mean over (``KNN_K``).
 """
 
@@ -81,22 +82,11 @@ if TYPE_CHECKING:
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 DEFAULT_METHOD = "cosine-knn"
-METHODS = ("cosine-knn", "multiscale-knn", "ads", "ads-paper", "knn")
-COSINE_METHODS = ("cosine-knn", "multiscale-knn")  # rank rows scaled to unit length
-# the feature vector each method was chosen and measured on (``novelfind.features.FEATURE_DIMS``): what a
-# scan extracts for it unless told otherwise
-METHOD_FEATURE = {
-    "cosine-knn": "pooled",
-    "multiscale-knn": "pooled",
-    "ads": "logits",
-    "ads-paper": "logits",
-    "knn": "logits",
-}
 MULTISCALE_K = (3, 10, 50)  # multiscale-knn's neighbourhood sizes (dev: the best of 16 sets of sizes)
-WHITEN_DIMS = 64  # principal axes kept by the default (benchmark: 32 loses subtle differences, 256 is slower)
+WHITEN_DIMS = 64  # principal axes kept by ``ads`` (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
-DENSITY_WEIGHT = 0.5  # share of the local-density term in the default's score (benchmark, all sets)
+DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
 # distance between L2-normalised features under which two picks are near-duplicates: a re-saved or
 # resized copy is ~0.01-0.05; 0.15 cost nothing on any benchmark set, 0.25-0.35 removed more burst frames
 # but cost the defects set 0.01-0.04 F1
@@ -112,7 +102,6 @@ SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each cost
 # logits). The scores are the same either way.
 MATRIX_BUDGET: int | None = None
 MATRIX_BUDGET_MIN = 2 << 30
-STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 
 def matrix_budget() -> int:
@@ -133,11 +122,11 @@ def fits_in_memory(n: int, dim: int) -> bool:
 
 def read_in_chunks(method: str, n: int, dim: int) -> bool:
     """Whether ``method`` should read a library's N x dim features from the cache in chunks (they pass
-    the memory budget). ``ads-paper`` cannot (it draws random rows of the matrix): InputError saying how
-    much memory it would need."""
+    the memory budget). A method that cannot (``Method.chunks`` false: ``ads-paper`` draws random rows
+    of the matrix): InputError saying how much memory it would need."""
     if fits_in_memory(n, dim):
         return False
-    if method == "ads-paper":
+    if not METHODS[method].chunks:
         need, budget = n * dim * 4, matrix_budget()
         raise InputError(
             f"method {method} ranks all {n:,} feature vectors in memory ({need / 2**30:.1f} "
@@ -157,9 +146,6 @@ class Ranking:
     distance: np.ndarray  # float32 (K',) distance to it (raw features; between unit rows for COSINE_METHODS)
     duplicates_dropped: int = 0
     all_scores: np.ndarray | None = field(default=None, repr=False)  # float32 (N,) when the method scores all
-    # float32 (N, 2): every row's first two principal coordinates, where the ranking computed them (the
-    # default always; knn past EXACT_MAX_N; any method on a source read in chunks), for the report's map
-    map2d: np.ndarray | None = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -238,25 +224,23 @@ class Scores:
     refine: Callable[[np.ndarray], None] | None = None
     density: KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
     stats: dict = field(default_factory=dict)
-    space: Space | None = None  # the principal space the method computed, if it did
 
     @classmethod
     def of(cls, values: np.ndarray) -> Scores:
         return cls(current=lambda: values)
 
     @classmethod
-    def of_density(cls, dens: KnnScores, space: Space | None) -> Scores:
+    def of_density(cls, dens: KnnScores) -> Scores:
         return cls(
             current=lambda: dens.values,
             exact=dens.exact,
             refine=dens.make_exact,
             density=dens,
             stats=dens.stats,
-            space=space,
         )
 
 
-def _ads_scores(x: np.ndarray, support: int, config: ADSConfig, device=None) -> np.ndarray:
+def _ads_weights(x: np.ndarray, support: int, config: ADSConfig, device=None) -> np.ndarray:
     """ADS weights as an (N,) score (zero outside the ``support``-sparse support)."""
     from novelfind.solver import solve
 
@@ -305,14 +289,15 @@ def density(
     return dens, space
 
 
-def default_scores(
+def ads_scores(
     x: np.ndarray | FeatureSource,
     k: int,
     config: ADSConfig,
     device=None,
+    support: int | None = None,
     density_weight: float = DENSITY_WEIGHT,
 ) -> Scores:
-    """The default's score for every image (higher = more novel), for ``k`` picks.
+    """The ``ads`` method's score for every image (higher = more novel), for ``k`` picks.
 
     ADS runs on whitened features (``WHITEN_DIMS`` axes, the loudest brought down to the
     ``WHITEN_FLOOR``-th) with a support of 2k, so near-duplicates can be replaced; inside the support
@@ -330,7 +315,7 @@ def default_scores(
     w = _scale(space.proj, space.var, WHITEN_FLOOR)  # (N, d)
     dens, _ = density(src, KNN_K, space)
     support = min(n, max(2 * k, k + KNN_K))
-    a = _ads_scores(w, support, config, device)  # (N,) sparse
+    a = _ads_weights(w, support, config, device)  # (N,) sparse
     active = a > 0
     sample = spread(n, SCALE_ROWS)
     # one exact pass for the scale sample and the likely top: the ADS support, the highest bounds
@@ -347,7 +332,7 @@ def default_scores(
         return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
 
     return Scores(
-        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats, space=space
+        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
     )
 
 
@@ -361,8 +346,15 @@ def rank_percentiles(v: np.ndarray) -> np.ndarray:
     return ((below + upto + 1) / (2.0 * len(v))).astype(np.float64)
 
 
-def multiscale_scores(x: np.ndarray | FeatureSource, ks: tuple[int, ...] = MULTISCALE_K) -> Scores:
-    """The default, ``multiscale-knn``: cosine k-NN at several neighbourhood sizes, fused by rank.
+def multiscale_scores(
+    x: np.ndarray | FeatureSource,
+    k: int,
+    config: ADSConfig,
+    device=None,
+    support: int | None = None,
+    ks: tuple[int, ...] = MULTISCALE_K,
+) -> Scores:
+    """The ``multiscale-knn`` method: cosine k-NN at several neighbourhood sizes, fused by rank.
 
     Rows are scaled to unit length (``UnitSource``: the distance between unit rows is a monotone
     function of the cosine distance). For every k in ``ks`` each row gets the mean distance to its k
@@ -385,7 +377,7 @@ def multiscale_scores(x: np.ndarray | FeatureSource, ks: tuple[int, ...] = MULTI
         pct = [rank_percentiles(dens.at[:, s]) for s in range(dens.at.shape[1])]
         return np.mean(pct, axis=0).astype(np.float32)
 
-    return dataclasses.replace(Scores.of_density(dens, space), current=current)
+    return dataclasses.replace(Scores.of_density(dens), current=current)
 
 
 def unit_source(x: np.ndarray | FeatureSource) -> UnitSource:
@@ -393,10 +385,121 @@ def unit_source(x: np.ndarray | FeatureSource) -> UnitSource:
     return x if isinstance(x, UnitSource) else UnitSource(as_source(x))
 
 
-def knn_method_scores(x: np.ndarray | FeatureSource, neighbours: int = KNN_K) -> Scores:
-    """The ``knn`` method: mean distance to the ``neighbours`` nearest other rows, raw features."""
-    dens, space = density(x, neighbours)
-    return Scores.of_density(dens, space)
+def knn_scores(
+    x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
+) -> Scores:
+    """The ``knn`` method: mean distance to the ``KNN_K`` nearest other rows, raw features."""
+    return Scores.of_density(density(x, KNN_K)[0])
+
+
+def cosine_knn_scores(
+    x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
+) -> Scores:
+    """The ``cosine-knn`` method: mean distance to the ``KNN_K`` nearest other rows scaled to unit
+    length."""
+    return Scores.of_density(density(unit_source(x), KNN_K)[0])
+
+
+def ads_paper_scores(
+    x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
+) -> Scores:
+    """The ``ads-paper`` method: Algorithm 1's weights on the raw matrix, zero outside a support of
+    ``support`` rows (default k)."""
+    return Scores.of(_ads_weights(as_source(x).matrix, support or k, config, device))
+
+
+# --------------------------------------------------------------------------- the methods
+
+
+def _spoken(items) -> str:
+    """``(3, 10, 50)`` -> ``"3, 10 and 50"``."""
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+@dataclass(frozen=True)
+class Method:
+    """One ranking method: all that the rest of novelfind knows of it.
+
+    The ``--method`` choices, ``scan()``'s doc and the command line's help of ``method`` and ``feature``,
+    the config file's comments and what ``--feature auto`` extracts are made from these records, so a
+    new method is one record in ``METHODS`` plus its scorer.
+    """
+
+    name: str
+    # (x, k, config, device, support) -> Scores, higher = more novel: exact where ``Scores.exact`` says
+    # so, an upper bound elsewhere, so ``rank`` can certify the top
+    scorer: Callable[..., Scores]
+    help: str  # one line, without the name: what --help, scan()'s doc and the config file say
+    feature: str  # the feature vector it was chosen and measured on: what ``--feature auto`` extracts
+    cosine: bool = False  # ranks rows scaled to unit length: scores, neighbours, distances between them
+    chunks: bool = True  # can rank a source read in chunks (False: it needs the matrix in memory)
+    # its scores are zero outside a support of k rows: only the support is ranked, widened when
+    # near-duplicates or non-candidates leave fewer than k picks in it
+    sparse: bool = False
+    scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method(
+            "cosine-knn",
+            cosine_knn_scores,
+            f"cosine distance to the {KNN_K} nearest neighbours",
+            feature="pooled",
+            cosine=True,
+        ),
+        Method(
+            "multiscale-knn",
+            multiscale_scores,
+            f"cosine k-NN at {_spoken(MULTISCALE_K)} neighbours, fused by rank",
+            feature="pooled",
+            cosine=True,
+        ),
+        Method(
+            "ads",
+            ads_scores,
+            "the ADS solver on whitened features, blended with a k-NN density score",
+            feature="logits",
+        ),
+        Method(
+            "ads-paper",
+            ads_paper_scores,
+            "Algorithm 1 alone, as published",
+            feature="logits",
+            chunks=False,
+            sparse=True,
+            scale_free=False,
+        ),
+        Method("knn", knn_scores, f"distance to the {KNN_K} nearest neighbours", feature="logits"),
+    )
+}
+# derived views, by name
+COSINE_METHODS = tuple(name for name, m in METHODS.items() if m.cosine)
+METHOD_FEATURE = {name: m.feature for name, m in METHODS.items()}
+
+
+def methods_help(code: bool = False) -> str:
+    """Each method with its help line, the default said to be so: ``cosine-knn (default: ...), ...,
+    knn (...)``; with ``code`` each name is written as a string literal in code (the API doc)."""
+    said = []
+    for name, m in METHODS.items():
+        shown = f'``"{name}"``' if code else name
+        said.append(f"{shown} ({'default: ' if name == DEFAULT_METHOD else ''}{m.help})")
+    return ", ".join(said)
+
+
+def features_help() -> str:
+    """What ``--feature auto`` extracts, by method: ``pooled for cosine-knn and multiscale-knn, logits
+    for the other methods`` (the last feature's methods are "the other methods")."""
+    by_feature: dict[str, list[str]] = {}
+    for name, m in METHODS.items():
+        by_feature.setdefault(m.feature, []).append(name)
+    said = [f"{feature} for {_spoken(names)}" for feature, names in by_feature.items()]
+    if len(said) > 1:
+        said[-1] = f"{list(by_feature)[-1]} for the other methods"
+    return ", ".join(said)
 
 
 # --------------------------------------------------------------------------- main entry
@@ -508,18 +611,15 @@ def method_scores(
     support: int | None = None,
 ) -> Scores:
     """Score every image with ``method`` for ``k`` picks (higher = more novel); see ``Scores``.
-    ``support``: the ADS support of ``ads-paper`` (default k)."""
-    if method == "cosine-knn":
-        return Scores.of_density(*density(unit_source(x), KNN_K))
-    if method == "multiscale-knn":
-        return multiscale_scores(x)
-    if method == "ads":
-        return default_scores(x, k, config, device)
-    if method == "ads-paper":
-        return Scores.of(_ads_scores(as_source(x).matrix, support or k, config, device))
-    if method == "knn":
-        return knn_method_scores(x, KNN_K)
-    raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    ``support``: the ADS support of a sparse method (default k)."""
+    return _method(method).scorer(x, k, config, device, support)
+
+
+def _method(name: str) -> Method:
+    try:
+        return METHODS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}") from None
 
 
 def rank(
@@ -535,12 +635,9 @@ def rank(
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
     ``features``: any real (N, M) array (converted to float32), one row per image, or a source of such
-    rows read in chunks (``ChunkedSource``; the same ranking, see the module docstring). ``method``: one
-    of ``METHODS``: ``"cosine-knn"`` (default: mean distance to the 10 nearest neighbours, rows scaled
-    to unit length), ``"multiscale-knn"`` (the same at 3, 10 and 50 neighbours, fused by rank),
-    ``"ads"`` (ADS on whitened features blended with a k-NN density score), ``"ads-paper"`` (the
-    paper's Algorithm 1 alone, on the raw features; a matrix only) or ``"knn"`` (mean distance to the
-    10 nearest neighbours, raw features). ``config``: the ADS solver's settings (``ADSConfig()``:
+    rows read in chunks (``ChunkedSource``; the same ranking, see the module docstring). ``method``: a
+    name in ``METHODS`` (default ``DEFAULT_METHOD``, ``"cosine-knn"``; ``methods_help()`` says what
+    each does; ``"ads-paper"`` needs a matrix). ``config``: the ADS solver's settings (``ADSConfig()``:
     the paper's E, J, alpha, beta and seed 0); the same seed on the same device gives the same ranking.
     ``device``: where the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
 
@@ -569,11 +666,10 @@ def rank(
         >>> int(novelfind.rank(x, 3).indices[0])
         7
     """
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    chosen = _method(method)
     source, scale = _check(features, k)
-    if method == "ads-paper" and source.matrix is None:
-        raise ValueError("method ads-paper draws random rows of the feature matrix: it needs it in memory")
+    if not chosen.chunks and source.matrix is None:
+        raise ValueError(f"method {method} needs the feature matrix in memory, not a source read in chunks")
     if dedup is None:
         dedup = DEFAULT_DEDUP
     if not dedup >= 0:
@@ -582,14 +678,14 @@ def rank(
         from novelfind.solver import ADSConfig
 
         config = ADSConfig()
-    return _rank(source, scale, k, method, config, dedup, device, _candidate_mask(candidates, source.n))
+    return _rank(source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n))
 
 
 def _rank(
     source: FeatureSource,
     scale: float,
     k: int,
-    method: str,
+    method: Method,
     config: ADSConfig,
     dedup: float,
     device,
@@ -605,11 +701,11 @@ def _rank(
     # x / max|x| so squares neither overflow nor vanish (a copy of a matrix, so only there)
     rescale = scale > 0 and not 2.0**-20 <= scale <= 2.0**20
     xs = ScaledSource(source, scale) if rescale else source  # (N, M)
-    if method in COSINE_METHODS:  # cosine geometry: scores, neighbours and distances between unit rows
+    if method.cosine:  # cosine geometry: scores, neighbours and distances between unit rows
         xs, rescale = UnitSource(xs), False
-    xm = source if method == "ads-paper" else xs
+    xm = xs if method.scale_free else source
     xn = _UnitRows(xs)  # rows made unit length when dedup reads them
-    support = min(k, n)  # ads-paper's support: it does not depend on the candidates
+    support = min(k, n)  # a sparse method's support: it does not depend on the candidates
     walked: dict = {}
 
     def walk(order: np.ndarray) -> int:
@@ -619,11 +715,11 @@ def _rank(
         return len(picks) + dropped if len(picks) == k_eff else len(order)
 
     while True:
-        scored = method_scores(xm, min(k, n), method, config, device, support=support)
+        scored = method.scorer(xm, min(k, n), config, device, support)
         if scored.exact is None:
             scores = scored.current()  # (N,)
             order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
-            if method == "ads-paper":  # only the K-sparse support is ranked
+            if method.sparse:  # only the K-sparse support is ranked
                 order = order[: int((scores > 0).sum()) or support]
             ranked = len(order)
             if cand is not None:
@@ -637,7 +733,7 @@ def _rank(
             )
             ranked = n
         picks, dropped = walked["picks"], walked["dropped"]
-        if method != "ads-paper" or len(picks) == k_eff or support == n:
+        if not method.sparse or len(picks) == k_eff or support == n:
             break
         grow = support + k_eff - len(picks) + dropped  # widen the support to refill (dedup)
         if len(order) < ranked:  # non-candidates took part of the support: widen geometrically
@@ -657,13 +753,6 @@ def _rank(
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
     unit = scale if rescale else 1.0
     dist = (dist.astype(np.float64) * unit).astype(np.float32)  # back to raw units
-    space = scored.space
-    if space is None and source.matrix is None:  # the report's map of a library read in chunks
-        space = fit_space(xs, 2)
-    map2d = None
-    if space is not None:
-        cols = space.proj[:, :2].astype(np.float64) * unit
-        map2d = np.pad(cols, ((0, 0), (0, 2 - cols.shape[1]))).astype(np.float32)
     return Ranking(
         indices=picks,
         scores=scores[picks].astype(np.float32),
@@ -671,5 +760,4 @@ def _rank(
         distance=dist,
         duplicates_dropped=dropped,
         all_scores=scores,
-        map2d=map2d,
     )

@@ -44,7 +44,7 @@ from novelfind.decode import (
     RESIZE_SIZE,
     decode_bytes,
     file_digest,
-    to_model_input,
+    model_input_of,
 )
 from novelfind.errors import DecodeError
 
@@ -254,13 +254,7 @@ def read_for_model(
     digest = file_digest(data)
     if digest in known:
         return digest, None
-    img = decode_raw(data, name=Path(path).name).image
-    try:
-        return digest, to_model_input(img)
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_reason(e)) from None
+    return digest, model_input_of(decode_raw(data, name=Path(path).name).image, _reason)
 
 
 def image_info(path: str | os.PathLike[str]) -> dict:
@@ -306,13 +300,7 @@ def model_input_any(data: bytes, name: str) -> np.ndarray:
     ``decode.model_input_from_bytes`` for any other. Raises DecodeError."""
     if not is_raw_name(name):
         return decode.model_input_from_bytes(data, name)
-    img = decode_raw(data, name=name).image
-    try:
-        return to_model_input(img)
-    except DecodeError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise DecodeError(_reason(e)) from None
+    return model_input_of(decode_raw(data, name=name).image, _reason)
 
 
 def load_any(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from novelfind import atomic
-from novelfind.atomic import unlink_quietly
+from novelfind.atomic import describe, unlink_quietly, write_atomic
 from novelfind.errors import OutputError
 from novelfind.lock import pid_alive
 from novelfind.safe_text import display
@@ -185,11 +185,6 @@ def unescape_field(text: str) -> str:
     return _ESCAPE_TOKEN.sub(one, text)
 
 
-def encode_output(text: str) -> bytes:
-    """Bytes to write for ``text``: UTF-8, with undecodable file-name bytes restored as they were."""
-    return text.encode("utf-8", "surrogateescape")
-
-
 def _score(score: float) -> str:
     return f"{score:.6f}"
 
@@ -289,29 +284,6 @@ def _dumps(obj: Any, indent: int | None = None) -> str:
 # Atomic writes
 
 
-def _describe(err: OSError) -> str:
-    return err.strerror or str(err)
-
-
-def write_atomic(path: Path | str, data: str | bytes, *, follow_link: bool = False) -> None:
-    """Write ``data`` to ``path`` all at once (:func:`novelfind.atomic.replacing`).
-
-    ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
-    refused, or with ``follow_link`` (``-o`` to a link the user made) followed, so its target is
-    replaced. Raises OutputError with a one-line message; never leaves a temp file behind.
-    """
-    path = Path(os.path.realpath(path)) if follow_link and os.path.islink(path) else Path(path)
-    payload = encode_output(data) if isinstance(data, str) else bytes(data)
-    if not os.path.islink(path) and path.is_dir():
-        raise OutputError(f"cannot write {display(path)}: it is a folder")
-    if not path.parent.is_dir():
-        raise OutputError(f"cannot write {display(path)}: no such folder {display(path.parent)}")
-    try:
-        atomic.write_bytes(path, payload)
-    except OSError as err:
-        raise OutputError(f"cannot write {display(path)}: {_describe(err)}") from None
-
-
 # ---------------------------------------------------------------------------------------------
 # Placing the picks in a folder
 
@@ -347,7 +319,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     except FileExistsError:
         raise OutputError(f"cannot use {dest} for the picks: it is not a folder") from None
     except OSError as err:
-        raise OutputError(f"cannot create {dest}: {_describe(err)}") from None
+        raise OutputError(f"cannot create {dest}: {describe(err)}") from None
     if not dest.is_dir():
         raise OutputError(f"cannot use {dest} for the picks: it is not a folder")
     if not os.access(dest, os.W_OK | os.X_OK):
@@ -357,7 +329,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     try:  # a manifest that is a link may point anywhere: never read or replaced through it
         atomic.refuse_link(manifest_path)
     except OSError as err:
-        raise OutputError(f"cannot use {display(manifest_path)}: {_describe(err)}") from None
+        raise OutputError(f"cannot use {display(manifest_path)}: {describe(err)}") from None
     previous = _read_manifest(manifest_path)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
@@ -378,7 +350,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
         try:
             source_stat = os.stat(source)
         except OSError as err:
-            raise OutputError(f"cannot {mode} {source}: {_describe(err)}") from None
+            raise OutputError(f"cannot {mode} {source}: {describe(err)}") from None
         if mode == "hardlink" and source_stat.st_dev != dest_dev:
             raise OutputError(
                 f"cannot hardlink {source} into {dest}: different file systems "
@@ -391,16 +363,17 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     try:
         for (_, source), name in zip(sources, names, strict=True):
             target = dest / name
-            tmp = dest / f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
             try:
-                _place_one(source, tmp, mode)
-                records[name] = _record(tmp, mode, source)
-                os.replace(tmp, target)
-            except BaseException as err:
-                unlink_quietly(tmp)
-                if isinstance(err, OSError):
-                    raise OutputError(f"cannot {mode} {source} to {target}: {_describe(err)}") from None
-                raise
+                # a random name, created exclusively: a link planted under a name guessed in advance
+                # is never opened
+                tmp_name = f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+                with atomic.staged(dest / tmp_name, target) as tmp:
+                    _place_one(source, tmp, mode)
+                    records[name] = _record(tmp, mode, source)
+            except OSError as err:
+                raise OutputError(
+                    f"cannot {mode} {display(source)} to {display(target)}: {describe(err)}"
+                ) from None
             ours.pop(name, None)
             created.append(target)
         for name in ours:  # earlier picks of ours that are no longer picked

@@ -4,7 +4,7 @@
 keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
 This module only orchestrates; each stage owns its work: the parameters and their checks
 (:mod:`novelfind.params`), walking (:mod:`novelfind.walk`) and grouping twins (:mod:`novelfind.pairs`),
-the feature store (:func:`novelfind.cache.open_store`), extraction (:mod:`novelfind.pipeline`), the
+the feature store (:func:`novelfind.cache.open_store`), extraction (:mod:`novelfind.extract`), the
 ignore list (:class:`novelfind.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking`) and everything
 written afterwards (:mod:`novelfind.outputs`). Errors are exceptions:
 :class:`~novelfind.errors.InputError` (also a ValueError) for impossible values, other
@@ -26,19 +26,20 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, decode, features, ranking, walk
+from novelfind import __version__, decode, devices, features, ranking, walk, weights
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
-from novelfind.extraction import featured
-from novelfind.htmlreport import pca_2d
+from novelfind.extract.engines import ENGINES
+from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
 from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
-from novelfind.pipeline import ENGINES, Extraction, FeatureStore, load
+from novelfind.pca import map_2d
 from novelfind.report import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
+from novelfind.sources import FeatureSource
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
@@ -140,7 +141,6 @@ class _Scan:
         self.on_failure = on_failure
         self.started = time.monotonic()
         self.failures: list[Failure] = []
-        self.projection: np.ndarray | None = None  # (N, 2) the ranking's principal map, where it made one
 
     def run(self) -> ScanResult:
         p = self.params
@@ -162,7 +162,7 @@ class _Scan:
             extractor = features.build_extractor(
                 feature=p.feature,
                 # an engine running the model elsewhere needs the driver's model for its name only
-                device=p.device if p.engine == "local" else "cpu",
+                device="cpu" if ENGINES[p.engine].remote else p.device,
                 backend=p.backend,
                 weights=p.weights,
             )
@@ -172,7 +172,7 @@ class _Scan:
             streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
             # a cached vector beyond what the model can make is damage (extractors that store what they
             # return, without ``encode``, give no such bound)
-            bound = {"max_norm": features.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
+            bound = {"max_norm": weights.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
             opened = open_store(
                 p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn,
                 **bound,
@@ -190,8 +190,13 @@ class _Scan:
             # rank
             candidates = np.flatnonzero(extraction.files.modified_since(p.since) & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
+            vectors = (
+                extraction.features
+                if extraction.features is not None
+                else stored_source(store, extraction.files)
+            )
             self.say_if_ranking_changed(cache)
-            picks, dropped = self.rank(extraction, read, candidates, restricted, store)
+            picks, dropped = self.rank(vectors, extraction.files, read, candidates, restricted)
             self.note_ranking(cache)
             counts = Counts(
                 found=photos.file_count(),
@@ -210,7 +215,7 @@ class _Scan:
                 record=run_record(p, counts, self.seconds()),
                 failures=self.failures,
                 files=extraction.files,
-                points2d=lambda: self.points2d(extraction),
+                points2d=lambda: map_2d(vectors),  # the report's map
                 on_progress=lambda done, total: self.progress("write", done, total),
                 on_warning=self.warn,
             )
@@ -278,13 +283,11 @@ class _Scan:
         self, files: FileList, extractor: features.Extractor, store: FeatureStore, *, keep_vectors: bool
     ) -> Extraction:
         p = self.params
-        engine = load(ENGINES[p.engine])
-        # an engine that runs elsewhere is told where, and on what device its workers run the model
-        if p.engine == "local":
-            elsewhere: dict[str, Any] = {"decode_timeout": p.decode_timeout}
-        else:
-            elsewhere = {"address": p.ray_address, "device": p.device}
-        extraction = engine(
+        engine = ENGINES[p.engine]
+        # what the engine takes of the parameters: the local one a decode time limit, one that runs
+        # elsewhere where, and on what device its workers run the model
+        takes = {keyword: getattr(p, name) for name, keyword in engine.takes.items()}
+        extraction = load(engine.target)(
             files,
             extractor,
             store,
@@ -295,7 +298,7 @@ class _Scan:
             on_failure=self.fail,
             on_warning=self.warn,
             keep_vectors=keep_vectors,
-            **elsewhere,
+            **takes,
         )
         if not keep_vectors and store.writes_disabled:
             raise CacheError(
@@ -311,33 +314,22 @@ class _Scan:
 
     def rank(
         self,
-        extraction: Extraction,
+        vectors: np.ndarray | FeatureSource,
+        files: FileList,
         read: PhotoList,
         candidates: np.ndarray,
         restricted: bool,
-        store: FeatureStore,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
-        Vectors left in the cache (``extraction.features`` None) are ranked from it, chunk by chunk."""
+        ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk."""
         if not len(candidates):
             return [], 0
         p = self.params
         self.progress("rank", 0, 1)
-        files = extraction.files
-        if extraction.features is not None:
-            source: Any = extraction.features
-        else:
-            source = ranking.ChunkedSource(
-                chunks=lambda: store.rows_by_stat(files, ranking.STREAM_CHUNK),
-                take=lambda rows: np.concatenate(
-                    list(store.rows_by_stat(files.take(rows), ranking.STREAM_CHUNK))
-                ),
-                n=len(files),
-            )
         try:
             result = ranking.rank(
-                source,
+                vectors,
                 p.k,
                 method=p.method,
                 config=p.solver_config(),
@@ -347,7 +339,6 @@ class _Scan:
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
-        self.projection = result.map2d
         self.progress("rank", 1, 1)
         return picks_of(result, files, read), int(result.duplicates_dropped)
 
@@ -390,16 +381,11 @@ class _Scan:
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
         elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
-        one and the ranking is large enough to pay for it (``features.resolve_device``)."""
+        one and the ranking is large enough to pay for it (``devices.resolve_device``)."""
         p = self.params
-        if p.engine == "local" or p.device == "cpu":
-            return features.resolve_device(p.device, photos)
-        return features.resolve_device("auto", photos)
-
-    def points2d(self, extraction: Extraction) -> np.ndarray:
-        """(N, 2): where the report's map puts each photo: the top two principal axes of the vectors, or of
-        the ranking's projection when the vectors stayed in the cache (the same PCA, fitted from chunks)."""
-        return pca_2d(extraction.features) if extraction.features is not None else self.projection
+        if not ENGINES[p.engine].remote or p.device == "cpu":
+            return devices.resolve_device(p.device, photos)
+        return devices.resolve_device("auto", photos)
 
     # -- reporting
 

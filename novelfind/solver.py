@@ -39,36 +39,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from novelfind.adsconfig import ADSConfig
+
 # Fewest independent partner draws per epoch on the fast path. With few blocks the shared draws start
 # to cost objective value (scripts/bench_ads.py, 10 seeds: 1-3 blocks per epoch lose 1-2 seed-sd of J(S)
 # against the literal version, 32 blocks ~1 sd at N = 1k, 64 or more are within noise), so small
 # inputs get smaller blocks.
 MIN_DRAWS = 64
-
-
-@dataclass(frozen=True)
-class ADSConfig:
-    """Solver settings; defaults are the paper's (Algorithm 1) unless noted."""
-
-    epochs: int = 20  # E: SGD steps; K^t shrinks linearly from N to K over them
-    partners: int = 16  # J: partners sampled per image per step
-    lr: float = 1e-3  # alpha: learning rate
-    momentum: float = 0.9  # beta: weight of the previous step's partner sum
-    seed: int = 0  # explicit seed: same seed + same device -> same result
-    restarts: int = 1  # >1: average the weights of several seeds (the paper's suggested smoothing)
-    block: int = 1024  # fast path only: most rows sharing one partner draw (1 = literal sampling, slow)
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "partners", "restarts", "block"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"ADSConfig.{name} must be an integer >= 1, got {value!r}")
-        if not self.lr > 0 or not math.isfinite(self.lr):
-            raise ValueError(f"ADSConfig.lr must be a positive number, got {self.lr!r}")
-        if not 0 <= self.momentum < 1:
-            raise ValueError(f"ADSConfig.momentum must be in [0, 1), got {self.momentum!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(f"ADSConfig.seed must be an integer >= 0, got {self.seed!r}")
+PAPER = ADSConfig()  # the paper's settings, the default of ``ads`` and ``ads_reference``
 
 
 @dataclass
@@ -79,7 +57,7 @@ class ADSResult:
     ranking: np.ndarray  # int64 (min(K, N),): indices, highest weight first, ties by index
 
 
-def ads(features: Any, k: int, config: ADSConfig = ADSConfig(), *, device: Any = None) -> ADSResult:
+def ads(features: Any, k: int, config: ADSConfig = PAPER, *, device: Any = None) -> ADSResult:
     """Approximate Densest Subgraph (the paper's Algorithm 1): the K images whose mutual distances weigh most.
 
     ``features``: a real (N, M) numpy array or torch tensor (CPU or CUDA), one row per image; ``k``:
@@ -119,7 +97,7 @@ def solve(features: Any, k: int, config: ADSConfig, *, device: Any = None) -> AD
     return _finish(runs, k)
 
 
-def ads_reference(features: Any, k: int, config: ADSConfig = ADSConfig()) -> ADSResult:
+def ads_reference(features: Any, k: int, config: ADSConfig = PAPER) -> ADSResult:
     """Literal Algorithm 1: one partner draw and one Python step per image (float64, CPU). Slow."""
     x = _as_tensor(features, "cpu")
     n, k = _check(tuple(x.shape), k)

@@ -28,6 +28,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 BLOCK = 16384  # rows per block for passes over all rows (``blocks``): 64 MB of 1000-d float32
+STREAM_CHUNK = 8192  # vectors read from the cache at a time when ranking from it (32 MiB of 1000-d)
 
 
 @runtime_checkable

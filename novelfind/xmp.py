@@ -77,10 +77,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from novelfind import atomic, dirs, extras
+from novelfind.atomic import write_atomic
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
 from novelfind.raw import is_raw_name
-from novelfind.report import write_atomic
 from novelfind.safe_text import display
 
 NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc

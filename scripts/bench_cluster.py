@@ -78,9 +78,9 @@ def make_photos(folder: Path, count: int, size: tuple[int, int]) -> list[Path]:
 
 
 def run_local(paths: list[Path], cpus: int, batch: int) -> dict:
-    """The local engine (pipeline.extract, ONNX Runtime), on ``cpus`` cores, no cache."""
-    from novelfind import pipeline
+    """The local engine (local.extract, ONNX Runtime), on ``cpus`` cores, no cache."""
     from novelfind.cache import NullCache
+    from novelfind.extract.engines import local
     from novelfind.features import build_extractor
 
     saved = os.sched_getaffinity(0)
@@ -92,9 +92,9 @@ def run_local(paths: list[Path], cpus: int, batch: int) -> dict:
         started = time.monotonic()
         extractor = build_extractor(device="cpu", threads=cpus)
         # first result: one file through the whole path (model load included)
-        pipeline.extract(records[:1], extractor, NullCache(), batch_size=batch, workers=0)
+        local.extract(records[:1], extractor, NullCache(), batch_size=batch, workers=0)
         first, cpu_first = time.monotonic(), time.process_time()
-        result = pipeline.extract(records[1:], extractor, NullCache(), batch_size=batch, workers=cpus)
+        result = local.extract(records[1:], extractor, NullCache(), batch_size=batch, workers=cpus)
         wall = time.monotonic() - started
         steady = time.monotonic() - first
         cpu = time.process_time() - cpu_first
@@ -118,7 +118,7 @@ def _run_ray(paths: list[Path], nodes: int, batch: int) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
-    from novelfind.engine_ray import RayEngine
+    from novelfind.extract.engines.ray import RayEngine
 
     t0 = time.monotonic()
     cluster = Cluster(

@@ -14,8 +14,8 @@ figure that does not depend on what else the machine is running.
 
 With ``--raw N``, N 24-MP DNGs of each kind of ``scripts/bench_raw.py`` (lossless-JPEG tiles, ~30 MB; a
 1616 x 1080 embedded preview, a full-size one, none) and the same photos as JPEGs go through the same
-extraction (``novelfind.pipeline.extract``, real model, one decode worker per core): RAW throughput
-as a scan sees it. ``scripts/bench_raw.py`` times the decoding alone, per file.
+extraction (``novelfind.extract.engines.local.extract``, real model, one decode worker per core): RAW
+throughput as a scan sees it. ``scripts/bench_raw.py`` times the decoding alone, per file.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def phase_naive(folder: Path, limit: int | None) -> dict:
     import torchvision
     from PIL import Image, ImageOps
 
-    from novelfind.features import resolve_weights
+    from novelfind.weights import resolve_weights
 
     files = [f.path for f in _image_files(folder)][:limit]
     t0 = time.perf_counter()
@@ -270,9 +270,10 @@ def phase_naive(folder: Path, limit: int | None) -> dict:
 
 
 def phase_fast(folder: Path, backend: str, workers: int | None, batch_size: int, prefix: str = "") -> dict:
-    """novelfind.pipeline.extract with the real extractor and a fresh cache (the files named ``prefix*``)."""
+    """``local.extract`` (novelfind.extract.engines) with the real extractor and a fresh cache (the files
+    named ``prefix*``)."""
+    from novelfind.extract.engines.local import extract
     from novelfind.features import build_extractor
-    from novelfind.pipeline import extract
 
     files = _image_files(folder, prefix)
     extractor = build_extractor(backend=backend, device="cpu")
@@ -302,8 +303,8 @@ def phase_rescan(folder: Path) -> dict:
     """Warm re-scan: walk + cache lookups of an unchanged library; no image byte is read."""
     import hashlib
 
-    from novelfind.features import model_key_for
-    from novelfind.pipeline import extract
+    from novelfind.extract.engines.local import extract
+    from novelfind.weights import model_key_for
 
     key = model_key_for()
     cache_path = folder.parent / "rescan-features.sqlite"

@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE))
 import bench_quality  # noqa: E402
 from quality import extract, sets  # noqa: E402
 
-from novelfind.features import load_classifier, resolve_weights  # noqa: E402
 from novelfind.ranking import METHOD_FEATURE, rank  # noqa: E402
+from novelfind.weights import load_classifier, resolve_weights  # noqa: E402
 
 
 def compare(

@@ -191,7 +191,7 @@ def _scan(root: Path, device: str, k: int, cache: Path, extra: list[str]) -> dic
 
 def _cached_vectors(cache: Path, files: list, feature: str) -> np.ndarray:
     from novelfind.cache import FeatureCache
-    from novelfind.features import model_key_for
+    from novelfind.weights import model_key_for
 
     with FeatureCache(cache, model_key_for()) as c:  # the pooled vectors, whatever the feature
         vecs = c.get_many_by_stat(files)
@@ -259,10 +259,10 @@ def cmd_compare(a) -> int:
 
 
 def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> dict:
-    from novelfind import gpu_decode as gd
     from novelfind.cache import NullCache
+    from novelfind.extract.decoders import gpu as gd
+    from novelfind.extract.engines.local import extract
     from novelfind.features import build_extractor
-    from novelfind.pipeline import extract
 
     made: list = []  # the pipeline's GPU file decoders, to read how many files the GPU really decoded
 
@@ -301,7 +301,7 @@ def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> d
 
 def _open_time() -> dict:
     """What a scan pays once to start GPU decoding (library, decoder, check decode)."""
-    from novelfind import gpu_decode as gd
+    from novelfind.extract.decoders import gpu as gd
 
     t0 = time.perf_counter()
     gpu = gd.open_gpu_decoder("cuda")
@@ -316,7 +316,7 @@ def _open_time() -> dict:
 
 def _cpu_decode_rate(paths: list[str], workers: int) -> dict:
     """The CPU decoders alone (Pillow, reduced-scale JPEG decode), ``workers`` processes."""
-    from novelfind.pipeline import ProcessDecoder
+    from novelfind.extract.decoders.pillow import ProcessDecoder
 
     dec = ProcessDecoder(workers, 4 * workers)
     list(dec.decode(paths[: 2 * workers]))  # start the pool
@@ -329,7 +329,7 @@ def _cpu_decode_rate(paths: list[str], workers: int) -> dict:
 
 def _gpu_decode_rate(datas: list[bytes], batch: int, **backend) -> dict:
     """GPU decoding alone on bytes in memory: decode + resize to the model's input, img/s."""
-    from novelfind import gpu_decode as gd
+    from novelfind.extract.decoders import gpu as gd
 
     gpu = gd.GpuDecoder(gd.NvImageCodec("cuda", **backend))
     gpu.decode(datas[:batch])  # warm-up
@@ -380,7 +380,7 @@ def _torchvision_rate(datas: list[bytes], batch: int) -> dict:
 
 
 def cmd_throughput(a) -> int:
-    from novelfind import gpu_decode as gd
+    from novelfind.extract.decoders import gpu as gd
 
     files = walk_files(a.dir)[: a.limit]
     paths = [str(f.path) for f in files]

@@ -4,12 +4,13 @@
   python scripts/bench_host.py                        # 384 12 MP JPEGs under bench-results/host-jpegs
   python scripts/bench_host.py --out docs/bench/host-2core.json
 
-What runs is the real ``novelfind.walk.walk``, a real ``FeatureCache`` (a fresh file per run) and the real
-``novelfind.pipeline.extract``; only the pixels and the vectors are stand-ins: the "GPU" decoder returns a
-zero image for every JPEG it is given (``GpuFileDecoder`` with a stand-in GPU, so its reading, digest and
-header check are the real ones), and the model returns zero vectors. What is left is what the host does for
-every new photo, whatever decodes it: walk, stat lookup in the cache, read, blake2b digest, JPEG header
-check, digest lookup, batching, cache commit. Photos/s of that is the ceiling the host puts on a scan.
+What runs is the real ``novelfind.walk.walk``, a real ``FeatureCache`` (a fresh file per run) and the
+real ``novelfind.extract.engines.local.extract``; only the pixels and the vectors are stand-ins: the "GPU"
+decoder returns a zero image for every JPEG it is given (``GpuFileDecoder`` with a stand-in GPU, so its
+reading, digest and header check are the real ones), and the model returns zero vectors. What is left is
+what the host does for every new photo, whatever decodes it: walk, stat lookup in the cache, read,
+blake2b digest, JPEG header check, digest lookup, batching, cache commit. Photos/s of that is the
+ceiling the host puts on a scan.
 
 In the same run, the cores' blake2b rate: every core hashing 4 MB buffers already in memory (threads:
 hashlib lets go of the GIL on large buffers), as photos/s of the set's mean size. The host ceiling is
@@ -41,10 +42,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from novelfind import gpu_decode, pipeline  # noqa: E402
 from novelfind.cache import FeatureCache  # noqa: E402
 from novelfind.decode import INPUT_SIZE  # noqa: E402
-from novelfind.features import available_cpus  # noqa: E402
+from novelfind.devices import available_cpus  # noqa: E402
+from novelfind.extract import decoders, stage  # noqa: E402
+from novelfind.extract.decoders import gpu as gpu_decode  # noqa: E402
+from novelfind.extract.engines import local  # noqa: E402
 from novelfind.walk import walk  # noqa: E402
 
 DIM = 1000
@@ -145,7 +148,7 @@ def instrument(clock: Clock) -> list[tuple[object, str, object]]:
     patch(FeatureCache, "get_many_by_stat", "stat lookup")
     patch(FeatureCache, "get_many_by_digest", "digest lookup")
     patch(FeatureCache, "put_many", "cache commit")
-    patch(pipeline.Stage, "_flush", "batching")  # minus the commit (nested) and the model
+    patch(stage.Stage, "_flush", "batching")  # minus the commit (nested) and the model
     return saved
 
 
@@ -183,7 +186,7 @@ def hash_rate(seconds: float, threads: int, size: int = 4 << 20) -> tuple[float,
 
 
 def host_run(folder: Path, decoder: str, workers: int, batch_size: int, expect_failures: int = 0) -> dict:
-    """One scan's host side: walk, then ``pipeline.extract`` into a fresh cache."""
+    """One scan's host side: walk, then ``local.extract`` into a fresh cache."""
     clock = Clock()
     saved = instrument(clock)
     try:
@@ -194,7 +197,7 @@ def host_run(folder: Path, decoder: str, workers: int, batch_size: int, expect_f
             files = list(walk([folder]))
             clock.cpu["walk"] += time.thread_time() - w0
             m0 = time.thread_time()
-            got = pipeline.extract(
+            got = local.extract(
                 files, StandInModel(), cache, batch_size=batch_size, workers=workers, decoder=decoder
             )
             clock.cpu["main thread, other"] += time.thread_time() - m0 - clock.main
@@ -269,7 +272,7 @@ def main() -> int:
     ap.add_argument("--cores", type=int, nargs="+", default=[16], help="core counts to project to")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_host.json")
     a = ap.parse_args()
-    pipeline.DECODERS["host-bench"] = "__main__:StandInGpuDecoder"
+    decoders.DECODERS["host-bench"] = "__main__:StandInGpuDecoder"
     make_photos(a.dir, a.distinct, a.copies)
     total = warm(a.dir)
     count = sum(1 for _ in a.dir.rglob("*.jpg"))
@@ -286,7 +289,7 @@ def main() -> int:
     per_cpu_s = max(h[1] for h in hashes)  # bytes a core hashes per second of its time
     hash_ms = 1e3 * mean / per_cpu_s  # CPU ms to hash one photo
     out = {
-        "what": "host side of a scan: real walk, cache and pipeline.extract; stand-in decoder and model",
+        "what": "host side of a scan: real walk, cache and local.extract; stand-in decoder and model",
         "machine": {
             "cpus": cores,
             "python": platform.python_version(),

@@ -251,8 +251,8 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
     kk = ranking.KNN_K
     truth = set(outliers.tolist())
     t = time.perf_counter()
-    proj, _, resid = pca.principal_space(x, ranking.WHITEN_DIMS, max_rows=ranking.PCA_ROWS)
-    z = ranking.search_space(proj, resid)
+    space = pca.fit_space(x, ranking.WHITEN_DIMS, max_rows=ranking.PCA_ROWS)
+    proj, z = space.proj, ranking.search_space(space.proj, space.resid)
     t_space = time.perf_counter() - t
     rows = pca.spread(n, sample)
     ex_d, ex_i = knn.knn_exact(x, rows, kk)  # the reference for recall and bounds

@@ -249,7 +249,7 @@ def child_write(root: str, cache_path: str, n: int) -> dict:
     from types import SimpleNamespace
 
     from novelfind.cache import FeatureCache
-    from novelfind.features import model_key_for
+    from novelfind.weights import model_key_for
 
     gen = put = 0.0
     with FeatureCache(cache_path, model_key_for()) as cache:

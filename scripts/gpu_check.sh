@@ -16,7 +16,7 @@
 #   cli         `novelfind scan` itself on 192 and on all 1,536 12 MP JPEGs, --device cpu, cuda and auto, each
 #               in a fresh process and cache: start-up seconds and marginal photos/s per device
 #   host        scripts/bench_host.py on the same files: the host's ceiling (stand-in decoder and model)
-#   throughput  pipeline.extract: CPU decoding, the GPU decoder alone, both at once ("auto" on CUDA), and
+#   throughput  local.extract (novelfind.extract.engines): CPU decoding, the GPU decoder alone, both at once ("auto" on CUDA), and
 #               the decoders alone
 # summary.json's "criteria" compares the CLI's marginal rate on CUDA with the GPU decoder alone.
 #
@@ -141,8 +141,8 @@ check_install() {
   fi
   "$PY" - <<'EOF'
 import faiss, novelfind
-from novelfind import gpu_decode
-from novelfind.features import resolve_weights
+from novelfind.extract.decoders import gpu as gpu_decode
+from novelfind.weights import resolve_weights
 print("novelfind", novelfind.__file__)
 print("faiss", faiss.__version__)
 print("weights", resolve_weights(download=False))

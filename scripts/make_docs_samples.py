@@ -57,12 +57,12 @@ def cache_upgrade() -> str:
     import numpy as np
     from PIL import Image
 
-    from novelfind import features
+    from novelfind import weights
     from novelfind.cache import FeatureCache
     from novelfind.decode import file_digest
     from novelfind.walk import ImageFile
 
-    (logits,), (pooled,) = features.former_keys().other, features.former_keys().same
+    (logits,), (pooled,) = weights.former_keys().other, weights.former_keys().same
     with tempfile.TemporaryDirectory(prefix="novelfind-sample-") as folder:
         files = []
         for i in range(4):

@@ -10,11 +10,17 @@ import numpy as np
 import pytest
 from PIL import Image
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def pytest_addoption(parser):
-    parser.addoption("--require-cuda", action="store_true", default=False,
-                     help="fail the tests marked cuda instead of skipping them when CUDA (or the GPU "
-                          "decoding library) is missing: for runs on a GPU machine")
+    parser.addoption(
+        "--require-cuda",
+        action="store_true",
+        default=False,
+        help="fail the tests marked cuda instead of skipping them when CUDA (or the GPU "
+        "decoding library) is missing: for runs on a GPU machine",
+    )
 
 
 @pytest.fixture(scope="session")
@@ -32,7 +38,7 @@ def cuda(request):
 @pytest.fixture(scope="session")
 def nvimgcodec(cuda, request):
     """A checked GPU JPEG decoder (nvImageCodec) on the CUDA device; skipped or failed like ``cuda``."""
-    from novelfind import gpu_decode
+    from novelfind.extract.decoders import gpu as gpu_decode
 
     try:
         return gpu_decode.open_gpu_decoder(cuda)
@@ -142,3 +148,52 @@ def unprivileged(cmd: list[str]) -> list[str]:
         missing_prerequisite("running as root without setpriv (util-linux): permissions cannot be tested")
     drop = "-dac_override,-dac_read_search"
     return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}", "--", *cmd]
+
+
+@pytest.fixture(scope="session")
+def real_weights() -> Path:
+    """The verified MobileNet-V2 weights file (the installed package's, no download), or the missing
+    prerequisite."""
+    from novelfind.errors import WeightsError
+    from novelfind.weights import resolve_weights
+
+    try:
+        return resolve_weights(download=False)
+    except WeightsError as e:
+        missing_prerequisite(str(e))
+
+
+@pytest.fixture(scope="session")
+def real_photos() -> np.ndarray:
+    """Real photos (scikit-image's bundled ones) as model input, and mirrored copies: uint8 (12, 224,
+    224, 3)."""
+    import skimage.data
+
+    from novelfind.decode import to_model_input
+
+    names = ["chelsea", "coffee", "astronaut", "rocket", "cat", "immunohistochemistry"]
+    out = []
+    for name in names:
+        img = Image.fromarray(np.asarray(getattr(skimage.data, name)())[..., :3])
+        out.append(to_model_input(img))
+        out.append(out[-1][:, ::-1])
+    return np.ascontiguousarray(np.stack(out))
+
+
+def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of novelfind in a child process: none of the caller's NOVELFIND_ settings, this
+    checkout first on the path, the user folders under ``tmp_path``; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
+    env.update(
+        PYTHONPATH=str(ROOT),
+        XDG_CACHE_HOME=str(tmp_path / "xdg"),
+        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
+        **extra,
+    )
+    return env
+
+
+def rank_all_as_json(folder: str | os.PathLike[str], *options: str | os.PathLike[str]) -> list[str]:
+    """``scan`` arguments that rank every photo of ``folder`` (no near-duplicate is passed over) and print
+    them as JSON, then ``options``."""
+    return ["scan", str(folder), "--k", "1000", "--dedup", "0", "--format", "json", *map(str, options)]

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from novelfind.extraction import Decoded, decode_file
-from novelfind.pipeline import ProcessDecoder
+from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.stage import Decoded, decode_file
 
 STUCK_S = 120.0
 SLOW_S = 1.0

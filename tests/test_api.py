@@ -16,9 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 import novelfind
-from novelfind import params, pipeline
+from novelfind import params
 from novelfind.cli import DEFAULTS, cli
 from novelfind.errors import CacheError, ExitCode, InputError, LockedError, NovelfindError
+from novelfind.extract import engines
+from novelfind.extract.engines import local
 from novelfind.lock import RunLock, output_lock_path
 from novelfind.ranking import METHODS
 
@@ -135,6 +137,8 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
         ({"since": "2024-01-01"}, "since must be a datetime, got '2024-01-01'"),
         ({"contact_sheet": "sheet.gif"}, "contact sheet sheet.gif: use a .jpg, .png or .webp name"),
+        ({"xmp_keyword": "Picks|novel"}, "xmp_keyword takes effect only with xmp=True"),
+        ({"ray_address": "auto"}, "ray_address takes effect only with engine='ray'"),
         ({"paths": []}, "paths must name at least one folder or image"),
     ],
 )
@@ -198,11 +202,12 @@ ENGINE_CALLS: list[tuple] = []
 def recording_engine(files, extractor, cache, *, address, device, **kwargs):
     """An extraction engine from outside the package: records its call, then extracts locally."""
     ENGINE_CALLS.append((sorted(kwargs), address, device))
-    return pipeline.extract(files, extractor, cache, **kwargs)
+    return local.extract(files, extractor, cache, **kwargs)
 
 
 def test_another_engine_plugs_in_by_name(library, fake_extractor, monkeypatch):
-    monkeypatch.setitem(pipeline.ENGINES, "recording", f"{__name__}:recording_engine")
+    recording = engines.Engine(f"{__name__}:recording_engine", {"ray_address": "address", "device": "device"})
+    monkeypatch.setitem(engines.ENGINES, "recording", recording)
     ENGINE_CALLS.clear()
     result = novelfind.scan(library["root"], 3, engine="recording", ray_address="head:6379", cache=False)
     keywords = ["batch_size", "decoder", "keep_vectors", "on_failure", "on_progress", "on_warning", "workers"]

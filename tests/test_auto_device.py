@@ -1,6 +1,6 @@
 """``--device auto`` is never the slower choice: CUDA only for work large enough to pay its start-up.
 
-CUDA's presence is monkeypatched (``features.cuda_available``); the models on either side are stand-ins
+CUDA's presence is monkeypatched (``devices.cuda_available``); the models on either side are stand-ins
 where the point is which one runs."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind import features
-from novelfind.features import AutoDeviceExtractor, auto_cuda_min_photos, build_extractor, resolve_device
-from novelfind.pipeline import extract
+from novelfind import devices, features
+from novelfind.devices import auto_cuda_min_photos, resolve_device
+from novelfind.extract.engines.local import extract
+from novelfind.features import AutoDeviceExtractor, build_extractor
 from tests.test_pipeline import DictCache, MeanColour, make_library
 
 
@@ -23,8 +24,8 @@ def test_threshold_follows_the_start_up_and_the_rates():
 
 @pytest.mark.parametrize("cuda", [True, False])
 def test_auto_takes_cuda_only_from_the_threshold_on(monkeypatch, cuda):
-    monkeypatch.setattr(features, "cuda_available", lambda: cuda)
-    monkeypatch.setattr(features, "available_cpus", lambda: 4)
+    monkeypatch.setattr(devices, "cuda_available", lambda: cuda)
+    monkeypatch.setattr(devices, "available_cpus", lambda: 4)
     least = auto_cuda_min_photos()
     assert least == 698
     assert resolve_device("auto", least - 1) == "cpu"
@@ -34,8 +35,8 @@ def test_auto_takes_cuda_only_from_the_threshold_on(monkeypatch, cuda):
 
 
 def test_build_extractor_defers_the_choice_to_the_scan(monkeypatch):
-    monkeypatch.setattr(features, "cuda_available", lambda: True)
-    monkeypatch.setattr(features, "available_cpus", lambda: 4)
+    monkeypatch.setattr(devices, "cuda_available", lambda: True)
+    monkeypatch.setattr(devices, "available_cpus", lambda: 4)
     ex = build_extractor(device="auto", backend="torch")
     assert isinstance(ex, AutoDeviceExtractor)
     assert ex.model_key == build_extractor(device="cpu", backend="torch").model_key
@@ -43,7 +44,7 @@ def test_build_extractor_defers_the_choice_to_the_scan(monkeypatch):
     assert ex.settle(697) == "cpu" and ex.device == "cpu"
     ex = build_extractor(device="auto", backend="torch")
     assert ex.settle(698) == "cuda"
-    monkeypatch.setattr(features, "cuda_available", lambda: False)
+    monkeypatch.setattr(devices, "cuda_available", lambda: False)
     assert not isinstance(build_extractor(device="auto", backend="torch"), AutoDeviceExtractor)
 
 
@@ -55,8 +56,8 @@ class Recording(MeanColour):
 
 def test_a_small_scan_stays_on_the_cpu_and_a_large_one_takes_cuda(tmp_path, monkeypatch):
     """The pipeline settles the device once the cache has been asked: by the photos the model will see."""
-    monkeypatch.setattr(features, "cuda_available", lambda: True)
-    monkeypatch.setattr(features, "auto_cuda_min_photos", lambda cpus=None: 6)
+    monkeypatch.setattr(devices, "cuda_available", lambda: True)
+    monkeypatch.setattr(devices, "auto_cuda_min_photos", lambda cpus=None: 6)
     files = make_library(tmp_path, 10)
 
     def scan(subset):
@@ -76,7 +77,7 @@ def test_a_small_scan_stays_on_the_cpu_and_a_large_one_takes_cuda(tmp_path, monk
 
 
 def _pixels(f):
-    from novelfind.pipeline import decode_file
+    from novelfind.extract.stage import decode_file
 
     return decode_file(str(f.path), frozenset()).pixels
 
@@ -93,17 +94,17 @@ class Loading(MeanColour):
 
 
 def test_the_model_loads_while_the_decoders_start_and_only_for_misses(tmp_path, monkeypatch):
-    from novelfind import pipeline
+    from novelfind.extract.decoders import pillow
 
     files = make_library(tmp_path, 6)
     events: list[str] = []
-    real = pipeline.ProcessDecoder.__init__
+    real = pillow.ProcessDecoder.__init__
 
     def init(self, *args, **kwargs):
         events.append("decoder")
         real(self, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline.ProcessDecoder, "__init__", init)
+    monkeypatch.setattr(pillow.ProcessDecoder, "__init__", init)
     cache = DictCache()
     extract(files, Loading(events), cache, batch_size=4, workers=0, decoder="pillow")
     assert events == ["load", "decoder"]

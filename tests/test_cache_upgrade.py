@@ -11,11 +11,11 @@ import pytest
 from conftest import make_photo
 
 from novelfind import cache as cache_module
-from novelfind import extraction
 from novelfind.cache import FeatureCache
-from novelfind.features import FormerKeys
-from novelfind.pipeline import extract
+from novelfind.extract import stage
+from novelfind.extract.engines.local import extract
 from novelfind.walk import ImageFile
+from novelfind.weights import FormerKeys
 
 NEW, OLD_POOLED, OLD_LOGITS = "fake:pooled-v1", "fake:pooled", "fake:logits"
 SENTINEL = 999.0  # what the old classifier-output entries hold: never seen in a result
@@ -57,7 +57,7 @@ def library(root: Path, n: int) -> list[ImageFile]:
 
 
 def digest_of(f: ImageFile) -> str:
-    from novelfind.extraction import decode_file
+    from novelfind.extract.stage import decode_file
 
     return decode_file(str(f.path), frozenset()).digest
 
@@ -126,7 +126,7 @@ def test_a_cache_of_the_earlier_version_is_upgraded_or_extracted_again_with_one_
     files = library(tmp_path / "lib", 6)
     path = tmp_path / "c.sqlite"
     model = PooledFake()
-    pooled = model.encode(np.stack([extraction.decode_file(str(f.path), frozenset()).pixels for f in files]))
+    pooled = model.encode(np.stack([stage.decode_file(str(f.path), frozenset()).pixels for f in files]))
     # the earlier version: photos 0, 1 scanned with --feature pooled, 2, 3 with --feature logits, 4 both
     write_old(path, OLD_POOLED, [(files[i], pooled[i]) for i in (0, 1, 4)])
     write_old(path, OLD_LOGITS, [(files[i], np.full(2, SENTINEL)) for i in (2, 3, 4)])
@@ -161,7 +161,7 @@ def test_features_read_back_from_the_cache_are_the_head_of_the_stored_vectors(tm
         kept = extract(files, model, store, workers=0)
         streamed = extract(files, model, store, workers=0, keep_vectors=False)
         assert streamed.features is None
-        view = extraction.featured(store, model)
+        view = stage.featured(store, model)
         rows = np.concatenate(list(view.rows_by_stat(streamed.files, 3)))  # (4, 2)
         stored = np.concatenate(list(store.rows_by_stat(streamed.files, 3)))  # (4, 6): what is kept
         assert view.path == store.path and view.writes_disabled is False
@@ -175,7 +175,7 @@ def test_an_extractor_without_encode_stores_what_it_returns(tmp_path):
     plain = type("Plain", (), {"model_key": "plain", "dim": 6, "__call__": lambda self, b: model.encode(b)})()
     with FeatureCache(tmp_path / "c.sqlite", "plain") as store:
         res = extract(files, plain, store, workers=0)
-        assert extraction.featured(store, plain) is store
+        assert stage.featured(store, plain) is store
     raw = sqlite3.connect(tmp_path / "c.sqlite").execute("SELECT dim FROM vectors").fetchall()
     assert res.features.shape == (2, 6) and raw == [(6,), (6,)]
 
@@ -255,7 +255,7 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
     from click.testing import CliRunner
 
-    from novelfind import features
+    from novelfind import weights
     from novelfind.cli import cli
 
     lib = tmp_path / "lib"
@@ -263,7 +263,7 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
     copy = lib / "copy.jpg"
     shutil.copy2(files[0].path, copy)
     files.append(ImageFile(copy, copy.stat().st_size, copy.stat().st_mtime_ns))
-    current, former = features.model_key_for(), features.former_keys()
+    current, former = weights.model_key_for(), weights.former_keys()
     (logits,), (pooled,) = former.other, former.same
     cache = tmp_path / "c.sqlite"
     write_old(cache, logits, [(f, np.full(2, SENTINEL)) for f in files])

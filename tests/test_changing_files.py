@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import make_photo
+from conftest import child_env, make_photo, rank_all_as_json
 
 from novelfind.cli import cli
 from novelfind.decode import file_digest, read_for_model
@@ -115,26 +115,8 @@ def test_files_changed_during_a_scan_then_the_next_scan_agrees_with_the_disk(tmp
         for i in range(12)
     ]
     cache = tmp_path / "cache.sqlite"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env.update(
-        PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "xdg"), XDG_CONFIG_HOME=str(tmp_path / "cfg")
-    )
-    args = [
-        "scan",
-        library,
-        "--k",
-        "1000",
-        "--dedup",
-        "0",
-        "--format",
-        "json",
-        "--batch-size",
-        "4",
-        "--workers",
-        "1",
-        "--cache",
-        cache,
-    ]
+    env = child_env(tmp_path)
+    args = rank_all_as_json(library, "--batch-size", "4", "--workers", "1", "--cache", cache)
     slow = subprocess.Popen(
         [sys.executable, str(FAKE_CLI), *map(str, args)],
         stdout=subprocess.PIPE,

@@ -14,9 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from novelfind import __version__
+import novelfind
+from novelfind import __version__, params, ranking
 from novelfind.cli import OPTION_GROUPS, cli
 from novelfind.config import config_keys
+from novelfind.errors import InputError
 from novelfind.lock import output_lock_path
 
 if sys.version_info >= (3, 11):
@@ -260,6 +262,16 @@ def test_default_config_documents_every_option_with_its_default():
     assert set(documented) <= set(keys)
 
 
+@pytest.mark.parametrize("key", ["method", "feature"])
+def test_default_config_comments_on_the_methods_are_made_from_their_records(key):
+    """The comments above ``method`` and ``feature`` are the options' help, which ranking.METHODS makes."""
+    text = (ROOT / "configs" / "default.toml").read_text()
+    assert f"\n{params.config_comment(key)}\n{key} = " in text
+    said = {"method": set(ranking.METHODS), "feature": {m.feature for m in ranking.METHODS.values()}}[key]
+    for word in said:
+        assert word in params.config_comment(key)
+
+
 def test_cache_commands(library, fake_extractor, tmp_path):
     cache = tmp_path / "c.sqlite"
     run("scan", library["root"], "--k", "3", "--cache", cache, "-q")
@@ -405,13 +417,59 @@ def test_cache_commands_use_the_configured_cache(library, fake_extractor, tmp_pa
     assert f"path\t{cache}" in info.stdout
 
 
-def test_contact_sheet_name_is_checked_before_scanning(library, fake_extractor, tmp_path):
-    result = run("scan", library["root"], "--contact-sheet", tmp_path / "sheet.gif")
-    assert result.exit_code == 2
-    sheet = tmp_path / "sheet.gif"
-    message = f"error: Invalid value for '--contact-sheet': {sheet}: use a .jpg, .png or .webp name\n"
-    assert result.stderr == message
+@pytest.mark.parametrize(
+    ("args", "kwargs", "cli_message", "api_message"),
+    [
+        (
+            ["--contact-sheet", "sheet.gif"],
+            {"contact_sheet": "sheet.gif"},
+            "contact sheet sheet.gif: use a .jpg, .png or .webp name",
+            "contact sheet sheet.gif: use a .jpg, .png or .webp name",
+        ),
+        (
+            ["--xmp-keyword", "odd"],
+            {"xmp_keyword": "odd"},
+            "--xmp-keyword takes effect only with --xmp",
+            "xmp_keyword takes effect only with xmp=True",
+        ),
+        (
+            ["--ray-address", "auto"],
+            {"ray_address": "auto"},
+            "--ray-address takes effect only with --engine ray",
+            "ray_address takes effect only with engine='ray'",
+        ),
+    ],
+)
+def test_the_command_line_and_the_library_refuse_the_same_parameters_before_scanning(
+    library, fake_extractor, args, kwargs, cli_message, api_message
+):
+    result = run("scan", library["root"], *args)
+    assert (result.exit_code, result.stdout, result.stderr) == (2, "", f"error: {cli_message}\n")
+    with pytest.raises(InputError) as info:
+        novelfind.scan(library["root"], **kwargs)
+    assert str(info.value) == api_message
     assert fake_extractor.images == 0
+
+
+def test_a_keyword_from_the_environment_waits_for_xmp(library, fake_extractor):
+    """A standing setting (environment, config file) is not refused on the runs it does not apply to."""
+    result = run("scan", library["root"], "--k", "2", "-q", env={"NOVELFIND_XMP_KEYWORD": "Picks|novel"})
+    assert result.exit_code == 0, result.stderr
+    assert not list(library["root"].rglob("*.xmp"))
+
+
+def test_the_ads_settings_have_one_set_of_limits():
+    """The scan's ADS parameters and the solver's ADSConfig accept and refuse the same values."""
+    from novelfind.adsconfig import ADS_LIMITS, ADSConfig
+
+    for name, limit in ADS_LIMITS.items():
+        if name in params.LIMITS:
+            assert params.LIMITS[name] is limit, name
+    for name, bad in (("epochs", 100_001), ("partners", 0), ("restarts", 1001), ("momentum", 1.0)):
+        with pytest.raises(InputError, match=f"ADSConfig.{name} must be"):
+            ADSConfig(**{name: bad})
+        with pytest.raises(InputError, match=f"^{name} must be"):
+            params.ScanParameters(paths="x", **{name: bad})
 
 
 def test_placed_picks_are_never_ranked_by_later_runs(library, fake_extractor):

@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import make_photo, missing_prerequisite
+from conftest import make_photo
 from PIL import Image
 
-from novelfind import decode, gpu_decode, pipeline
-from novelfind.errors import WeightsError
-from novelfind.features import CUDA_TOLERANCE, build_extractor, resolve_weights
+from novelfind import decode
+from novelfind.extract import stage
+from novelfind.extract.decoders import gpu as gpu_decode
+from novelfind.extract.engines import local
+from novelfind.features import CUDA_TOLERANCE, build_extractor
 from novelfind.solver import ADSConfig, ads
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cuda")]  # skip before building any fixture
@@ -37,28 +39,6 @@ DECODE_VECTOR_TOLERANCE = 5e-2
 
 def rel_l2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.linalg.norm(a - b, axis=1) / np.maximum(np.linalg.norm(b, axis=1), 1e-12)
-
-
-@pytest.fixture(scope="module")
-def weights():
-    try:
-        return resolve_weights(download=False)
-    except WeightsError as e:
-        missing_prerequisite(str(e))
-
-
-@pytest.fixture(scope="module")
-def photos() -> np.ndarray:
-    """Real photos (scikit-image's bundled ones) as model input, and mirrored: uint8 (12, 224, 224, 3)."""
-    import skimage.data
-
-    names = ["chelsea", "coffee", "astronaut", "rocket", "cat", "immunohistochemistry"]
-    out = []
-    for n in names:
-        img = Image.fromarray(np.asarray(getattr(skimage.data, n)())[..., :3])
-        arr = decode.to_model_input(img)
-        out += [arr, arr[:, ::-1]]
-    return np.ascontiguousarray(np.stack(out))
 
 
 def planted(n: int, m: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -110,9 +90,9 @@ def test_ranking_on_cuda_matches_cpu(cuda, method, record_property):
 
 
 @pytest.mark.parametrize("feature", ["logits", "pooled"])
-def test_float16_model_matches_cpu(cuda, weights, photos, feature, record_property):
-    on_gpu = build_extractor(feature=feature, device="cuda")(photos)
-    on_cpu = build_extractor(feature=feature, device="cpu", backend="torch")(photos)
+def test_float16_model_matches_cpu(cuda, real_weights, real_photos, feature, record_property):
+    on_gpu = build_extractor(feature=feature, device="cuda")(real_photos)
+    on_cpu = build_extractor(feature=feature, device="cpu", backend="torch")(real_photos)
     assert on_gpu.dtype == np.float32 and on_gpu.shape == on_cpu.shape
     rel = rel_l2(on_gpu, on_cpu)
     record_property(f"fp16_{feature}_rel_l2_max", float(rel.max()))
@@ -122,10 +102,10 @@ def test_float16_model_matches_cpu(cuda, weights, photos, feature, record_proper
         assert (on_gpu.argmax(1) == on_cpu.argmax(1)).all()
 
 
-def test_model_takes_a_device_batch(cuda, weights, photos):
+def test_model_takes_a_device_batch(cuda, real_weights, real_photos):
     ex = build_extractor(device="cuda")
-    from_numpy = ex(photos)
-    from_device = ex(torch.from_numpy(photos).to(cuda))
+    from_numpy = ex(real_photos)
+    from_device = ex(torch.from_numpy(real_photos).to(cuda))
     np.testing.assert_allclose(from_device, from_numpy, rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match="expected uint8"):
         ex(torch.zeros((2, 224, 224, 3), dtype=torch.float32, device=cuda))
@@ -252,7 +232,7 @@ def test_file_decoder_on_gpu_falls_back_per_file(nvimgcodec, jpegs, tmp_path, re
     record_property("file_decoder_stats", json.dumps(dict(fd.stats)))
     for i, p in enumerate(paths):
         digest, pixels, reason = got[i]
-        want_digest, want, want_reason = pipeline.decode_file(p, frozenset())
+        want_digest, want, want_reason = stage.decode_file(p, frozenset())
         assert digest == want_digest, p
         if want_digest is None:
             assert reason == want_reason, p  # the same reason as the CPU path
@@ -278,15 +258,15 @@ def jpeg_folder(tmp_path_factory, jpegs) -> Path:
     return root
 
 
-def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, weights, jpeg_folder, record_property):
+def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, real_weights, jpeg_folder, record_property):
     from novelfind.cache import NullCache
     from novelfind.walk import walk
 
     files = list(walk([jpeg_folder]))
     ex = build_extractor(device="cuda")
-    on_gpu = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
-    cpu_decoded = pipeline.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
-    all_cpu = pipeline.extract(
+    on_gpu = local.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
+    cpu_decoded = local.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
+    all_cpu = local.extract(
         files, build_extractor(device="cpu", backend="torch"), NullCache(), batch_size=16
     )
     assert [f.path for f in on_gpu.files] == [f.path for f in cpu_decoded.files] == [f.path for f in files]
@@ -301,8 +281,8 @@ def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, weights, jpeg_f
     assert total_rel.max() <= DECODE_VECTOR_TOLERANCE + CUDA_TOLERANCE, total_rel
 
 
-def test_scan_on_cuda_picks_what_the_cpu_picks(cuda, weights, tmp_path):
-    root = tmp_path / "photos"
+def test_scan_on_cuda_picks_what_the_cpu_picks(cuda, real_weights, tmp_path):
+    root = tmp_path / "real_photos"
     for i in range(40):
         make_photo(root / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i, size=(640, 480))
     for j, colour in enumerate([(220, 30, 30), (30, 220, 40), (240, 240, 20)]):

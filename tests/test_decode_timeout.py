@@ -16,9 +16,11 @@ from conftest import make_photo
 from stalling import NOT_STOPPED, SLOW_S, StallingDecoder
 
 import novelfind
-from novelfind import pipeline
 from novelfind.cli import cli
-from novelfind.pipeline import ProcessDecoder, decode_file
+from novelfind.extract import decoders, stage
+from novelfind.extract.decoders import pillow
+from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.stage import decode_file
 
 LIMIT_S = 8.0  # far above a test photo's decode (milliseconds) and SLOW_S, even on a busy machine
 STOPPED = f"decoding took longer than {LIMIT_S:g} s; stopped"
@@ -51,7 +53,7 @@ def test_a_stuck_decode_is_stopped_and_the_others_are_decoded(tmp_path, workers,
             assert got.digest is None and got.reason == STOPPED, name
             assert got.reason != NOT_STOPPED
             pid = int(Path(paths[i] + ".pid").read_text())
-            assert pipeline._gone(pid), f"the worker stuck on {name} still runs"  # exited (a zombie counts)
+            assert pillow._gone(pid), f"the worker stuck on {name} still runs"  # exited (a zombie counts)
         else:
             want = decode_file(paths[i], frozenset())
             assert got.digest == want.digest and np.array_equal(got.pixels, want.pixels), name
@@ -74,8 +76,8 @@ def test_the_limit_counts_from_when_a_worker_takes_the_file(tmp_path):
 
 
 def test_the_default_limit_applies_to_the_pillow_decoder():
-    decoder = pipeline.load(pipeline.DECODERS["pillow"])(workers=2, window=4)
-    assert isinstance(decoder, ProcessDecoder) and decoder.timeout == pipeline.DECODE_TIMEOUT_S > 0
+    decoder = stage.load(decoders.DECODERS["pillow"])(workers=2, window=4)
+    assert isinstance(decoder, ProcessDecoder) and decoder.timeout == pillow.DECODE_TIMEOUT_S > 0
 
 
 @pytest.mark.slow
@@ -83,7 +85,7 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
     root = tmp_path / "photos"
     ordinary = _photos(root, [f"IMG_{i:02d}.png" for i in range(12)])
     stuck = _photos(root / "sub", ["stuck.png"])[0]
-    monkeypatch.setattr(pipeline, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
+    monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     cache = tmp_path / "c.sqlite"
     args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "paths",
             "--decode-timeout", str(LIMIT_S)]
@@ -105,7 +107,7 @@ def test_decode_timeout_reaches_the_decoding_processes(library, fake_extractor, 
             super().__init__(*args, **kwargs)
             made.append(self.timeout)
 
-    monkeypatch.setattr(pipeline, "ProcessDecoder", Recording)
+    monkeypatch.setattr(pillow, "ProcessDecoder", Recording)
     novelfind.scan(library["root"], 2, workers=2, decoder=decoder, cache=False, **options)
     assert made == [limit]
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_photo, missing_prerequisite
+from conftest import child_env, make_photo, missing_prerequisite
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -122,13 +122,7 @@ def run_driver(tmp_path: Path, size: str, prefill: bool, small: str = "cache") -
     mnt.mkdir()
     work = tmp_path / "out"
     work.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        XDG_CACHE_HOME=str(tmp_path / "xdg"),
-        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
+    env = child_env(tmp_path, PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
         [
             *namespace_runner(),

@@ -25,8 +25,8 @@ import pytest
 from conftest import make_photo, missing_prerequisite
 
 import novelfind
+from novelfind.atomic import encode_output
 from novelfind.errors import ClusterError, ExitCode
-from novelfind.report import encode_output
 
 pytestmark = pytest.mark.slow
 
@@ -93,8 +93,8 @@ def photos(tmp_path_factory) -> list[str]:
 @pytest.fixture(scope="module")
 def local_results(photos, model_cache):
     """What the local engine makes of each file: (digest, stored vector: the pooled one) or (None, reason)."""
+    from novelfind.extract.stage import decode_file
     from novelfind.features import build_extractor
-    from novelfind.pipeline import decode_file
 
     extractor = build_extractor(backend="onnx", device="cpu", cache_dir=model_cache)
     out = []
@@ -133,7 +133,7 @@ def _assert_same_as_local(got: dict[int, tuple], local: list[tuple], known: set[
 
 
 def test_vectors_and_failures_match_the_local_engine(cluster, photos, local_results, model_cache):
-    from novelfind.engine_ray import RayEngine
+    from novelfind.extract.engines.ray import RayEngine
 
     known = {local_results[3][0], local_results[40][0]}  # e.g. two files moved since they were cached
     with RayEngine(cluster.address, batch_size=8, model_cache_dir=model_cache) as engine:
@@ -378,7 +378,7 @@ def test_a_driver_killed_mid_scan_keeps_its_batches_and_the_next_run_resumes(clu
 
 
 def test_an_unreachable_address_is_a_one_line_error():
-    from novelfind.engine_ray import RayEngine
+    from novelfind.extract.engines.ray import RayEngine
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
@@ -413,7 +413,7 @@ def test_an_address_that_is_not_a_ray_head_fails_instead_of_hanging():
     thread.start()
     code = textwrap.dedent(
         f"""
-        from novelfind.engine_ray import RayEngine
+        from novelfind.extract.engines.ray import RayEngine
         from novelfind.errors import ClusterError
         try:
             RayEngine("127.0.0.1:{port}").connect()
@@ -437,13 +437,13 @@ def test_an_address_that_is_not_a_ray_head_fails_instead_of_hanging():
 
 
 def test_importing_the_engine_does_not_import_ray():
-    code = "import sys, novelfind.engine_ray; assert 'ray' not in sys.modules, 'ray imported'"
+    code = "import sys, novelfind.extract.engines.ray; assert 'ray' not in sys.modules, 'ray imported'"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
 
 
 def test_without_ray_installed_the_error_says_how_to_install_it(monkeypatch):
-    from novelfind.engine_ray import INSTALL_HINT, RayEngine
+    from novelfind.extract.engines.ray import INSTALL_HINT, RayEngine
 
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ClusterError, match="needs Ray") as info:
@@ -461,7 +461,7 @@ def test_without_ray_installed_the_error_says_how_to_install_it(monkeypatch):
     ],
 )
 def test_bad_arguments_are_value_errors(kwargs, message):
-    from novelfind.engine_ray import RayEngine
+    from novelfind.extract.engines.ray import RayEngine
 
     with pytest.raises(ValueError, match=message):
         RayEngine("auto", **kwargs)
@@ -497,7 +497,7 @@ def test_a_node_lost_during_a_scan_changes_nothing_in_its_result(cluster, librar
 # Last: it takes a worker node away from the module's cluster.
 def test_a_worker_node_lost_mid_scan_is_redone_elsewhere(cluster, photos, local_results, model_cache):
     """The node that delivered the first results is removed while it works; the scan still completes."""
-    from novelfind.engine_ray import RayEngine
+    from novelfind.extract.engines.ray import RayEngine
 
     ray, _ = _ray()
     removed: list[str] = []

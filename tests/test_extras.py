@@ -61,7 +61,8 @@ def test_installed_finds_without_importing(fake_modules):
 
 def test_importing_novelfind_imports_no_extra():
     code = (
-        "import sys, novelfind.decode, novelfind.raw, novelfind.xmp, novelfind.features, novelfind.pipeline\n"
+        "import sys, novelfind.decode, novelfind.raw, novelfind.xmp, novelfind.features,"
+        " novelfind.extract.engines.local\n"
         "heavy = ('rawpy', 'exiv2', 'onnxruntime', 'ray', 'nvidia.nvimgcodec')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )

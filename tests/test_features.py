@@ -8,26 +8,11 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import missing_prerequisite
 
-from novelfind import features
-from novelfind.decode import to_model_input
+from novelfind import devices, features, weights
 from novelfind.errors import WeightsError
-from novelfind.features import (
-    BACKEND_TOLERANCE,
-    WEIGHTS_FILE,
-    build_extractor,
-    model_key_for,
-    resolve_weights,
-)
-
-
-@pytest.fixture(scope="module")
-def real_weights():
-    try:
-        return resolve_weights(download=False)
-    except WeightsError as e:
-        missing_prerequisite(str(e))
+from novelfind.features import BACKEND_TOLERANCE, build_extractor
+from novelfind.weights import WEIGHTS_FILE, model_key_for, resolve_weights
 
 
 @pytest.fixture(scope="module")
@@ -42,21 +27,6 @@ def onnx_file(real_weights, model_dir):
     ex = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
     ex._load()
     return ex.onnx_path
-
-
-@pytest.fixture(scope="module")
-def photos() -> np.ndarray:
-    """Real photos from scikit-image, and mirrored copies: uint8 (12, 224, 224, 3)."""
-    import skimage.data
-    from PIL import Image
-
-    names = ["chelsea", "coffee", "astronaut", "rocket", "cat", "immunohistochemistry"]
-    out = []
-    for name in names:
-        img = Image.fromarray(np.asarray(getattr(skimage.data, name)())[..., :3])
-        out.append(to_model_input(img))
-        out.append(out[-1][:, ::-1])
-    return np.ascontiguousarray(np.stack(out))
 
 
 # ----------------------------------------------------------------------------------- weights
@@ -83,7 +53,7 @@ def test_explicit_wrong_file_refused(tmp_path, monkeypatch):
 def test_resolution_order(tmp_path, monkeypatch, real_weights):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     # no explicit, no hub copy: the installed package
-    assert resolve_weights(download=False) == features._package_weights()
+    assert resolve_weights(download=False) == weights._package_weights()
     # a verified hub copy wins over the package
     hub = tmp_path / "torch" / "hub" / "checkpoints" / WEIGHTS_FILE
     hub.parent.mkdir(parents=True)
@@ -95,26 +65,26 @@ def test_resolution_order(tmp_path, monkeypatch, real_weights):
     # a corrupt hub copy is skipped, not used
     monkeypatch.delenv("NOVELFIND_WEIGHTS")
     hub.write_bytes(b"corrupt")
-    assert resolve_weights(download=False) == features._package_weights()
+    assert resolve_weights(download=False) == weights._package_weights()
 
 
 def test_nothing_found_offline(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    monkeypatch.setattr(features, "_package_weights", lambda: None)
+    monkeypatch.setattr(weights, "_package_weights", lambda: None)
     with pytest.raises(WeightsError, match="weights not found; get the MobileNet-V2 weights"):
         resolve_weights(download=False)
 
 
 def test_sha_verified_once_per_file_state(real_weights, monkeypatch):
-    features._sha_cache.clear()
+    weights._sha_cache.clear()
     calls = []
-    real_sha = features.hashlib.sha256
+    real_sha = weights.hashlib.sha256
 
     def counting():
         calls.append(1)
         return real_sha()
 
-    monkeypatch.setattr(features.hashlib, "sha256", counting)
+    monkeypatch.setattr(weights.hashlib, "sha256", counting)
     for _ in range(3):
         resolve_weights(real_weights)
     assert len(calls) == 1
@@ -137,11 +107,11 @@ def test_lazy_and_model_key_independent_of_backend(real_weights, model_dir):
 
 
 @pytest.mark.slow  # exports the ONNX graph once (a few seconds)
-def test_real_model_predicts_sensibly_and_onnx_matches_torch(real_weights, model_dir, photos):
+def test_real_model_predicts_sensibly_and_onnx_matches_torch(real_weights, model_dir, real_photos):
     onnx_ex = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
     torch_ex = build_extractor(backend="torch", device="cpu")
-    got = onnx_ex(photos)  # (12, 1000)
-    want = torch_ex(photos)
+    got = onnx_ex(real_photos)  # (12, 1000)
+    want = torch_ex(real_photos)
     assert got.dtype == np.float32 and got.shape == (12, 1000)
     # tolerance: max |onnx - torch| on logits below 1e-3 (observed ~2e-5)
     assert np.max(np.abs(got - want)) < BACKEND_TOLERANCE
@@ -158,21 +128,21 @@ def test_real_model_predicts_sensibly_and_onnx_matches_torch(real_weights, model
 
     assert (ranking(got) == ranking(want)).all()
     # batch of one works (flatten, never squeeze)
-    assert onnx_ex(photos[:1]).shape == (1, 1000)
+    assert onnx_ex(real_photos[:1]).shape == (1, 1000)
 
 
-def test_pooled_features_shape_and_batch_of_one(real_weights, photos):
+def test_pooled_features_shape_and_batch_of_one(real_weights, real_photos):
     ex = build_extractor(feature="pooled", backend="torch", device="cpu")
-    one = ex(photos[:1])
+    one = ex(real_photos[:1])
     assert one.shape == (1, 1280) and (one >= 0).all()  # after ReLU6 + average pooling
-    many = ex(photos[:4])
+    many = ex(real_photos[:4])
     np.testing.assert_allclose(many[:1], one, atol=1e-4)
 
 
 @pytest.mark.slow  # exports the ONNX graph once (a few seconds)
-def test_exported_model_cached_on_disk(real_weights, model_dir, photos, monkeypatch):
+def test_exported_model_cached_on_disk(real_weights, model_dir, real_photos, monkeypatch):
     first = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
-    first(photos[:1])
+    first(real_photos[:1])
     assert first.onnx_path.is_file()
     mtime = first.onnx_path.stat().st_mtime_ns
 
@@ -181,11 +151,11 @@ def test_exported_model_cached_on_disk(real_weights, model_dir, photos, monkeypa
 
     monkeypatch.setattr(features, "export_onnx", no_export)
     again = build_extractor(backend="onnx", device="cpu", cache_dir=model_dir)
-    again(photos[:1])
+    again(real_photos[:1])
     assert again.onnx_path.stat().st_mtime_ns == mtime
 
 
-def test_auto_falls_back_to_torch_with_warning(real_weights, tmp_path, monkeypatch, photos):
+def test_auto_falls_back_to_torch_with_warning(real_weights, tmp_path, monkeypatch, real_photos):
     def broken(self):
         raise RuntimeError("ONNX output differs from PyTorch by 1.0e+00")
 
@@ -193,7 +163,7 @@ def test_auto_falls_back_to_torch_with_warning(real_weights, tmp_path, monkeypat
     ex = build_extractor(device="cpu", cache_dir=tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        out = ex(photos[:2])
+        out = ex(real_photos[:2])
     assert out.shape == (2, 1000)
     assert ex.backend == "torch"
     assert any("using PyTorch" in str(w.message) for w in caught)
@@ -220,52 +190,53 @@ def test_rejects_wrong_input(real_weights):
         ex(torch.zeros((2, 224, 3), dtype=torch.uint8))
 
 
-def test_torch_extractor_takes_a_tensor_batch(real_weights, photos):
+def test_torch_extractor_takes_a_tensor_batch(real_weights, real_photos):
     """GPU-decoded batches arrive as tensors: same vectors as the numpy batch."""
     import torch
 
     ex = build_extractor(backend="torch", device="cpu")
-    np.testing.assert_allclose(ex(torch.from_numpy(photos[:4])), ex(photos[:4]), rtol=1e-5, atol=1e-5)
+    batch = real_photos[:4]
+    np.testing.assert_allclose(ex(torch.from_numpy(batch)), ex(batch), rtol=1e-5, atol=1e-5)
 
 
 def test_threads_default_to_available_cores():
-    assert features.available_cpus() == len(os.sched_getaffinity(0))
+    assert devices.available_cpus() == len(os.sched_getaffinity(0))
 
 
 # ----------------------------------------------------------------------------- one stored vector
 
 
-def test_logits_from_the_pooled_vector_are_the_networks_own(real_weights, photos):
+def test_logits_from_the_pooled_vector_are_the_networks_own(real_weights, real_photos):
     import torch
 
     net = features._build_torch_net(real_weights, pooled=False)  # features -> pool -> Dropout -> Linear
     with torch.inference_mode():
-        own = net(torch.from_numpy(photos)).numpy()  # (12, 1000)
+        own = net(torch.from_numpy(real_photos)).numpy()  # (12, 1000)
     ex = build_extractor(feature="logits", backend="torch", device="cpu")
-    pooled = ex.encode(photos)  # (12, 1280): what the cache keeps
-    got = ex(photos)  # (12, 1000): computed from it
+    pooled = ex.encode(real_photos)  # (12, 1280): what the cache keeps
+    got = ex(real_photos)  # (12, 1000): computed from it
     assert pooled.shape == (12, 1280) and got.shape == own.shape == (12, 1000)
     np.testing.assert_array_equal(got, ex.head(pooled))
     rel = np.abs(got - own).max(axis=1) / np.abs(own).max(axis=1)  # per photo
     assert rel.max() < 1e-4, rel
-    assert ex.head is features.load_classifier(real_weights)  # read once
+    assert ex.head is weights.load_classifier(real_weights)  # read once
 
 
-def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weights, tmp_path, photos):
+def test_a_scan_with_either_feature_reads_the_vectors_the_other_stored(real_weights, tmp_path, real_photos):
     from PIL import Image
 
     import novelfind
 
     root = tmp_path / "lib"
     root.mkdir()
-    for i, img in enumerate(photos[::2]):
+    for i, img in enumerate(real_photos[::2]):
         Image.fromarray(img).save(root / f"{i}.png")
     cache = tmp_path / "c.sqlite"
     first = novelfind.scan(root, 2, feature="logits", backend="torch", cache=cache)
     second = novelfind.scan(root, 2, feature="pooled", backend="torch", cache=cache)
     assert (first.counts.extracted, second.counts.extracted, second.counts.from_cache) == (6, 0, 6)
     assert first.features.shape == (6, 1000) and second.features.shape == (6, 1280)
-    classifier = features.load_classifier(real_weights)
+    classifier = weights.load_classifier(real_weights)
     np.testing.assert_allclose(classifier(second.features), first.features, rtol=1e-5, atol=1e-4)
     with novelfind.Cache.open(cache) as store:
         info = store.info()
@@ -284,7 +255,7 @@ def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
         (real_weights, list(want)),
         (tmp_path / "zip.pth", list(want)[:5] + ["classifier.1.bias"]),
     ):
-        got = features.read_weights(path)
+        got = weights.read_weights(path)
         assert list(got) == names
         for name in names:
             np.testing.assert_array_equal(got[name], want[name].numpy())
@@ -292,4 +263,4 @@ def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
     evil = tmp_path / "evil.pth"
     torch.save({"w": torch.zeros(2), "x": os.getcwd}, evil)  # a function: not a state dict
     with pytest.raises(pickle.UnpicklingError, match=r"unexpected \w+\.getcwd"):
-        features.read_weights(evil)
+        weights.read_weights(evil)

@@ -9,13 +9,13 @@ scan, which must rank or report every file once.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from conftest import child_env, rank_all_as_json
 from fuzzing import FORMATS, SUFFIX, cases, claimed_size_bombs
 from PIL import Image
 
@@ -28,17 +28,6 @@ FAKE_CLI = ROOT / "tests" / "fake_cli.py"
 CASES_PER_RUNNER = 1500
 WATCHDOG_S = 120  # a hang guard for one case; the slowest case takes well under a second
 PEAK_RSS_MB = 1024
-
-
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env.update(
-        PYTHONPATH=str(ROOT),
-        XDG_CACHE_HOME=str(tmp_path / "xdg"),
-        XDG_CONFIG_HOME=str(tmp_path / "cfg"),
-        PYTHONDONTWRITEBYTECODE="1",
-    )
-    return env
 
 
 @pytest.mark.slow
@@ -60,7 +49,7 @@ def test_thousands_of_fuzzed_files_decode_or_give_a_one_line_reason(tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=_env(tmp_path),
+            env=child_env(tmp_path, PYTHONDONTWRITEBYTECODE="1"),
         )
         for seed in (101, 202)
     }
@@ -104,25 +93,14 @@ def test_a_scan_of_fuzzed_files_ranks_or_reports_each_once(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(case.data)
         written.append(str(path))
-    args = [
-        "scan",
-        str(library),
-        "--k",
-        "1000",
-        "--dedup",
-        "0",
-        "--format",
-        "json",
-        "--cache",
-        str(tmp_path / "c.sqlite"),
-    ]
+    args = rank_all_as_json(library, "--cache", tmp_path / "c.sqlite")
     runs = []
     for _ in range(2):  # cold, then from the cache
         proc = subprocess.run(
             [sys.executable, str(FAKE_CLI), *args],
             capture_output=True,
             text=True,
-            env=_env(tmp_path),
+            env=child_env(tmp_path, PYTHONDONTWRITEBYTECODE="1"),
             timeout=900,
         )
         assert proc.returncode in (0, 3), proc.stderr[-3000:]

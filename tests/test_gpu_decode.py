@@ -1,6 +1,6 @@
-"""gpu_decode.py on the CPU: header checks, the device geometry against Pillow's, the fallback logic with a
-stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the pipeline's "gpu" and
-"auto" decoders.
+"""extract/decoders/gpu.py on the CPU: header checks, the device geometry against Pillow's, the fallback
+logic with a stand-in decoder (rejections, failing calls, non-JPEGs, orientation), and the "gpu" and "auto"
+decoders of ``novelfind.extract.decoders``.
 
 The real decoder (nvImageCodec on a GPU) is tested in test_cuda.py.
 """
@@ -17,8 +17,11 @@ import pytest
 import torch
 from PIL import Image
 
-from novelfind import decode, gpu_decode, pipeline
-from novelfind.gpu_decode import (
+from novelfind import decode
+from novelfind.extract import decoders, stage
+from novelfind.extract.decoders import gpu as gpu_decode
+from novelfind.extract.decoders import pillow
+from novelfind.extract.decoders.gpu import (
     DecodedBatch,
     GpuDecoder,
     GpuDecodeUnavailable,
@@ -30,7 +33,7 @@ from novelfind.gpu_decode import (
     orient,
     stack_pixels,
 )
-from novelfind.pipeline import extract
+from novelfind.extract.engines.local import extract
 
 
 def photo(w: int, h: int, seed: int = 0) -> np.ndarray:
@@ -327,7 +330,7 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
     got = list(fd.decode(paths))
     fd.close()
     assert [pos for pos, _ in got] == list(range(len(paths)))
-    cpu = [pipeline.decode_file(p, known) for p in paths]
+    cpu = [stage.decode_file(p, known) for p in paths]
     for (pos, (digest, pixels, reason)), (want_digest, want, want_reason) in zip(got, cpu, strict=True):
         name = Path(paths[pos]).name
         if want_digest is None:  # a failure: the same reason as the CPU path gives
@@ -367,7 +370,7 @@ def test_raw_files_go_through_libraw_in_the_file_decoder(tmp_path):
     fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend()))
     [(pos, (digest, pixels, reason))] = list(fd.decode([str(dng)]))
     fd.close()
-    want = pipeline.decode_file(str(dng), frozenset())
+    want = stage.decode_file(str(dng), frozenset())
     assert (digest, reason) == (want.digest, None) and fd.stats == {"pillow": 1}
     np.testing.assert_array_equal(pixels, want.pixels)
 
@@ -454,9 +457,9 @@ def test_auto_decodes_on_the_gpu_only_for_cuda_models(monkeypatch):
         return GpuDecoder(PillowBackend())
 
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", opening)
-    auto = pipeline.load(pipeline.DECODERS["auto"])
-    assert isinstance(auto(workers=0, window=1, extractor=TensorFake()), pipeline.ProcessDecoder)
-    assert isinstance(auto(workers=0, window=1, extractor=None), pipeline.ProcessDecoder)
+    auto = stage.load(decoders.DECODERS["auto"])
+    assert isinstance(auto(workers=0, window=1, extractor=TensorFake()), pillow.ProcessDecoder)
+    assert isinstance(auto(workers=0, window=1, extractor=None), pillow.ProcessDecoder)
     assert opened == []
     chosen = auto(workers=2, window=8, extractor=OnCuda())
     assert isinstance(chosen, GpuFileDecoder) and opened == ["cuda"]
@@ -466,11 +469,11 @@ def test_auto_decodes_on_the_gpu_only_for_cuda_models(monkeypatch):
 def test_missing_library_is_silent_and_a_broken_one_is_reported_once(monkeypatch):
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: False)
     seen: list[str] = []
-    auto = pipeline.load(pipeline.DECODERS["auto"])
+    auto = stage.load(decoders.DECODERS["auto"])
     assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
-                      pipeline.ProcessDecoder)
+                      pillow.ProcessDecoder)
     assert seen == []
-    gpu = pipeline.load(pipeline.DECODERS["gpu"])
+    gpu = stage.load(decoders.DECODERS["gpu"])
     with pytest.raises(GpuDecodeUnavailable, match="not installed"):
         gpu(workers=0, window=1, extractor=OnCuda())
 
@@ -480,7 +483,7 @@ def test_missing_library_is_silent_and_a_broken_one_is_reported_once(monkeypatch
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: True)
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", broken)
     assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
-                      pipeline.ProcessDecoder)
+                      pillow.ProcessDecoder)
     assert seen == ["GPU JPEG decoding unavailable (check decode failed: no nvJPEG); decoding on the CPU"]
 
 
@@ -489,9 +492,9 @@ def test_a_cpu_scan_does_not_import_torch_for_the_auto_decoder(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from novelfind import pipeline\n"
+    code = ("import sys; from novelfind.extract import decoders, stage\n"
             "class Model: device = 'cpu'\n"
-            "d = pipeline.load(pipeline.DECODERS['auto'])(workers=0, window=1, extractor=Model())\n"
+            "d = stage.load(decoders.DECODERS['auto'])(workers=0, window=1, extractor=Model())\n"
             "print(type(d).__name__, 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

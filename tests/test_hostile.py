@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from conftest import make_photo
+from conftest import child_env, make_photo, rank_all_as_json
 from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all, flat_png, forged_names, many_scans_jpeg
 
 from novelfind import decode
@@ -158,22 +158,8 @@ def test_peak_memory_of_one_decode_is_bounded(hostile, name, limit_mb):
 @pytest.mark.slow
 def test_a_scan_of_the_hostile_folder_ranks_every_photo(hostile, tmp_path):
     folder = next(iter(hostile.values())).path.parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOVELFIND_")}
-    env.update(
-        PYTHONPATH=str(ROOT), XDG_CACHE_HOME=str(tmp_path / "xdg"), XDG_CONFIG_HOME=str(tmp_path / "cfg")
-    )
-    args = [
-        "scan",
-        str(folder),
-        "--k",
-        "1000",
-        "--dedup",
-        "0",
-        "--format",
-        "json",
-        "--cache",
-        str(tmp_path / "c.sqlite"),
-    ]
+    env = child_env(tmp_path)
+    args = rank_all_as_json(folder, "--cache", tmp_path / "c.sqlite")
     proc = subprocess.run([sys.executable, str(FAKE_CLI), *args], capture_output=True, env=env, timeout=600)
     stderr = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 0, stderr

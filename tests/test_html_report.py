@@ -14,7 +14,8 @@ from PIL import Image, ImageDraw
 
 from novelfind import htmlreport as nfhtml
 from novelfind.errors import OutputError
-from novelfind.htmlreport import pca_2d, write_contact_sheet, write_html_report
+from novelfind.htmlreport import write_contact_sheet, write_html_report
+from novelfind.pca import map_2d
 from novelfind.report import Pick
 
 # --- fixtures ----------------------------------------------------------------------------------
@@ -84,7 +85,7 @@ def report_file(tmp_path: Path, library: list[Path]) -> Path:
     write_html_report(
         out,
         _picks(library, rows, [0, 1, 4]),
-        points2d=pca_2d(features),
+        points2d=map_2d(features),
         pick_indices=rows,
         paths=library,
         run=RUN,
@@ -104,13 +105,13 @@ def _reference_pca(x: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("dim", [40, 2100])  # covariance path, randomized path
-def test_pca_2d_matches_svd_up_to_sign(dim):
+def test_map_2d_matches_svd_up_to_sign(dim):
     rng = np.random.default_rng(1)
     # Clear structure: two strong directions plus noise.
     x = rng.standard_normal((120, dim)) * 0.1
     x[:, 0] += rng.standard_normal(120) * 5
     x[:, 1] += rng.standard_normal(120) * 3
-    got = pca_2d(x.astype(np.float32))
+    got = map_2d(x.astype(np.float32))
     want = _reference_pca(x)
     assert got.shape == (120, 2) and got.dtype == np.float32
     for c in range(2):
@@ -118,21 +119,21 @@ def test_pca_2d_matches_svd_up_to_sign(dim):
         assert abs(corr) > 0.999
 
 
-def test_pca_2d_is_deterministic_and_chunking_does_not_matter():
+def test_map_2d_is_deterministic_and_chunking_does_not_matter():
     x = np.random.default_rng(2).standard_normal((500, 30)).astype(np.float32)
-    a = pca_2d(x)
-    np.testing.assert_allclose(a, pca_2d(x.copy()), rtol=1e-5)
-    np.testing.assert_allclose(a, pca_2d(x, chunk=7), rtol=1e-4, atol=1e-4)
+    a = map_2d(x)
+    np.testing.assert_allclose(a, map_2d(x.copy()), rtol=1e-5)
+    np.testing.assert_allclose(a, map_2d(x, chunk=7), rtol=1e-4, atol=1e-4)
 
 
-def test_pca_2d_small_and_bad_inputs():
-    assert pca_2d(np.ones((1, 5), np.float32)).tolist() == [[0.0, 0.0]]
-    assert pca_2d(np.zeros((0, 5), np.float32)).shape == (0, 2)
-    assert pca_2d(np.ones((4, 1), np.float32)).shape == (4, 2)  # one feature: second axis zero
+def test_map_2d_small_and_bad_inputs():
+    assert map_2d(np.ones((1, 5), np.float32)).tolist() == [[0.0, 0.0]]
+    assert map_2d(np.zeros((0, 5), np.float32)).shape == (0, 2)
+    assert map_2d(np.ones((4, 1), np.float32)).shape == (4, 2)  # one feature: second axis zero
     with pytest.raises(ValueError, match=r"2-D \(N, M\), got shape \(5,\)"):
-        pca_2d(np.ones(5))
+        map_2d(np.ones(5))
     with pytest.raises(ValueError, match="NaN or inf"):
-        pca_2d(np.array([[1.0, np.nan], [2.0, 3.0]]))
+        map_2d(np.array([[1.0, np.nan], [2.0, 3.0]]))
 
 
 # --- HTML content --------------------------------------------------------------------------------

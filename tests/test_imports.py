@@ -1,8 +1,9 @@
 """Imports run one way: every module imports alone, and no two modules import each other.
 
 The graph is read from the source with ``ast``: every ``import`` (at the top, inside a function, under
-``TYPE_CHECKING``) and every ``"novelfind.module:attribute"`` string (the registries in ``pipeline``, which
-are imported when chosen) is an edge. The package itself (``__init__``) is left out as a target:
+``TYPE_CHECKING``) and every ``"novelfind.module:attribute"`` string (the registries ``DECODERS`` and
+``ENGINES`` in ``novelfind.extract``, which are imported when chosen) is an edge; the subpackages'
+modules are modules like the others. The package itself (``__init__``) is left out as a target:
 Python imports it before any of its modules, it imports none of them while it loads (its API is
 imported on first use), so ``from novelfind import __version__`` cannot close a cycle.
 """
@@ -26,10 +27,15 @@ REPO = PACKAGE.parent
 REGISTRY_ENTRY = re.compile(r"(novelfind(?:\.\w+)+):\w+")
 
 
+def _name(path: Path, package: Path) -> str:
+    """``extract/decoders/gpu.py`` -> ``novelfind.extract.decoders.gpu``; a package's ``__init__.py`` is
+    the package."""
+    parts = path.relative_to(package).with_suffix("").parts
+    return ".".join(("novelfind", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
 def module_names(package: Path = PACKAGE) -> list[str]:
-    return sorted(
-        "novelfind" if path.stem == "__init__" else f"novelfind.{path.stem}" for path in package.glob("*.py")
-    )
+    return sorted(_name(path, package) for path in package.rglob("*.py"))
 
 
 def _module_of(name: str, modules: set[str]) -> str | None:
@@ -65,8 +71,8 @@ def imports_of(path: Path, name: str, modules: set[str]) -> set[str]:
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     modules = set(module_names(package))
     graph = {}
-    for path in package.glob("*.py"):
-        name = "novelfind" if path.stem == "__init__" else f"novelfind.{path.stem}"
+    for path in package.rglob("*.py"):
+        name = _name(path, package)
         graph[name] = imports_of(path, name, modules)
     return graph
 
@@ -102,8 +108,10 @@ def test_the_graph_sees_registry_strings_function_imports_and_from_package_impor
 
 def test_no_import_cycle_in_the_package():
     graph = import_graph()
-    assert "novelfind.pipeline" in graph["novelfind.run"]  # the graph is read, not empty
-    assert {"novelfind.gpu_decode", "novelfind.engine_ray"} <= graph["novelfind.pipeline"]  # registries
+    assert "novelfind.extract.stage" in graph["novelfind.run"]  # the graph is read, not empty
+    # the registries' strings are edges
+    assert "novelfind.extract.decoders.gpu" in graph["novelfind.extract.decoders"]
+    assert "novelfind.extract.engines.ray" in graph["novelfind.extract.engines"]
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 

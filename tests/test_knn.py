@@ -130,10 +130,10 @@ def test_knn_scores_at_several_neighbour_counts_bound_then_exact():
 
 def _lower_space(x, dims):
     """Principal coordinates plus residual norm: distances there are at most those in x."""
-    from novelfind.pca import principal_space
+    from novelfind.pca import fit_space
 
-    proj, _, resid = principal_space(x, dims)
-    return np.hstack([proj, resid[:, None]])
+    space = fit_space(x, dims)
+    return np.hstack([space.proj, space.resid[:, None]])
 
 
 @pytest.mark.parametrize("block", [64, 500, 10_000])  # many blocks, a few, one block holding every row

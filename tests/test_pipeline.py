@@ -1,4 +1,5 @@
-"""pipeline.py: cache hits by stat and by digest, batching, failures, worker pool, interruption."""
+"""The extraction stage (novelfind.extract): cache hits by stat and by digest, batching, failures, worker
+pool, interruption."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from novelfind import decode, extraction, pipeline
+from novelfind import decode
 from novelfind.errors import CacheError
-from novelfind.pipeline import extract
+from novelfind.extract import decoders, stage
+from novelfind.extract.decoders import pillow
+from novelfind.extract.engines.local import extract
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,7 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     def no_read(path):
         raise AssertionError(f"read {path}")
 
-    monkeypatch.setattr(extraction, "read_any_for_model", no_read)
+    monkeypatch.setattr(stage, "read_any_for_model", no_read)
     model.calls = 0
     again = extract(files, model, cache, workers=2)
     assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)
@@ -176,7 +179,7 @@ def test_vectors_left_in_the_cache_read_back_as_the_kept_ones(tmp_path, monkeypa
 def test_stat_lookups_are_chunked(tmp_path, monkeypatch):
     files = make_library(tmp_path, 5)
     cache = DictCache()
-    monkeypatch.setattr(extraction, "STAT_CHUNK", 2)
+    monkeypatch.setattr(stage, "STAT_CHUNK", 2)
     extract(files, MeanColour(), cache, workers=0)
     assert cache.stat_calls == 3
 
@@ -215,7 +218,7 @@ def test_moved_and_touched_files_are_hashed_not_decoded(tmp_path, monkeypatch, w
     monkeypatch.setenv("NOVELFIND_TEST_DECODE_LOG", str(decoded))
     monkeypatch.setattr(decode, "_decode_bytes", logging_decode)
     if workers:  # the forkserver's workers import the test module's patch through this hook
-        monkeypatch.setattr(pipeline, "_mp_context", lambda: multiprocessing.get_context("fork"))
+        monkeypatch.setattr(pillow, "_mp_context", lambda: multiprocessing.get_context("fork"))
     model.images = 0
     res = extract(now, model, cache, workers=workers)
     assert decoded.read_text().split() == [new.path.name]  # only the new file was decoded
@@ -297,7 +300,7 @@ def test_decoder_window_bounds_work_in_flight(tmp_path, monkeypatch):
         def shutdown(self, wait=True, cancel_futures=False):
             pass
 
-    monkeypatch.setattr(pipeline.ProcessDecoder, "_start", lambda self: InlinePool())
+    monkeypatch.setattr(pillow.ProcessDecoder, "_start", lambda self: InlinePool())
     res = extract(files, MeanColour(), DictCache(), batch_size=4, workers=1)
     assert len(res.files) == 40
     assert state["max_open"] == max(2 * 4, 4 * 1)  # the window, not the library size
@@ -332,7 +335,7 @@ class InlineDecoder:
 
     def decode(self, paths):
         for i, p in enumerate(paths):
-            yield i, pipeline.decode_file(p, frozenset())
+            yield i, stage.decode_file(p, frozenset())
 
     def terminate(self):
         pass
@@ -343,7 +346,7 @@ class InlineDecoder:
 
 def test_another_decoder_plugs_in_by_name(tmp_path, monkeypatch):
     files = make_library(tmp_path, 5, bad=(1,))
-    monkeypatch.setitem(pipeline.DECODERS, "inline", f"{__name__}:InlineDecoder")
+    monkeypatch.setitem(decoders.DECODERS, "inline", f"{__name__}:InlineDecoder")
     InlineDecoder.made.clear()
     res = extract(files, MeanColour(), DictCache(), batch_size=2, workers=3, decoder="inline")
     reference = extract(files, MeanColour(), DictCache(), batch_size=2, workers=0)
@@ -368,5 +371,5 @@ def test_a_parent_owned_by_another_user_is_not_gone(monkeypatch):
     def refused(pid: int, sig: int) -> None:
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(pipeline.os, "kill", refused)
-    assert not pipeline._gone(os.getpid())  # running, not a zombie
+    monkeypatch.setattr(pillow.os, "kill", refused)
+    assert not pillow._gone(os.getpid())  # running, not a zombie

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -236,13 +238,13 @@ def test_candidates_ads_paper_widens_support_geometrically(monkeypatch):
     mask = np.zeros(2000, dtype=bool)
     mask[:1000] = True  # none of the outliers; the support first holds almost only non-candidates
     supports = []
-    real = rank_mod.method_scores
+    real = rank_mod.METHODS["ads-paper"]
 
-    def spy(xm, k, method, config, device=None, support=None):
+    def spy(xm, k, config, device=None, support=None):
         supports.append(support)
-        return real(xm, k, method, config, device, support=support)
+        return real.scorer(xm, k, config, device, support)
 
-    monkeypatch.setattr(rank_mod, "method_scores", spy)
+    monkeypatch.setitem(rank_mod.METHODS, "ads-paper", dataclasses.replace(real, scorer=spy))
     r = rank(x, 10, method="ads-paper", candidates=mask)
     assert len(r.indices) == 10 and mask[r.indices].all()
     assert supports[0] == 10  # same first support as without candidates
@@ -461,7 +463,8 @@ def test_library_scale_finds_every_planted_outlier(seed):
 def test_principal_space_and_its_lower_bound():
     rng = np.random.default_rng(0)
     x = (rng.normal(size=(3000, 40)) * np.r_[np.linspace(8, 5, 8), np.ones(32)]).astype(np.float32)
-    proj, var, resid = pca.principal_space(x, 8)
+    space = pca.fit_space(x, 8)
+    proj, var, resid = space.proj, space.var, space.resid
     c = x - x.mean(0)
     np.testing.assert_allclose((c * c).sum(1), (proj * proj).sum(1) + resid**2, rtol=1e-3)
     z = rank_mod.search_space(proj, resid)
@@ -474,7 +477,7 @@ def test_principal_space_and_its_lower_bound():
     part, var_s, _ = pca.principal_axes(x, 8, rows=pca.spread(3000, 1000))
     assert np.linalg.svd(full.T @ part, compute_uv=False).min() > 0.98  # cosines of the principal angles
     np.testing.assert_allclose(var_s, var, rtol=0.15)
-    proj_s, _, _ = pca.principal_space(x, 8, max_rows=1000)
+    proj_s = pca.fit_space(x, 8, max_rows=1000).proj
     np.testing.assert_allclose(proj_s, (x - x.mean(0)) @ part, rtol=1e-4, atol=1e-3)
 
 

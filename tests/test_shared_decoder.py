@@ -1,4 +1,4 @@
-"""pipeline.SharedDecoder and the "both" decoder on the CPU: two decoders fed from one queue, a stand-in
+"""stage.SharedDecoder and the "both" decoder on the CPU: two decoders fed from one queue, a stand-in
 taking the GPU's place. Same results in the same order as one decoder, failures reported once, both sides
 taking work, a failing side's files decoded by the other, Ctrl-C and close leaving nothing running."""
 
@@ -11,8 +11,11 @@ import threading
 import numpy as np
 import pytest
 
-from novelfind import gpu_decode, pipeline
-from novelfind.pipeline import ProcessDecoder, SharedDecoder, decode_file, extract
+from novelfind.extract import decoders, stage
+from novelfind.extract.decoders import gpu as gpu_decode
+from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.engines.local import extract
+from novelfind.extract.stage import SharedDecoder, decode_file
 from tests.test_pipeline import DictCache, MeanColour, make_library
 
 
@@ -101,7 +104,7 @@ def test_extract_with_both_reports_each_failure_once(tmp_path, monkeypatch):
         made.append(dec)
         return dec
 
-    monkeypatch.setitem(pipeline.DECODERS, "stand-in-both", f"{__name__}:_factory")
+    monkeypatch.setitem(decoders.DECODERS, "stand-in-both", f"{__name__}:_factory")
     monkeypatch.setattr(sys.modules[__name__], "_factory", both)
     failed: list = []
     progress: list[int] = []
@@ -189,7 +192,7 @@ def test_interrupt_stops_both_sides_and_the_workers(tmp_path, monkeypatch):
         made.append((dec, gpu))
         return dec
 
-    monkeypatch.setitem(pipeline.DECODERS, "stand-in-both", f"{__name__}:_factory")
+    monkeypatch.setitem(decoders.DECODERS, "stand-in-both", f"{__name__}:_factory")
     monkeypatch.setattr(sys.modules[__name__], "_factory", both)
     with pytest.raises(KeyboardInterrupt):
         extract(
@@ -252,9 +255,9 @@ def test_auto_without_workers_is_the_gpu_decoder_alone(monkeypatch):
     monkeypatch.setattr(
         gpu_decode, "open_gpu_decoder", lambda device, **kw: gpu_decode.GpuDecoder(PillowBackend())
     )
-    auto = pipeline.load(pipeline.DECODERS["auto"])
+    auto = stage.load(decoders.DECODERS["auto"])
     assert auto(workers=0, window=1, extractor=OnCuda()).shared is None
-    alone = pipeline.load(pipeline.DECODERS["gpu"])(workers=4, window=8, extractor=OnCuda())
+    alone = stage.load(decoders.DECODERS["gpu"])(workers=4, window=8, extractor=OnCuda())
     assert alone.shared is None
     shared_ = auto(workers=4, window=8, extractor=OnCuda())
     assert shared_.shared is not None and shared_.shared.decoders["cpu"].workers == 3

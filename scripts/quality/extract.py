@@ -36,7 +36,7 @@ def _net():
     import torchvision
     from torch import nn
 
-    from novelfind.features import IMAGENET_MEAN, IMAGENET_STD, resolve_weights
+    from novelfind.weights import MOBILENET_V2, resolve_weights
 
     class MultiNet(nn.Module):
         """uint8 (B, 224, 224, 3) -> logits (B, 1000), pooled (B, 1280), mid (B, 752)."""
@@ -45,8 +45,8 @@ def _net():
             super().__init__()
             self.features = model.features
             self.classifier = model.classifier
-            self.register_buffer("mean", torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255.0)
-            self.register_buffer("std", torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255.0)
+            self.register_buffer("mean", torch.tensor(MOBILENET_V2.transforms.mean).view(1, 3, 1, 1) * 255.0)
+            self.register_buffer("std", torch.tensor(MOBILENET_V2.transforms.std).view(1, 3, 1, 1) * 255.0)
 
         def forward(self, x):
             x = x.permute(0, 3, 1, 2).to(self.mean.dtype)
@@ -69,7 +69,7 @@ def _net():
 
 
 def model_path() -> Path:
-    from novelfind.features import WEIGHTS_SHA256
+    from novelfind.weights import WEIGHTS_SHA256
 
     tag = hashlib.sha1(f"{WEIGHTS_SHA256}-{MID_BLOCKS}-v1".encode()).hexdigest()[:10]
     return sources.data_dir() / "models" / f"mobilenet-multi-{tag}.onnx"
@@ -117,7 +117,7 @@ def _check_against_shipped(pix: np.ndarray, logits: np.ndarray, pooled: np.ndarr
 
 
 def cache_key() -> str:
-    from novelfind.decode import PREPROCESS_VERSION
+    from novelfind.weights import PREPROCESS_VERSION
 
     for p in sources.POOLS:  # pool indexes must exist for the fingerprint
         sources.pool(p)

@@ -57,7 +57,7 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
 
 
 def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
-    """The shipped default's score (``novelfind.ranking.default_scores``) with another share for its
+    """The ``ads`` method's score (``novelfind.ranking.ads_scores``) with another share for its
     density term: 1.0 is the default without its ADS term (the shipped density term alone, by the same
     code path as the default's at every N), 0.5 the default itself. The order is read as ``rank`` reads
     it (``novelfind.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
@@ -68,7 +68,7 @@ def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
         from novelfind.knn import certified_order
 
         x = np.ascontiguousarray(f[kind], dtype=np.float32)
-        sc = ranking.default_scores(x, k, ADSConfig(seed=seed), density_weight=density_weight)
+        sc = ranking.ads_scores(x, k, ADSConfig(seed=seed), density_weight=density_weight)
         if sc.exact is None:
             return _finish(np.asarray(sc.current(), dtype=np.float64), f, k, kind=kind)
         xn = _memo(f, ("l2n", kind), lambda: l2n(x))

@@ -1,34 +1,13 @@
-"""The extraction stage: feature vectors for a list of image files, from the cache where possible.
+"""The ``pillow`` decoder: files decoded with Pillow (and LibRaw for RAW files) in worker processes.
 
-Flow for a list of files (walk order):
-  1. stat lookup in the cache (path, size, mtime) in chunks: no image byte is read for a hit;
-  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes and
-     the model's input pixels (uint8 224x224x3), in input order, with a bounded window of files in
-     flight, so memory does not grow with the library;
-  3. a digest already in the cache (moved or renamed file) reuses its vector without inference;
-  4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
-     so an interrupted run loses at most the batch in flight.
-
-Two places take alternatives. ``DECODERS`` names the decoders (step 2): ``pillow`` decodes with Pillow in
-worker processes (:class:`ProcessDecoder`); ``gpu`` decodes JPEGs on the model's GPU with nvImageCodec and
-the rest with Pillow (``gpu_decode.GpuFileDecoder``, alone); ``auto``, the default, is the GPU decoder and
-Pillow processes at once, fed from one queue (:class:`SharedDecoder`: whichever is free takes the next
-files) when the model runs on CUDA and nvImageCodec is installed, else ``pillow``. Another decoder is a
-class (or factory) with the same constructor and the :class:`Decoder` methods. ``ENGINES`` names whole
-extraction stages: ``local`` is :func:`extract` on this machine; ``ray`` spreads decoding and the model
-over a Ray cluster (``novelfind.engine_ray.extract``). An engine that runs elsewhere is a function with
-:func:`extract`'s signature plus two keywords, ``address`` (where to run; None: the engine's default)
-and ``device`` (what its workers run the model on: ``auto``, ``cpu`` or ``cuda``); it drives a
-:class:`Stage` as :func:`extract` does, so lookups, commits, checks and callbacks are the same. Both
-registries hold "module:attribute" strings, imported only when chosen, so an engine's dependencies
-(Ray, say) stay optional. What the decoders and engines share with this module (:class:`Decoded`,
-:class:`FeatureStore`, :class:`Stage`, :func:`decode_file`) lives in ``extraction``, which imports none
-of them: no module imports one that imports it back.
+:class:`ProcessDecoder` reads each file once in a pool of processes and hands back, in input order, the
+digest of its bytes and the model's input pixels (``stage.decode_file``), with a bounded window of files
+in flight. A decode that runs past its time limit (``DECODE_TIMEOUT_S``) is stopped with its process and
+its file reported; the pool is started again. With no workers it decodes in the scanning process.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
 import signal
@@ -36,7 +15,7 @@ import threading
 import time
 import warnings
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures.process import BrokenProcessPool
@@ -44,46 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import decode, extraction
-from novelfind.extraction import (
-    Decoded,
-    Decoder,
-    Extraction,
-    FeatureStore,
-    OnFailure,
-    OnProgress,
-    OnWarning,
-    SharedDecoder,  # noqa: F401 - the decoders' shared queue, used from here by callers
-    Stage,
-    decode_file,
-)
-from novelfind.features import Extractor, available_cpus
+from novelfind import decode
+from novelfind.extract.stage import Decoded, decode_file, use_known
 from novelfind.lock import pid_alive
 
-POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
 # A decode in a worker process that runs longer than this is stopped and its file reported. The largest
 # image accepted (268 MP) decodes in under 10 s on one slow core; a decoder caught in a loop never ends.
 DECODE_TIMEOUT_S = 120.0
-
-DECODERS: dict[str, str] = {
-    "auto": "novelfind.pipeline:auto_decoder",
-    "pillow": "novelfind.pipeline:ProcessDecoder",
-    "gpu": "novelfind.gpu_decode:GpuFileDecoder",
-}
-ENGINES: dict[str, str] = {"local": "novelfind.pipeline:extract", "ray": "novelfind.engine_ray:extract"}
-
-
-def load(spec: str) -> Any:
-    """The object a ``DECODERS`` / ``ENGINES`` entry names ("package.module:attribute")."""
-    module, _, name = spec.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def default_workers() -> int:
-    """Decode processes: one per available core (inference runs in the parent and overlaps)."""
-    return available_cpus()
-
 
 # --------------------------------------------------------------------------- decoding in processes
 
@@ -108,7 +55,7 @@ def _worker_init(
     (SIGKILL gives the scan no chance to stop it).
     """
     global _STARTED
-    extraction.use_known(known)
+    use_known(known)
     _STARTED = started
     if pixel_budget is not None:  # the scan's, set in its process: a worker starts with the default
         decode.set_pixel_budget(pixel_budget)
@@ -150,7 +97,7 @@ def _mp_context():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     # the server imports the decoder once; every worker forks from it warm
-    ctx.set_forkserver_preload(["__main__", "novelfind.pipeline"])
+    ctx.set_forkserver_preload(["__main__", "novelfind.extract.decoders.pillow"])
     return ctx
 
 
@@ -326,109 +273,3 @@ class ProcessDecoder:
             self.pool = None
 
 
-# --------------------------------------------------------------------------- several decoders at once
-
-
-# --------------------------------------------------------------------------- the stage
-
-
-def auto_decoder(
-    workers: int = 0,
-    window: int = 1,
-    known: frozenset[str] = frozenset(),
-    extractor: Any = None,
-    on_warning: OnWarning | None = None,
-    **context: Any,
-) -> Decoder:
-    """The "auto" decoder: when ``extractor`` runs on CUDA and nvImageCodec is installed, the GPU decoder
-    sharing the work with Pillow processes (``gpu_decode.both_decoder``; the GPU decoder alone when
-    ``workers`` is 0: few files to decode), else Pillow in worker processes (:class:`ProcessDecoder`).
-
-    Without the library (an optional extra) this is silent; a library that fails its start-up check is
-    reported once through ``on_warning`` and the scan decodes on the CPU. A CPU model never imports
-    ``gpu_decode`` (nor torch through it).
-    """
-    timeout = context.get("timeout")
-    if str(getattr(extractor, "device", "cpu")).startswith("cuda"):
-        from novelfind import gpu_decode
-
-        if gpu_decode.library_installed():
-            try:
-                if workers > 0:  # GPU and Pillow processes at once: whichever is free takes the next files
-
-                    def cpu(n: int) -> ProcessDecoder:
-                        return ProcessDecoder(n, max(1, window), known, timeout=timeout)
-
-                    return gpu_decode.both_decoder(workers, window, known, extractor, on_warning, cpu=cpu)
-                return gpu_decode.GpuFileDecoder(workers, window, known, extractor, on_warning)
-            except gpu_decode.GpuDecodeUnavailable as e:
-                message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
-                if on_warning is not None:
-                    on_warning(message)
-                else:
-                    warnings.warn(message, RuntimeWarning, stacklevel=2)
-    return ProcessDecoder(workers, window, known, timeout=timeout)
-
-
-def extract(
-    files: Iterable[Any],
-    extractor: Extractor,
-    cache: FeatureStore,
-    *,
-    batch_size: int = 32,
-    workers: int | None = None,
-    decoder: str = "auto",
-    on_progress: OnProgress | None = None,
-    on_failure: OnFailure | None = None,
-    on_warning: OnWarning | None = None,
-    keep_vectors: bool = True,
-    decode_timeout: float | None = None,
-) -> Extraction:
-    """Feature vectors for ``files`` (ImageFile records), from the cache where possible.
-
-    ``extractor``: the model, uint8 (B, 224, 224, 3) -> float32 (B, extractor.dim); the package's store
-    their ``encode`` output (the pooled vector) and give ``features`` through their ``head`` (logits,
-    say), as :class:`extraction.Stage` says. ``workers``:
-    decode processes (None = one per core, 0 = decode in this process). ``decoder``: a ``DECODERS``
-    name. Bad files are reported through ``on_failure(path, reason)`` as they happen and listed in
-    ``failures``; they are never cached. ``on_progress(done, total)`` follows the files resolved
-    (found, extracted or failed). KeyboardInterrupt stops the workers and propagates; batches already
-    written stay in the cache. A cache that cannot be written (disk full, I/O error) is reported once
-    through ``on_warning`` and the scan goes on without storing more.
-
-    ``keep_vectors`` False: for a library whose N x dim matrix should not sit in memory. The vectors
-    go to the cache only (``features`` is None); a file the cache has is checked without reading its
-    vector (``has_many_by_stat``). The caller reads them back from the cache, in chunks
-    (through ``extraction.featured(store, extractor)``, which applies the ``head``).
-
-    ``decode_timeout``: seconds a decoding process may spend on one file (None: ``DECODE_TIMEOUT_S``).
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if workers is not None and workers < 0:
-        raise ValueError(f"workers must be >= 0, got {workers}")
-    if decoder not in DECODERS:
-        raise ValueError(f"unknown decoder {decoder!r}; choose from {', '.join(DECODERS)}")
-    stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
-    misses = stage.stat_hits()
-    settle = getattr(extractor, "settle", None)  # a device chosen by the work at hand (``--device auto``)
-    if settle is not None:
-        settle(len(misses))
-    if misses:
-        start_loading = getattr(extractor, "start_loading", None)  # the model loads while decoding starts
-        if start_loading is not None:
-            start_loading()
-        if workers is None:
-            workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
-        window = max(2 * batch_size, 4 * max(workers, 1))
-        limit = {} if decode_timeout is None else {"timeout": decode_timeout}
-        decoding = load(DECODERS[decoder])(
-            workers=workers,
-            window=window,
-            known=cache.known_digests(),
-            extractor=extractor,
-            on_warning=on_warning,
-            **limit,
-        )
-        stage.run(misses, decoding)
-    return stage.result()

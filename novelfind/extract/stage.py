@@ -1,14 +1,16 @@
 """What the extraction stage's parts share: the result types, the store and decoder protocols, one
 file's decode, and :class:`Stage`, the state of one extraction.
 
-``pipeline`` drives a :class:`Stage` on this machine (its decoders and :func:`pipeline.extract`);
-``gpu_decode`` and ``engine_ray`` build on the same pieces. They all import this module and none of them
-imports another, so the registries in ``pipeline`` (names to "module:attribute" strings) can point at
-any of them without an import cycle. The flow itself is described in ``pipeline``.
+Every engine (``engines.local``, ``engines.ray``) drives a :class:`Stage`; the decoders
+(``decoders.pillow``, ``decoders.gpu``) build on the same pieces. They all import this module and it
+imports none of them, so the registries (``decoders.DECODERS``, ``engines.ENGINES``: names to
+"module:attribute" strings, :func:`load`) can point at any of them without an import cycle. The flow
+itself is described in ``novelfind.extract``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 import warnings
@@ -24,6 +26,7 @@ from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor
 from novelfind.raw import read_any_for_model
+from novelfind.sources import STREAM_CHUNK, ChunkedSource
 from novelfind.walk import FileList
 
 STAT_CHUNK = 2048  # files per cache stat lookup
@@ -102,6 +105,22 @@ class FeatureStore(Protocol):
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
     def known_digests(self) -> frozenset[str]: ...
     def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
+
+
+def load(spec: str) -> Any:
+    """The object a ``DECODERS`` / ``ENGINES`` entry names ("package.module:attribute")."""
+    module, _, name = spec.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def stored_source(store: FeatureStore, files: FileList, chunk: int = STREAM_CHUNK) -> ChunkedSource:
+    """The vectors of ``files`` as ``store`` keeps them, read in chunks: what the ranking
+    and the report's map read when a library's vectors stay in the cache."""
+    return ChunkedSource(
+        chunks=lambda: store.rows_by_stat(files, chunk),
+        take=lambda rows: np.concatenate(list(store.rows_by_stat(files.take(rows), chunk))),
+        n=len(files),
+    )
 
 
 _KNOWN: frozenset[str] = frozenset()  # in a decode worker: digests the cache already has vectors for

@@ -3,7 +3,7 @@
 The driver (the process running the scan) walks the library and looks every file up in its cache exactly
 as with the local engine; only the files the cache lacks are handed to ``RayEngine.run``. Ray Data runs
 them through a pool of actors (``map_batches`` with a callable class that holds the model), each actor
-reads its files, decodes them with ``extraction.decode_file`` (the local engine's own function, so an
+reads its files, decodes them with ``stage.decode_file`` (the local engine's own function, so an
 unreadable file gets the same reason) and runs the model on the batch. Results stream back to the
 driver block by block (``iter_batches``), so the driver can commit every batch to its cache as it
 arrives: one writer, and no SQLite over a network file system.
@@ -91,7 +91,7 @@ class ResultBatch:
     - unreadable: ``digests[i]`` is None and ``reasons[i]`` says why, word for word what the local engine
       says.
 
-    Vectors are as the model produced them, the pooled vectors the cache keeps (``extraction.Stage`` makes
+    Vectors are as the model produced them, the pooled vectors the cache keeps (``stage.Stage`` makes
     the feature asked for from them): the driver applies the same finite-values check to them as to a
     local batch.
     """
@@ -151,7 +151,8 @@ def _worker_extractor(spec: _ModelSpec):
     """The extractor a worker runs: the package's own classes on node-local copies of the shipped files."""
     import ray
 
-    from novelfind.features import WEIGHTS_FILE, OnnxExtractor, TorchExtractor
+    from novelfind.features import OnnxExtractor, TorchExtractor
+    from novelfind.weights import WEIGHTS_FILE
 
     base = Path(tempfile.gettempdir()) / NODE_DIR
     weights = base / WEIGHTS_FILE
@@ -183,7 +184,7 @@ class _ExtractWorker:
         self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
 
     def _read(self, raw: bytes):
-        from novelfind.extraction import decode_file
+        from novelfind.extract.stage import decode_file
 
         return decode_file(os.fsdecode(raw), self.known)
 
@@ -348,7 +349,7 @@ class RayEngine:
         stall_timeout: float = STALL_TIMEOUT_S,
         model_cache_dir: Path | None = None,
     ):
-        from novelfind.features import FEATURE_DIMS, POOLED_DIM, model_key_for
+        from novelfind.weights import FEATURE_DIMS, POOLED_DIM, model_key_for
 
         if feature not in FEATURE_DIMS:
             raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
@@ -399,7 +400,7 @@ class RayEngine:
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
             if not joining:
-                from novelfind.features import available_cpus
+                from novelfind.devices import available_cpus
 
                 with _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
                     ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
@@ -467,7 +468,8 @@ class RayEngine:
         """Verify the weights, export + verify the ONNX graph here, and put the bytes in the object store."""
         if self._spec is not None:
             return self._spec
-        from novelfind.features import OnnxExtractor, resolve_weights, sha256_file
+        from novelfind.features import OnnxExtractor
+        from novelfind.weights import resolve_weights, sha256_file
 
         ray = self._ray
         device, actors, cpus, gpus = self._plan()
@@ -587,10 +589,10 @@ def extract(
     device: str = "auto",
     keep_vectors: bool = True,
 ) -> Any:
-    """The ``ray`` engine of ``pipeline.ENGINES``: ``pipeline.extract`` with decoding and the model on a
+    """The ``ray`` engine of ``engines.ENGINES``: ``local.extract`` with decoding and the model on a
     Ray cluster.
 
-    The driver does what the local engine does (``extraction.Stage``): the stat lookup in the cache, the
+    The driver does what the local engine does (``stage.Stage``): the stat lookup in the cache, the
     digests the cache knows, the finite-values check, ``on_failure`` / ``on_progress``, and one cache
     transaction per batch as the batches come back; only the files the cache lacks go to the cluster.
     ``extractor`` is the driver's (never called): it names the model (``feature``, ``weights``,
@@ -601,7 +603,7 @@ def extract(
     ``ClusterError``; KeyboardInterrupt stops the run, and every batch committed before it stays in the
     cache.
     """
-    from novelfind.extraction import Stage
+    from novelfind.extract.stage import Stage
 
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

@@ -26,8 +26,8 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
-For the extraction pipeline (``pipeline.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder (the GPU
-decoder alone); the default "auto" one (``pipeline.auto_decoder``), when the model runs on CUDA and
+For the extraction pipeline (``decoders.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder (the GPU
+decoder alone); the default "auto" one (``decoders.auto_decoder``), when the model runs on CUDA and
 nvImageCodec is installed, is the GPU decoder and Pillow processes at once (``both_decoder``: one queue,
 whichever is free takes the next files, so the scan can pass the GPU decoder alone).
 torch is imported only where a GPU path runs, so the "auto" choice costs a CPU scan nothing. Everything
@@ -63,9 +63,9 @@ from novelfind.decode import (
     read_bytes,
     resized_geometry,
 )
+from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
-from novelfind.extraction import Decoded, Decoder, SharedDecoder, guarded
-from novelfind.features import available_cpus
+from novelfind.extract.stage import Decoded, Decoder, SharedDecoder, guarded
 from novelfind.raw import model_input_any
 
 if TYPE_CHECKING:
@@ -584,12 +584,12 @@ def self_check(gpu: GpuDecoder) -> None:
 
 
 def _pillow_task(data: bytes, name: str) -> Decoded:
-    """The CPU path on bytes already read (reasons as in ``extraction.decode_file``); never raises."""
+    """The CPU path on bytes already read (reasons as in ``stage.decode_file``); never raises."""
     return guarded(lambda: (file_digest(data), model_input_any(data, name)))  # a RAW file through LibRaw
 
 
 class GpuFileDecoder:
-    """The pipeline's "gpu" decoder (``extraction.Decoder``): JPEGs decoded on the model's GPU, the rest by
+    """The pipeline's "gpu" decoder (``stage.Decoder``): JPEGs decoded on the model's GPU, the rest by
     Pillow; ``decode(paths)`` yields ``(position, Decoded)`` in input order.
 
     Pixels decoded on the GPU stay there (a (224, 224, 3) uint8 tensor; ``stack`` makes the batch on the
@@ -765,7 +765,7 @@ def both_decoder(
     gpu: GpuDecoder | None = None,
     **context: Any,
 ) -> GpuFileDecoder:
-    """The GPU decoder and ``cpu(n)``, a CPU decoder of n processes (``pipeline.ProcessDecoder``), at once,
+    """The GPU decoder and ``cpu(n)``, a CPU decoder of n processes (``pillow.ProcessDecoder``), at once,
     with n = ``workers - 1``: one core is left to the GPU side's reading threads and the model's thread.
     Raises GpuDecodeUnavailable when GPU decoding cannot run (before any process is made)."""
     threads = workers or available_cpus()
