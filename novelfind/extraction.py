@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from novelfind import video
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor
 from novelfind.raw import read_any_for_model
@@ -45,6 +46,7 @@ class Extraction:
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
     from_cache: int = 0  # vectors found by stat or by digest
     extracted: int = 0  # vectors made by the model in this run
+    clips: dict[Path, video.ClipInfo] = field(default_factory=dict)  # the clips among ``files``, by path
 
 
 class Decoded(NamedTuple):
@@ -113,11 +115,13 @@ def use_known(known: frozenset[str]) -> None:
 
 
 def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
-    """Read and decode one file for the model; never raises for a bad file.
+    """Read and decode one file for the model; never raises for a bad file. A clip's pixels are a
+    :class:`video.ClipFrames` (several frames), a photo's one uint8 (224, 224, 3) array.
 
     ``known`` defaults to the set the worker process was started with.
     """
-    return guarded(lambda: read_any_for_model(path, _KNOWN if known is None else known))  # RAW or not
+    read = video.read_clip_for_model if video.is_clip_name(path) else read_any_for_model  # RAW or not
+    return guarded(lambda: read(path, _KNOWN if known is None else known))
 
 
 def guarded(decode: Callable[[], tuple[str, Any]]) -> Decoded:
@@ -177,6 +181,7 @@ class Stage:
         self.cache_writable = True
         self.reported = 0  # files resolved when progress was last reported
         self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
+        self.clips = video.ClipBook(self.files)
 
     # -- step 1: stat hits
 
@@ -193,6 +198,10 @@ class Stage:
             for j, vec in enumerate(self.cache.get_many_by_stat(chunk)):
                 if self._fits(vec):
                     self._fill(start + j, vec)
+        stale = self.clips.stale(self.cache, self.done)  # read under another frame rule: read again
+        if stale:
+            self.done[stale] = False
+            self._warn(video.stale_note(len(stale)))
         self.from_cache = int(self.done.sum())
         self.progress()
         misses = np.flatnonzero(~self.done).tolist()
@@ -265,6 +274,10 @@ class Stage:
             if decoded.digest is None:
                 self.fail(i, decoded.reason or "cannot decode")
                 return
+        if isinstance(decoded.pixels, video.ClipFrames):  # a clip's frames: a batch of their own
+            encode = lambda frames: self.encode(self.stack(list(frames)))  # noqa: E731
+            self.take_vector(i, decoded.digest, self.clips.take(i, decoded.digest, decoded.pixels, encode))
+            return
         self.batch.append((i, decoded.digest, decoded.pixels))
         if len(self.batch) >= self.batch_size:
             self._flush()
@@ -324,6 +337,7 @@ class Stage:
             return
         try:
             self.cache.put_many(rows)
+            self.clips.write(self.cache)
         except CacheError as err:
             self.cache_writable = False
             self._warn(f"{err}; going on without caching")
@@ -365,6 +379,7 @@ class Stage:
             failures=[(self.files[i].path, self.reasons[i]) for i in sorted(self.reasons)],
             from_cache=self.from_cache,
             extracted=self.extracted,
+            clips=self.clips.result(self.cache, keep),
         )
 
 

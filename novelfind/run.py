@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import features, ranking, walk
+from novelfind import features, ranking, video, walk
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extraction import featured
@@ -240,6 +240,11 @@ class _Scan:
             )
             if photos:
                 self.warn(message)
+        photos, clips_note = video.readable_clips(photos)
+        if clips_note:
+            message = f"{message}; {clips_note}" if message else clips_note
+            if photos:
+                self.warn(clips_note)
         if not photos:
             where = ", ".join(str(path) for path in p.paths)
             raise NovelfindError(f"no images found in {where}" + (f" ({message})" if message else ""))

@@ -8,7 +8,8 @@ What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode
 and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
 next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
 LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
-out (``run.py``), with one warning that says how many and how to read them.
+out (``run.py``), with one warning that says how many and how to read them. Clips
+(``video.VIDEO_EXTENSIONS``) are offered too, and left out the same way where PyAV is missing.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from novelfind.decode import IMAGE_EXTENSIONS
 from novelfind.errors import InputError
 from novelfind.raw import RAW_EXTENSIONS
+from novelfind.video import VIDEO_EXTENSIONS
 
 OnError = Callable[[Path, str], None]
 
@@ -41,7 +43,7 @@ class ImageFile:
     mtime_ns: int  # st_mtime_ns
 
 
-WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
+WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS | VIDEO_EXTENSIONS
 
 
 class FileList(Sequence[ImageFile]):
