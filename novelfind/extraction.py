@@ -201,7 +201,7 @@ class Stage:
         stale = self.clips.stale(self.cache, self.done)  # read under another frame rule: read again
         if stale:
             self.done[stale] = False
-            self._warn(video.stale_note(len(stale)))
+            self.warn(video.stale_note(len(stale)))
         self.from_cache = int(self.done.sum())
         self.progress()
         misses = np.flatnonzero(~self.done).tolist()
@@ -223,7 +223,7 @@ class Stage:
                 if key in held:
                     self.cache.upgrade(key)
         except CacheError as err:
-            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+            self.warn(f"{err}; its vectors of an earlier version are left as they are")
             return []
         return [key for key in former.other if key in held]
 
@@ -239,9 +239,9 @@ class Stage:
             for key in keys:
                 self.cache.drop_model(key)
         except CacheError as err:
-            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+            self.warn(f"{err}; its vectors of an earlier version are left as they are")
         if again:
-            self._warn(
+            self.warn(
                 f"{again:,} photo{'s are' if again != 1 else ' is'} extracted again: the cache held "
                 "only their classifier output, and novelfind now keeps the pooled vector (one per photo)"
             )
@@ -340,9 +340,10 @@ class Stage:
             self.clips.write(self.cache)
         except CacheError as err:
             self.cache_writable = False
-            self._warn(f"{err}; going on without caching")
+            self.warn(f"{err}; going on without caching")
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """One line through ``on_warning`` (a Python warning without it)."""
         if self.on_warning is not None:
             self.on_warning(message)
         else:

@@ -210,6 +210,7 @@ class _Scan:
             files=extraction.files,
             features=extraction.features,
             sidecars=sidecars,
+            clips=extraction.clips,
         )
 
     # -- find, look up, extract
@@ -325,7 +326,7 @@ class _Scan:
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.projection = result.map2d
         self.progress("rank", 1, 1)
-        return picks_of(result, files, read), int(result.duplicates_dropped)
+        return picks_of(result, files, read, extraction.clips), int(result.duplicates_dropped)
 
     def solver_device(self, photos: int) -> str:
         """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model

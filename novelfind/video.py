@@ -64,7 +64,7 @@ class ClipInfo:
     duration: float  # seconds
     times: tuple[float, ...]  # seconds from the start, ascending
     moment: int
-    rule: str = RULE
+    rule: str
 
     @property
     def moment_time(self) -> float:
@@ -87,7 +87,7 @@ class ClipFrames:
     duration: float
 
     def info(self, moment: int) -> ClipInfo:
-        return ClipInfo(self.duration, self.times, moment)
+        return ClipInfo(self.duration, self.times, moment, RULE)
 
 
 def is_clip_name(path: str | os.PathLike[str]) -> bool:
@@ -387,6 +387,21 @@ class ClipBook:
             if i in self.infos:
                 out[self.files[i].path] = self.infos[i]
         return out
+
+
+def photos_only(files: Any, misses: list[int], engine: str) -> tuple[list[int], str]:
+    """The ``misses`` (indices into ``files``) that are photos, and the one line that says how many clips
+    ``engine`` leaves out ("" when none): an engine that reads photos only (decodes no clip) refuses them
+    this way, and ranks the photos and the clips it finds in the cache."""
+    clips = set(clip_rows(files)).intersection(misses)
+    if not clips:
+        return misses, ""
+    n = len(clips)
+    note = (
+        f"{n:,} clip{'s' if n != 1 else ''} left out: {engine} reads photos only "
+        "(scan clips with --engine local)"
+    )
+    return [i for i in misses if i not in clips], note
 
 
 def stale_note(n: int) -> str:
