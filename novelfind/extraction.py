@@ -312,7 +312,7 @@ class Stage:
         """File i has bytes whose vector the cache holds (a moved, renamed or touched file): reuse it and
         record it under the file's new path at the next commit. False when the cache lacks it."""
         known = self.cache.get_many_by_digest([digest])[0]
-        if not self._fits(known):
+        if not self._fits(known) or not self.clips.current(i, digest, self.cache):
             return False
         self._fill(i, known)
         self.from_cache += 1

@@ -619,7 +619,7 @@ class GpuFileDecoder:
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
-        self.stats: Counter[str] = Counter()  # gpu / pillow / known / clip / failed (/ cpu: the shared processes')
+        self.stats: Counter[str] = Counter()  # gpu / pillow / known / clip / failed (/ cpu)
         self.shared: SharedDecoder | None = None
 
     def share_with(

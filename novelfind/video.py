@@ -20,8 +20,9 @@ moment among ordinary frames is that moment. docs/video.md has the measurement b
 
 Identity. A clip's digest is made from its size and samples of its bytes (the first and last MiB and
 ``SAMPLES`` blocks between), not from every byte, so a moved or renamed 2 GB clip is recognised after
-reading about 3 MB. The rule is part of the digest: a clip read under another rule is not reused
-by its bytes, and the cache's record of the rule (``ClipInfo.rule``) tells a stat hit from a stale one.
+reading about 3 MB; the cache and the ignore list know a clip by it, as they know a photo by the digest
+of all its bytes. The cache keeps, beside a clip's vector, the rule that made it (``ClipInfo.rule``): a
+vector made under another rule is not reused, whether the clip is found by its path or by its bytes.
 
 PyAV (``pip install 'novelfind[video]'``) is imported only when a clip is decoded.
 """
@@ -104,8 +105,8 @@ def available() -> bool:
 
 
 def clip_digest(path: str | os.PathLike[str]) -> str:
-    """The clip's content identity: blake2b-128 of its size, rule, first and last MiB and ``SAMPLES``
-    evenly spaced 64 KiB blocks. Raises DecodeError when it cannot be read."""
+    """The clip's content identity: blake2b-128 of its size, first and last MiB and ``SAMPLES`` evenly
+    spaced 64 KiB blocks (all of a small clip). Raises DecodeError when it cannot be read."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
@@ -118,7 +119,7 @@ def clip_digest(path: str | os.PathLike[str]) -> str:
         if size == 0:
             raise DecodeError("empty file")
         h = hashlib.blake2b(digest_size=16, person=b"novelfind-clip")
-        h.update(f"{size}:{RULE}:".encode())
+        h.update(f"{size}:".encode())
         if size <= 2 * HEAD_BYTES + SAMPLES * SAMPLE_BYTES:
             h.update(_read_at(fd, 0, size))
         else:
@@ -335,6 +336,7 @@ class ClipBook:
     def __init__(self, files: Any) -> None:
         self.files = files
         self.rows = clip_rows(files)  # file indices
+        self.rowset = frozenset(self.rows)
         self.infos: dict[int, ClipInfo] = {}  # file index -> record, for the clips read in this run
         self.pending: list[tuple[str, str]] = []  # (digest, record) for the next commit
 
@@ -361,6 +363,18 @@ class ClipBook:
         self.infos[i] = info
         self.pending.append((digest, info_to_text(info)))
         return vector
+
+    def current(self, i: int, digest: str, store: Any) -> bool:
+        """Whether file i's vector found by its bytes (``digest``) may be reused: always for a photo; for a
+        clip when the store's record says it was made under this rule (the record is kept for the result)."""
+        if i not in self.rowset:
+            return True
+        get = getattr(store, "get_clips", None)
+        info = info_from_text(get([digest])[0]) if get is not None else None
+        if info is None or info.rule != RULE:
+            return False
+        self.infos[i] = info
+        return True
 
     def write(self, store: Any) -> None:
         """Write the waiting records to ``store`` (after their vectors: a record without its vector is

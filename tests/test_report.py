@@ -16,7 +16,6 @@ from PIL import Image
 
 from novelfind import report
 from novelfind.errors import OutputError
-from novelfind.video import ClipInfo
 from novelfind.report import (
     MANIFEST_NAME,
     Pick,
@@ -28,6 +27,7 @@ from novelfind.report import (
     unescape_field,
     write_atomic,
 )
+from novelfind.video import ClipInfo
 
 MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
 

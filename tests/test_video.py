@@ -6,20 +6,25 @@ Every clip is made here with PyAV (tests/clips.py), 96 x 64 to 320 x 240, one to
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 from pathlib import Path
 
+import av
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from clips import flat, pan, write_audio_only, write_clip
 from conftest import FakeExtractor, make_photo
+from PIL import Image
 from stalling import StallingDecoder
 
 import novelfind
 from novelfind import pipeline, video
 from novelfind.cache import FeatureCache
+from novelfind.cli import cli
 from novelfind.errors import DecodeError
 from novelfind.extraction import decode_file
 from novelfind.walk import FileList, walk
@@ -69,10 +74,14 @@ def test_a_rotated_clip_is_turned_upright(tmp_path, rotation, size):
 
 @pytest.mark.parametrize(
     "codec, pix_fmt, name",
-    [("libx265", "yuv420p10le", "hdr.mp4"), ("ffv1", "yuv420p10le", "ten_bit.mkv"), ("mpeg4", "yuv420p", "old.avi")],
+    [
+        ("libx265", "yuv420p10le", "hdr.mp4"),
+        ("ffv1", "yuv420p10le", "ten_bit.mkv"),
+        ("mpeg4", "yuv420p", "old.avi"),
+    ],
 )
 def test_ten_bit_and_other_codecs_become_8_bit_rgb(tmp_path, codec, pix_fmt, name):
-    if codec not in __import__("av").codecs_available:
+    if codec not in av.codecs_available:
         pytest.skip(f"this PyAV has no {codec} encoder")  # the wheels bundle it; a system FFmpeg may not
     clip = write_clip(tmp_path / name, [flat(RED, (96, 64), seed=i) for i in range(20)], codec=codec,
                       pix_fmt=pix_fmt)
@@ -224,7 +233,7 @@ def test_without_pyav_clips_are_counted_named_and_the_photos_ranked(tmp_path, fa
     assert all(p.path not in clips.values() for p in result.picks)
 
 
-def test_a_library_of_clips_alone_without_pyav_is_an_error_that_says_why(tmp_path, fake_extractor, monkeypatch):
+def test_clips_alone_without_pyav_are_an_error_that_says_why(tmp_path, fake_extractor, monkeypatch):
     write_clip(tmp_path / "lib" / "a.mp4", pan(BLUE))
     monkeypatch.setattr(video, "available", lambda: False)
     with pytest.raises(novelfind.NovelfindError, match=r"novelfind\[video\]"):
@@ -242,3 +251,48 @@ def test_a_clip_that_hangs_its_decoder_is_stopped_and_the_scan_goes_on(tmp_path,
                             on_failure=lambda p, r: failed.append((p, r)))
     assert failed == [(stuck, "decoding took longer than 8 s; stopped")]
     assert len(result.files) == 15
+
+
+# --------------------------------------------------------------------------- clips in the outputs
+
+
+def test_every_output_knows_a_clip(tmp_path, fake_extractor):
+    """The list, JSON, the HTML report and the contact sheet (a poster at the moment, marked), --copy-to,
+    the XMP sidecar as digiKam and darktable name it, and the ignore list (by content)."""
+    clips = _library(tmp_path / "lib")
+    out = tmp_path / "out"
+    args = ["scan", str(tmp_path / "lib"), "--k", "2", "--no-cache", "--format", "json",
+            "--report", str(out / "r.html"), "--contact-sheet", str(out / "sheet.png"),
+            "--copy-to", str(out / "picks"), "--xmp", "--ignore-file", str(tmp_path / "ignored.json")]
+    out.mkdir()
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    first = json.loads(result.stdout)["picks"][0]
+    assert (first["path"], first["kind"]) == (str(clips["moment"]), "clip")
+    assert 1.0 <= first["clip"]["moment"] < 1.5 and first["clip"]["duration"] == pytest.approx(3.0, abs=0.05)
+    assert first["clip"]["moment"] in first["clip"]["frame_times"]
+    html = (out / "r.html").read_text()
+    assert html.count("▶ clip, moment at 0:01") == 1 and "cannot read" not in html
+    # the contact sheet shows the clip's red moment, not its blue start
+    sheet = np.asarray(Image.open(out / "sheet.png").convert("RGB"), np.int32)
+    cell = sheet[8:200, 8:200].reshape(-1, 3).mean(axis=0)
+    assert cell[0] > cell[2], cell
+    assert (out / "picks" / "001_moment.mp4").read_bytes() == clips["moment"].read_bytes()
+    sidecar = clips["moment"].with_name("moment.mp4.xmp")
+    assert sidecar.exists() and b"novel" in sidecar.read_bytes()
+    # on the ignore list by content: moved and renamed, it is still never picked
+    novelfind.IgnoreList(tmp_path / "ignored.json").add([clips["moment"]])
+    moved = clips["moment"].rename(tmp_path / "lib" / "clips" / "renamed.MOV")
+    later = novelfind.scan(tmp_path / "lib", k=3, cache=False, ignore_file=tmp_path / "ignored.json")
+    assert moved not in {p.path for p in later.picks} and later.counts.ignored == 1
+
+
+def test_an_engine_that_reads_photos_only_leaves_clips_out_in_one_line(tmp_path):
+    clips = _library(tmp_path / "lib")
+    files = FileList(walk([tmp_path / "lib"]))
+    misses = list(range(len(files)))
+    kept, note = video.photos_only(files, misses, "the Ray engine")
+    assert len(kept) == 12
+    assert {files[i].path for i in set(misses) - set(kept)} == set(clips.values())
+    assert note == "3 clips left out: the Ray engine reads photos only (scan clips with --engine local)"
+    assert video.photos_only(files, kept, "the Ray engine") == (kept, "")
