@@ -172,6 +172,8 @@ def read_frames(
         if not container.streams.video:
             raise DecodeError("no video stream (audio only?)")
         stream = container.streams.video[0]
+        if stream.codec_context is None:
+            raise DecodeError("a codec FFmpeg cannot decode")
         stream.thread_type = "NONE"  # one keyframe at a time: threads only add start-up cost
         duration = _duration(container, stream)
         images: list[Image.Image] = []
@@ -280,7 +282,10 @@ def poster(path: str | os.PathLike[str], seconds: float) -> Image.Image:
         with av.open(os.fspath(path), metadata_errors="ignore") as container:
             if not container.streams.video:
                 raise DecodeError("no video stream (audio only?)")
-            got = _keyframe_at(container, container.streams.video[0], seconds)
+            stream = container.streams.video[0]
+            if stream.codec_context is None:
+                raise DecodeError("a codec FFmpeg cannot decode")
+            got = _keyframe_at(container, stream, seconds)
     except av.FFmpegError as e:
         raise DecodeError(_reason(e, "cannot decode the clip")) from None
     except OSError as e:

@@ -64,9 +64,7 @@ def write_audio_only(path: Path) -> Path:
     with av.open(str(path), "w") as container:
         stream = container.add_stream("aac", rate=8000)
         for i in range(8):
-            frame = av.AudioFrame.from_ndarray(
-                np.zeros((1, 1024), np.float32), format="fltp", layout="mono"
-            )
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
             frame.sample_rate, frame.pts = 8000, i * 1024
             for packet in stream.encode(frame):
                 container.mux(packet)

@@ -83,8 +83,9 @@ def test_a_rotated_clip_is_turned_upright(tmp_path, rotation, size):
 def test_ten_bit_and_other_codecs_become_8_bit_rgb(tmp_path, codec, pix_fmt, name):
     if codec not in av.codecs_available:
         pytest.skip(f"this PyAV has no {codec} encoder")  # the wheels bundle it; a system FFmpeg may not
-    clip = write_clip(tmp_path / name, [flat(RED, (96, 64), seed=i) for i in range(20)], codec=codec,
-                      pix_fmt=pix_fmt)
+    clip = write_clip(
+        tmp_path / name, [flat(RED, (96, 64), seed=i) for i in range(20)], codec=codec, pix_fmt=pix_fmt
+    )
     digest, frames = video.read_clip_for_model(clip)
     assert frames.pixels.dtype == np.uint8 and frames.pixels.shape[1:] == (224, 224, 3)
     mean = frames.pixels.reshape(-1, 3).mean(axis=0)
@@ -247,8 +248,9 @@ def test_a_clip_that_hangs_its_decoder_is_stopped_and_the_scan_goes_on(tmp_path,
     monkeypatch.setattr(pipeline, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     failed: list[tuple[Path, str]] = []
     # 16 files: fewer than a pool is started for, but a clip is always decoded in one, under the limit
-    result = novelfind.scan(tmp_path / "lib", k=3, cache=False, decode_timeout=8.0,
-                            on_failure=lambda p, r: failed.append((p, r)))
+    result = novelfind.scan(
+        tmp_path / "lib", k=3, cache=False, decode_timeout=8.0, on_failure=lambda p, r: failed.append((p, r))
+    )
     assert failed == [(stuck, "decoding took longer than 8 s; stopped")]
     assert len(result.files) == 15
 
@@ -261,9 +263,24 @@ def test_every_output_knows_a_clip(tmp_path, fake_extractor):
     the XMP sidecar as digiKam and darktable name it, and the ignore list (by content)."""
     clips = _library(tmp_path / "lib")
     out = tmp_path / "out"
-    args = ["scan", str(tmp_path / "lib"), "--k", "2", "--no-cache", "--format", "json",
-            "--report", str(out / "r.html"), "--contact-sheet", str(out / "sheet.png"),
-            "--copy-to", str(out / "picks"), "--xmp", "--ignore-file", str(tmp_path / "ignored.json")]
+    args = [
+        "scan",
+        str(tmp_path / "lib"),
+        "--k",
+        "2",
+        "--no-cache",
+        "--format",
+        "json",
+        "--report",
+        str(out / "r.html"),
+        "--contact-sheet",
+        str(out / "sheet.png"),
+        "--copy-to",
+        str(out / "picks"),
+        "--xmp",
+        "--ignore-file",
+        str(tmp_path / "ignored.json"),
+    ]
     out.mkdir()
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -296,3 +313,48 @@ def test_an_engine_that_reads_photos_only_leaves_clips_out_in_one_line(tmp_path)
     assert {files[i].path for i in set(misses) - set(kept)} == set(clips.values())
     assert note == "3 clips left out: the Ray engine reads photos only (scan clips with --engine local)"
     assert video.photos_only(files, kept, "the Ray engine") == (kept, "")
+
+
+# --------------------------------------------------------------------------- fuzzing
+
+
+@pytest.mark.slow
+def test_hundreds_of_damaged_clips_decode_or_give_a_one_line_reason(tmp_path):
+    """tests/clipfuzz.py in its own process (a crash or a hang in FFmpeg ends that process, not the tests)."""
+    import collections
+    import subprocess
+    import sys
+
+    runner = Path(__file__).with_name("clipfuzz.py")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)]),
+    )
+    rows = []
+    for seed in (101, 202):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(runner),
+                "--seed",
+                str(seed),
+                "--cases",
+                "250",
+                "--workdir",
+                str(tmp_path / str(seed)),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=1800,
+        )
+        lines = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert proc.returncode == 0 and lines and lines[-1] == {"done": True}, (
+            f"FFmpeg crashed or hung after case {lines[-1] if lines else None}: {proc.stderr[-2000:]}"
+        )
+        rows += lines[:-1]
+    assert [r for r in rows if r["fault"]] == []
+    outcomes = collections.Counter((r["seed"], r["outcome"]) for r in rows)
+    for clip in ("h264.mp4", "portrait.mov", "hevc10.mp4", "ffv1.mkv"):
+        assert outcomes[(clip, "decoded")] >= 5 and outcomes[(clip, "reason")] >= 5, outcomes
+    assert len({r["reason"] for r in rows if r["reason"]}) >= 4
