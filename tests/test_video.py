@@ -358,3 +358,18 @@ def test_hundreds_of_damaged_clips_decode_or_give_a_one_line_reason(tmp_path):
     for clip in ("h264.mp4", "portrait.mov", "hevc10.mp4", "ffv1.mkv"):
         assert outcomes[(clip, "decoded")] >= 5 and outcomes[(clip, "reason")] >= 5, outcomes
     assert len({r["reason"] for r in rows if r["reason"]}) >= 4
+
+
+def test_a_moved_clip_is_not_given_a_vector_of_another_rule(tmp_path, monkeypatch):
+    clips = _library(tmp_path / "lib")
+    extractor = FakeExtractor()
+    notes: list[str] = []
+    with FeatureCache(tmp_path / "c.sqlite", extractor.model_key) as cache:
+        pipeline.extract(FileList(walk([tmp_path / "lib"])), extractor, cache, workers=0)
+        monkeypatch.setattr(video, "RULE", "another-rule/1")
+        moved = clips["moment"].rename(tmp_path / "lib" / "renamed.mp4")
+        files = FileList(walk([tmp_path / "lib"]))
+        got = pipeline.extract(files, extractor, cache, workers=0, on_warning=notes.append)
+    assert (got.from_cache, got.extracted) == (12, 3)  # the moved clip too, found by its bytes
+    assert notes == [video.stale_note(2)]  # the two found by their path
+    assert got.clips[moved].rule == "another-rule/1"
