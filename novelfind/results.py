@@ -35,6 +35,7 @@ class Counts:
     photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
     newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
+    clips: int = 0  # of the photos found, the clips (video files; ``video.VIDEO_EXTENSIONS``)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         **params.record(),
         "images_found": counts.found,
         "photos_found": counts.photos,
+        "clips_found": counts.clips,
         "ignored": counts.ignored,
         "from_cache": counts.from_cache,
         "extracted": counts.extracted,

@@ -183,6 +183,7 @@ class _Scan:
                 duplicates_dropped=dropped,
                 photos=len(photos),
                 ignored=int(ignored.sum()),
+                clips=len(video.clip_rows(photos.files)),
             )
             # write
             sidecars = write_outputs(

@@ -284,7 +284,10 @@ def test_every_output_knows_a_clip(tmp_path, fake_extractor):
     out.mkdir()
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    first = json.loads(result.stdout)["picks"][0]
+    assert "12 photos and 3 clips (15 files) found, 0 read from cache, 15 extracted" in result.stderr
+    doc = json.loads(result.stdout)
+    assert (doc["run"]["photos_found"], doc["run"]["clips_found"]) == (15, 3)
+    first = doc["picks"][0]
     assert (first["path"], first["kind"]) == (str(clips["moment"]), "clip")
     assert 1.0 <= first["clip"]["moment"] < 1.5 and first["clip"]["duration"] == pytest.approx(3.0, abs=0.05)
     assert first["clip"]["moment"] in first["clip"]["frame_times"]
