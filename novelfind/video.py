@@ -33,7 +33,8 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Container
+from collections.abc import Container, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -156,11 +157,10 @@ def _av() -> Any:
         raise DecodeError(f"PyAV is not installed; {INSTALL_HINT}") from None
 
 
-def read_frames(
-    path: str | os.PathLike[str], count: int = FRAMES
-) -> tuple[list[Image.Image], list[float], float]:
-    """Up to ``count`` frames of the clip at ``path``: (upright RGB images with a short side of
-    ``RESIZE_SIZE``, their times in seconds, the clip's duration). Raises DecodeError with the reason."""
+@contextmanager
+def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
+    """(container, its first video stream) of the clip at ``path``, closed afterwards; FFmpeg's and the
+    file system's errors become DecodeError with the reason."""
     av = _av()
     try:
         container = av.open(os.fspath(path), metadata_errors="ignore")
@@ -175,6 +175,19 @@ def read_frames(
         if stream.codec_context is None:
             raise DecodeError("a codec FFmpeg cannot decode")
         stream.thread_type = "NONE"  # one keyframe at a time: threads only add start-up cost
+        yield container, stream
+    except av.FFmpegError as e:
+        raise DecodeError(_reason(e, "cannot decode the clip")) from None
+    finally:
+        container.close()
+
+
+def read_frames(
+    path: str | os.PathLike[str], count: int = FRAMES
+) -> tuple[list[Image.Image], list[float], float]:
+    """Up to ``count`` frames of the clip at ``path``: (upright RGB images with a short side of
+    ``RESIZE_SIZE``, their times in seconds, the clip's duration). Raises DecodeError with the reason."""
+    with _video_stream(path) as (container, stream):
         duration = _duration(container, stream)
         images: list[Image.Image] = []
         times: list[float] = []
@@ -183,13 +196,9 @@ def read_frames(
             if got is not None and (not times or got[1] > times[-1] + 1e-6):
                 images.append(got[0])
                 times.append(got[1])
-        if not images:
-            raise DecodeError("no frame could be decoded (truncated or damaged clip?)")
-        return images, times, duration
-    except av.FFmpegError as e:
-        raise DecodeError(_reason(e, "cannot decode the clip")) from None
-    finally:
-        container.close()
+    if not images:
+        raise DecodeError("no frame could be decoded (truncated or damaged clip?)")
+    return images, times, duration
 
 
 def _duration(container: Any, stream: Any) -> float:
@@ -275,21 +284,10 @@ def read_clip_for_model(
 
 
 def poster(path: str | os.PathLike[str], seconds: float) -> Image.Image:
-    """The clip's frame at the keyframe nearest after ``seconds``, upright RGB: the picture a report
-    shows for a clip. Raises DecodeError."""
-    av = _av()
-    try:
-        with av.open(os.fspath(path), metadata_errors="ignore") as container:
-            if not container.streams.video:
-                raise DecodeError("no video stream (audio only?)")
-            stream = container.streams.video[0]
-            if stream.codec_context is None:
-                raise DecodeError("a codec FFmpeg cannot decode")
-            got = _keyframe_at(container, stream, seconds)
-    except av.FFmpegError as e:
-        raise DecodeError(_reason(e, "cannot decode the clip")) from None
-    except OSError as e:
-        raise DecodeError(e.strerror or str(e)) from None
+    """The clip's frame at the keyframe at or after ``seconds``, upright RGB: the picture a report shows
+    for a clip (at its moment, a keyframe time, that frame itself). Raises DecodeError."""
+    with _video_stream(path) as (container, stream):
+        got = _keyframe_at(container, stream, seconds)
     if got is None:
         raise DecodeError("no frame could be decoded")
     return got[0]
