@@ -13,10 +13,11 @@ portrait clips sideways and say so there), and converted to 8-bit RGB (10-bit an
 HDR clip's colours are not tone-mapped, which the model barely notices at 224 px).
 
 The rule (``RULE``): the clip's vector is the frame farthest, in cosine distance, from the mean of its
-frames' unit vectors; that frame is "the moment" the outputs show. A clip of an ordinary scene is then
-an ordinary picture of that scene, however much the camera moves (a mean of frames from a pan or a cut
-is a blend that looks like no photo at all, and ranks as novel for that alone); a clip with one striking
-moment among ordinary frames is that moment. docs/video.md has the measurement behind it.
+frames' unit vectors; that frame is "the moment" the outputs show. A clip with one striking moment among
+ordinary frames is that moment, and is found as often as an odd photo (the mean of its frames, or the
+frame nearest it, is an ordinary picture: such clips were never found that way); a clip of an ordinary
+scene is a real picture of that scene, however the camera moves, and ranks among the ordinary photos.
+docs/video.md has the measurement (``scripts/bench_video.py rule``).
 
 Identity. A clip's digest is made from its size and samples of its bytes (the first and last MiB and
 ``SAMPLES`` blocks between), not from every byte, so a moved or renamed 2 GB clip is recognised after
