@@ -309,9 +309,14 @@ def combine(vectors: np.ndarray) -> tuple[np.ndarray, int]:
     return v[moment], moment
 
 
+_VIDEO_SUFFIXES = frozenset(os.fsencode(e) for e in VIDEO_EXTENSIONS)
+
+
 def clip_rows(files: Any) -> list[int]:
-    """Indices of the clips among ``files`` (a ``walk.FileList``)."""
-    return [i for i, (path, _, _) in enumerate(files.records()) if is_clip_name(os.fsdecode(path))]
+    """Indices of the clips among ``files`` (a ``walk.FileList``), from the paths' bytes (1 to 3 s for a
+    million files)."""
+    split = os.path.splitext
+    return [i for i, (path, _, _) in enumerate(files.records()) if split(path)[1].lower() in _VIDEO_SUFFIXES]
 
 
 def info_to_text(info: ClipInfo) -> str:

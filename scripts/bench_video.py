@@ -13,7 +13,8 @@ ImageNet photos: the reference for how often an odd moment is found as a photo).
 224 x 224 inputs (the codec does not enter into the rule). Each rule makes the clips' vectors; the library
 is ranked by the default method (cosine-knn) and the top 20 (the planted count) are read: how many moment
 clips, odd photos and ordinary clips are in it, and where the ordinary clips rank (median percentile of
-the whole ranking, 0 = most novel: a rule that made moving clips look novel would pull it down).
+the whole ranking, 0 = most novel: a rule that made moving clips look novel would pull it down), beside
+the ordinary photos' median.
 Rules: ``mean`` (mean of the unit frame vectors), ``first`` (the first frame: a poster), ``medoid`` (the
 frame nearest the mean), ``farthest`` (the frame farthest from the mean: the shipped rule), and ``max``
 (every frame ranked as an item, the clip scored by its most novel frame: several vectors per clip).
@@ -162,8 +163,9 @@ def rule(seeds: list[int]) -> dict:
                 kind: sum(1 for key in picked if label[key] == kind) for kind in ("moment", "odd", "ordinary")
             }
             # where the ordinary clips rank among all items: 0 = the most novel, 100 = the least
-            where = [100.0 * r / (len(order) - 1) for r, key in enumerate(order) if label[key] == "ordinary"]
-            counts["ordinary_median_percentile"] = round(float(np.median(where)), 1)
+            for kind in ("ordinary", "photo"):  # the ordinary photos: the reference
+                where = [100.0 * r / (len(order) - 1) for r, key in enumerate(order) if label[key] == kind]
+                counts[f"{kind}_median_percentile"] = round(float(np.median(where)), 1)
             result[name] = counts
             print(f"seed {seed} {name:9s} {counts}", file=sys.stderr)
         runs.append(result)
