@@ -4,8 +4,10 @@ A clip is one item of the library, ranked with the photos on the same scale: its
 vector of one of its own frames, made by the same model from the same 224 x 224 input as a photo's.
 
 What is decoded. ``FRAMES`` times evenly spaced over the clip (the middles of ``FRAMES`` equal parts);
-for each, the container seeks to the keyframe at or after it (the one before it when none follows)
-and decodes that one packet. A keyframe decodes alone, so a clip costs ``FRAMES`` small decodes
+for each, the container seeks to the keyframe at or before it and decodes that one packet. (At or before,
+not after: the first keyframe is the first frame, so every part is seen from its start; seeking forward
+from the middle of the first part skips it whenever keyframes are a part's length apart, and finds
+nothing after the last keyframe.) A keyframe decodes alone, so a clip costs ``FRAMES`` small decodes
 whatever its length: a 2 GB clip is read in a few hundred kilobytes. Two times that land on one
 keyframe give one frame. Each frame is scaled by FFmpeg straight to the model's short side (a 4K
 frame is never converted at full size), turned upright by the stream's display matrix (phones record
@@ -216,22 +218,15 @@ def _duration(container: Any, stream: Any) -> float:
 
 
 def _keyframe_at(container: Any, stream: Any, seconds: float) -> tuple[Image.Image, float] | None:
-    """The frame of the keyframe at or after ``seconds`` (before it when none follows), or None when
-    neither decodes."""
-    av = _av()
+    """The frame of the keyframe at or before ``seconds`` and its time, or None when it does not decode."""
     base = stream.time_base
-    target = int(seconds / base) + (stream.start_time or 0)
-    for backward in (False, True):
-        try:
-            container.seek(target, stream=stream, backward=backward, any_frame=False)
-        except av.FFmpegError:
-            continue  # no keyframe after the time: seek back
-        frame = _first_frame(container, stream)
-        if frame is not None:
-            start = float((stream.start_time or 0) * base)
-            time = float(frame.pts * base) - start if frame.pts is not None else seconds
-            return _upright_rgb(frame), max(0.0, time)
-    return None
+    start = stream.start_time or 0
+    container.seek(round(seconds / base) + start, stream=stream, backward=True, any_frame=False)
+    frame = _first_frame(container, stream)
+    if frame is None:
+        return None
+    time = float((frame.pts - start) * base) if frame.pts is not None else seconds
+    return _upright_rgb(frame), max(0.0, time)
 
 
 def _first_frame(container: Any, stream: Any) -> Any:
@@ -285,8 +280,8 @@ def read_clip_for_model(
 
 
 def poster(path: str | os.PathLike[str], seconds: float) -> Image.Image:
-    """The clip's frame at the keyframe at or after ``seconds``, upright RGB: the picture a report shows
-    for a clip (at its moment, a keyframe time, that frame itself). Raises DecodeError."""
+    """The clip's frame at the keyframe at or before ``seconds``, upright RGB: the picture a report shows
+    for a clip (at its moment, a keyframe's time, that frame itself). Raises DecodeError."""
     with _video_stream(path) as (container, stream):
         got = _keyframe_at(container, stream, seconds)
     if got is None:

@@ -46,6 +46,15 @@ def test_frames_come_from_keyframes_spread_over_the_clip(tmp_path):
     assert all(min(im.size) == 256 for im in images)  # scaled by FFmpeg to the model's short side
 
 
+def test_every_part_of_the_clip_is_seen_when_keyframes_are_a_part_apart(tmp_path):
+    clip = write_clip(tmp_path / "five.mp4", pan(BLUE, n=50), fps=10, gop=10)  # 5 s, a keyframe each second
+    _, times, duration = video.read_frames(clip)
+    assert duration == pytest.approx(5.0, abs=0.05)
+    assert len(times) == video.FRAMES and times[0] == 0.0  # the first part too (seeking forward skips it)
+    targets = [k + 0.5 for k in range(5)]  # the middles of five one-second parts
+    assert all(target - 1.05 < t <= target for t, target in zip(times, targets, strict=True)), times
+
+
 def test_a_clip_with_one_keyframe_gives_that_frame(tmp_path):
     clip = write_clip(tmp_path / "long_gop.mp4", pan(BLUE, n=20), gop=1000)
     _, times, _ = video.read_frames(clip)
