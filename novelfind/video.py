@@ -221,7 +221,10 @@ def _keyframe_at(container: Any, stream: Any, seconds: float) -> tuple[Image.Ima
     """The frame of the keyframe at or before ``seconds`` and its time, or None when it does not decode."""
     base = stream.time_base
     start = stream.start_time or 0
-    container.seek(round(seconds / base) + start, stream=stream, backward=True, any_frame=False)
+    try:
+        container.seek(round(seconds / base) + start, stream=stream, backward=True, any_frame=False)
+    except _av().FFmpegError:  # a damaged index: the other times may still seek
+        return None
     frame = _first_frame(container, stream)
     if frame is None:
         return None
