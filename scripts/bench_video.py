@@ -2,6 +2,7 @@
 """Clips: which frame rule makes a clip's vector, and what a clip costs a scan.
 
   python scripts/bench_video.py rule  [--seeds 0 1 2] [--out docs/bench/video-rule.json]
+  python scripts/bench_video.py quality [--dev 0 1 2] [--test 100 101 102] [--out FILE.json]
   python scripts/bench_video.py speed [--clips DIR] [--out docs/bench/video-speed-2core.json]
 
 ``rule`` measures the rules a clip's frames could be combined by, with the real model, on a library made
@@ -18,6 +19,11 @@ the ordinary photos' median.
 Rules: ``mean`` (mean of the unit frame vectors), ``first`` (the first frame: a poster), ``medoid`` (the
 frame nearest the mean), ``farthest`` (the frame farthest from the mean: the shipped rule), and ``max``
 (every frame ranked as an item, the clip scored by its most novel frame: several vectors per clip).
+
+``quality`` writes the same library as files (JPEG photos; each clip an H.264 .mp4 composed with PyAV,
+each frame held one second, a keyframe each second) and scans it with ``novelfind.scan``, so the whole
+path is measured (keyframe seeking, the rule, the cache); dev seeds and test seeds, the per-kind table of
+what is in the top 20.
 
 ``speed`` times clips and photos the way a scan reads them. Clips of 10 s, 60 s and 600 s at 1080p and
 4K (H.264, a keyframe each second, 30 fps, as phones record) are generated once into ``--clips`` (the
@@ -74,12 +80,11 @@ def combine(rule: str, frames: np.ndarray) -> np.ndarray:
     raise ValueError(rule)
 
 
-def _library(seed: int):
-    """(photo inputs (P, 224, 224, 3), their labels 'photo'/'odd', clips [(F, 224, 224, 3)], clip labels)."""
+def _library_images(seed: int):
+    """(photos, their labels 'photo'/'odd', clips as lists of frames, their labels 'ordinary'/'moment'):
+    PIL images, SIDE x SIDE."""
     from photosets import SIDE, load_sources, photo_jitter, random_crop
     from PIL import Image
-
-    from novelfind.decode import to_model_input
 
     src = load_sources()
     rng = np.random.default_rng([seed, 29])
@@ -118,11 +123,78 @@ def _library(seed: int):
         frames.insert(int(rng.integers(0, 5)), random_crop(rng, imagenet[i], (0.7, 1.0)))
         clips.append(frames)
         labels.append("moment")
-    to_input = lambda im: to_model_input(im)  # noqa: E731
-    photo_px = np.stack([to_input(p) for p in photos + odd])
-    photo_labels = ["photo"] * len(photos) + ["odd"] * len(odd)
-    clip_px = [np.stack([to_input(f) for f in frames]) for frames in clips]
+    return photos + odd, ["photo"] * len(photos) + ["odd"] * len(odd), clips, labels
+
+
+def _library(seed: int):
+    """(photo inputs (P, 224, 224, 3), their labels, clips' frame inputs [(F, 224, 224, 3)], clip labels)."""
+    from novelfind.decode import to_model_input
+
+    photos, photo_labels, clips, labels = _library_images(seed)
+    photo_px = np.stack([to_model_input(p) for p in photos])
+    clip_px = [np.stack([to_model_input(f) for f in frames]) for frames in clips]
     return photo_px, photo_labels, clip_px, labels
+
+
+# --------------------------------------------------------------------------- the same, as files
+
+
+def quality(dev: list[int], test: list[int], folder: Path) -> dict:
+    """The rule's library written as files, scanned by ``novelfind.scan``: JPEG photos, and each clip an
+    H.264 .mp4 composed with PyAV (each frame held one second, a keyframe each second), so the whole path
+    (keyframe seeking, the rule, the cache) is measured. Per kind, how many are in the top 20."""
+    import av
+
+    import novelfind
+    from novelfind import video
+
+    rows = []
+    for split, seeds in (("dev", dev), ("test", test)):
+        for seed in seeds:
+            photos, photo_labels, clips, clip_labels = _library_images(seed)
+            lib = folder / f"{split}-{seed}"
+            shutil.rmtree(lib, ignore_errors=True)
+            lib.mkdir(parents=True)
+            label = {}
+            for i, (im, kind) in enumerate(zip(photos, photo_labels, strict=True)):
+                path = lib / f"IMG_{i:04d}.jpg"
+                im.save(path, quality=90)
+                label[path] = kind
+            for j, (frames, kind) in enumerate(zip(clips, clip_labels, strict=True)):
+                path = lib / f"VID_{j:04d}.mp4"
+                with av.open(str(path), "w") as out:
+                    stream = out.add_stream("libx264", rate=10)
+                    stream.width, stream.height, stream.pix_fmt = frames[0].width, frames[0].height, "yuv420p"
+                    stream.options = {"g": "10", "keyint_min": "10", "sc_threshold": "0"}
+                    for im in frames:
+                        for _ in range(10):
+                            for packet in stream.encode(av.VideoFrame.from_image(im)):
+                                out.mux(packet)
+                    for packet in stream.encode():
+                        out.mux(packet)
+                label[path] = kind
+            top = sum(1 for kind in label.values() if kind in ("odd", "moment"))
+            result = novelfind.scan(lib, k=top, cache=False, device="cpu", dedup=0)
+            found = [label[p.path] for p in result.picks]
+            row = {"split": split, "seed": seed, "top": top, "failed": result.counts.failed}
+            row.update({kind: found.count(kind) for kind in ("moment", "odd", "ordinary", "photo")})
+            row["frames_read_per_clip"] = float(np.mean([len(info.times) for info in result.clips.values()]))
+            rows.append(row)
+            print(row, file=sys.stderr)
+    table = {
+        split: {
+            kind: float(np.mean([r[kind] for r in rows if r["split"] == split]))
+            for kind in ("moment", "odd", "ordinary", "photo")
+        }
+        for split in ("dev", "test")
+    }
+    return {
+        "rule": video.RULE,
+        "runs": rows,
+        "mean": table,
+        "planted": {"moment_clips": 10, "odd_photos": 10},
+        "ordinary": {"photos": 240, "clips": 24},
+    }
 
 
 def rule(seeds: list[int]) -> dict:
@@ -387,12 +459,22 @@ def main() -> None:
     r = sub.add_parser("rule")
     r.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     r.add_argument("--out", type=Path, default=ROOT / "docs/bench/video-rule.json")
+    q = sub.add_parser("quality")
+    q.add_argument("--dev", type=int, nargs="+", default=[0, 1, 2])
+    q.add_argument("--test", type=int, nargs="+", default=[100, 101, 102])
+    q.add_argument("--folder", type=Path, default=Path("/tmp/novelfind-video-quality"))
+    q.add_argument("--out", type=Path, default=ROOT / "docs/bench/video-quality.json")
     s = sub.add_parser("speed")
     s.add_argument("--clips", type=Path, default=Path.home() / ".cache/novelfind-data/clips")
     s.add_argument("--photos", type=int, default=40)
     s.add_argument("--out", type=Path, default=ROOT / "docs/bench/video-speed-2core.json")
     args = parser.parse_args()
-    result = rule(args.seeds) if args.what == "rule" else speed(args.clips, args.photos)
+    if args.what == "rule":
+        result = rule(args.seeds)
+    elif args.what == "quality":
+        result = quality(args.dev, args.test, args.folder)
+    else:
+        result = speed(args.clips, args.photos)
     result = {"benchmark": f"video-{args.what}", "machine": _machine(), **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
