@@ -4,6 +4,7 @@ and keyframe interval a test asks for, plus damaged and audio-only files."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -19,9 +20,11 @@ def write_clip(
     pix_fmt: str = "yuv420p",
     gop: int = 5,
     rotation: int | None = None,
+    gaps_ms: list[int] | None = None,
 ) -> Path:
     """Encode uint8 (H, W, 3) RGB ``frames`` (all one size) into ``path``; a keyframe every ``gop``
-    frames; ``rotation``: the display matrix's counter-clockwise degrees (a phone's portrait clip: -90)."""
+    frames; ``rotation``: the display matrix's counter-clockwise degrees (a phone's portrait clip: -90);
+    ``gaps_ms``: a variable frame rate, each frame shown this many milliseconds (cycled)."""
     frames = list(frames)
     h, w = frames[0].shape[:2]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -33,8 +36,15 @@ def write_clip(
             stream.options = {"x265-params": "log-level=error"}
         if rotation is not None:
             stream.set_display_rotation(rotation)
-        for f in frames:
-            for packet in stream.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")):
+        if gaps_ms is not None:
+            stream.codec_context.time_base = stream.time_base = Fraction(1, 1000)
+        pts = 0
+        for i, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")
+            if gaps_ms is not None:
+                frame.pts, frame.time_base = pts, Fraction(1, 1000)
+                pts += gaps_ms[i % len(gaps_ms)]
+            for packet in stream.encode(frame):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)

@@ -55,6 +55,16 @@ def test_every_part_of_the_clip_is_seen_when_keyframes_are_a_part_apart(tmp_path
     assert all(target - 1.05 < t <= target for t, target in zip(times, targets, strict=True)), times
 
 
+def test_a_variable_frame_rate_clip_gives_its_frames_at_their_times(tmp_path):
+    frames = [flat((40 + 5 * i, 60, 200), seed=i) for i in range(30)]
+    clip = write_clip(tmp_path / "vfr.mp4", frames, gop=5, gaps_ms=[250, 20, 20])  # bursts and pauses
+    _, times, duration = video.read_frames(clip)
+    assert 2.88 <= duration <= 3.0  # the last frame starts at 2.88 s
+    assert len(times) >= 4 and times == sorted(times) and times[-1] < duration
+    # a frame's time is when it is shown (0, 250, 270 ms into each 290 ms cycle), not its index at a rate
+    assert all(round(t * 1000) % 290 in (0, 250, 270) for t in times), times
+
+
 def test_a_clip_with_one_keyframe_gives_that_frame(tmp_path):
     clip = write_clip(tmp_path / "long_gop.mp4", pan(BLUE, n=20), gop=1000)
     _, times, _ = video.read_frames(clip)
