@@ -8,7 +8,7 @@ for each, the container seeks to the keyframe at or before it and decodes that o
 not after: the first keyframe is the first frame, so every part is seen from its start; seeking forward
 from the middle of the first part skips it whenever keyframes are a part's length apart, and finds
 nothing after the last keyframe.) A keyframe decodes alone, so a clip costs ``FRAMES`` small decodes
-whatever its length: a 2 GB clip is read in a few hundred kilobytes. Two times that land on one
+whatever its length: of a 2 GB clip, five keyframes are decoded. Two times that land on one
 keyframe give one frame. Each frame is scaled by FFmpeg straight to the model's short side (a 4K
 frame is never converted at full size), turned upright by the stream's display matrix (phones record
 portrait clips sideways and say so there), and converted to 8-bit RGB (10-bit and HDR clips too; an
