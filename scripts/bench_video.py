@@ -278,8 +278,10 @@ def _scene(size: tuple[int, int], seed: int) -> np.ndarray:
 
 
 def make_clip(path: Path, seconds: int, size: tuple[int, int], seed: int = 0) -> Path:
-    """An H.264 clip of ``seconds`` at ``size`` and 30 fps, a keyframe each second: a 10 s pan is encoded
-    (ultrafast, 8 Mbit/s per 1080p), and repeated with shifted times up to the length."""
+    """An H.264 clip of ``seconds`` at ``size`` and 30 fps, a keyframe each second: an 11 s pan is encoded
+    (ultrafast, 8 Mbit/s per 1080p, no B-frames), its first second dropped (the rate control's first
+    keyframe is a seventh of the size of the others, and would make the clips that read it look cheap),
+    and the remaining 10 s repeated with shifted times up to the length."""
     import av
 
     if path.exists():
@@ -287,14 +289,13 @@ def make_clip(path: Path, seconds: int, size: tuple[int, int], seed: int = 0) ->
     part = path.with_suffix(".part.mp4")
     scene = _scene(size, seed)
     w, h = size
-    packets = []
     with av.open(str(part), "w") as out:
         stream = out.add_stream("libx264", rate=FPS)
         stream.width, stream.height, stream.pix_fmt = w, h, "yuv420p"
         stream.bit_rate = 8_000_000 * (w * h) // (1920 * 1080)
         stream.options = {"preset": "ultrafast", "g": str(FPS), "keyint_min": str(FPS), "sc_threshold": "0"}
-        for i in range(10 * FPS):
-            x = i * 256 // (10 * FPS)
+        for i in range(11 * FPS):
+            x = i * 256 // (11 * FPS)
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(scene[:, x : x + w]), format="rgb24")
             for p in stream.encode(frame):
                 out.mux(p)
@@ -303,14 +304,14 @@ def make_clip(path: Path, seconds: int, size: tuple[int, int], seed: int = 0) ->
     with av.open(str(part)) as src, av.open(str(path), "w") as dst:
         s_in = src.streams.video[0]
         s_out = dst.add_stream_from_template(s_in)
-        packets = [p for p in src.demux(s_in) if p.size]
-        span = int(round(10 / s_in.time_base))
+        second = int(round(1 / s_in.time_base))
+        packets = [p for p in src.demux(s_in) if p.size and p.dts >= second]  # from the keyframe at 1 s
+        span = 10 * second
         for rep in range(seconds // 10):
             for p in packets:
-                p.stream = s_out
                 copy = av.Packet(bytes(p))
                 copy.stream, copy.time_base = s_out, p.time_base
-                copy.pts, copy.dts = p.pts + rep * span, p.dts + rep * span
+                copy.pts, copy.dts = p.pts - second + rep * span, p.dts - second + rep * span
                 copy.is_keyframe = p.is_keyframe
                 dst.mux(copy)
     part.unlink()
