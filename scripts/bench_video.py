@@ -400,7 +400,6 @@ def speed(clips_dir: Path, photos: int) -> dict:
             scans[name].append(seconds)
     items = len(jpegs)
     rate = {k: items / min(v) for k, v in scans.items()}
-    clip_cost = per_clip["1080p-60s"]["seconds"] / photo_s
     return {
         "frames_rule": video.RULE,
         "clips": per_clip,
@@ -413,12 +412,20 @@ def speed(clips_dir: Path, photos: int) -> dict:
             "items_per_s": {k: round(v, 3) for k, v in rate.items()},
             "mixed_over_photos": round(rate["mixed"] / rate["photos"], 3),
         },
-        "goal": {
-            "clip_at_most_photos": 10,
-            "mixed_over_photos_at_least": 0.8,
-            "met": bool(clip_cost <= 10 and rate["mixed"] / rate["photos"] >= 0.8),
-        },
         "generation_seconds": round(generated, 1),
+    }
+
+
+def goal(result: dict) -> dict:
+    """The issue's goals against a ``speed`` result: every clip at most 10 photos' decoding, and the
+    library with 10% clips at least 0.8x the items per second of the same without."""
+    costs = result["clip_costs_photos"]
+    ratio = result["scan"]["mixed_over_photos"]
+    return {
+        "clip_at_most_photos": 10,
+        "clips_within": {name: cost <= 10 for name, cost in costs.items()},
+        "mixed_over_photos_at_least": 0.8,
+        "mixed_within": ratio >= 0.8,
     }
 
 
@@ -464,6 +471,7 @@ def main() -> None:
         result = quality(args.dev, args.test, args.folder)
     else:
         result = speed(args.clips, args.photos)
+        result["goal"] = goal(result)
     result = {"benchmark": f"video-{args.what}", "machine": _machine(), **result}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
