@@ -436,8 +436,8 @@ def stale_note(n: int) -> str:
 def readable_clips(photos: Any) -> tuple[Any, str]:
     """``photos`` (a ``pairs.PhotoList``) without its clips where PyAV is missing, and the warning that
     says how many were left out, names a few and gives the install hint ("" when none were)."""
-    rows = clip_rows(photos.files) if not available() else []
-    if not rows:
+    rows = clip_rows(photos.files)
+    if not rows or available():  # PyAV is imported only for a library with clips
         return photos, ""
     names = [photos.files[i].path.name for i in rows[:3]]
     listed = ", ".join(names) + (", ..." if len(rows) > 3 else "")
