@@ -54,7 +54,7 @@ VIDEO_EXTENSIONS: frozenset[str] = frozenset(
     {".mp4", ".mov", ".m4v", ".3gp", ".mts", ".m2ts", ".avi", ".mkv", ".webm"}
 )
 INSTALL_HINT = "pip install 'novelfind[video]'"
-FRAMES = 5  # frames decoded per clip: the cost of about 5 photos' decodes (docs/video.md)
+FRAMES = 5  # frames decoded per clip: a 1080p clip then costs about 9 photos' decoding (docs/video.md)
 RULE = f"farthest-of-{FRAMES}-keyframes/1"  # changes whenever the frames or the rule change
 HEAD_BYTES = 1 << 20  # the digest reads the first and the last MiB (the container's index lives there)
 SAMPLES = 16  # and this many blocks between them
