@@ -17,7 +17,8 @@ The Python API (the command line is a shell over it)::
     novelfind.IgnoreList().add(["photos/IMG_4411.jpg"])  # never picked again (by content)
     novelfind.scan("photos", k=20, xmp=True, ignore_picks=True)  # tag the picks, ignore them next time
 
-Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick`, :class:`Progress`,
+Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick` (a photo or a clip,
+with its :class:`ClipInfo`), :class:`Progress`,
 :func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, :class:`IgnoreList`
 (with :class:`Ignored` entries and :class:`IgnoreChange` results), and the exceptions
 :class:`NovelfindError` (every error a run can stop with), :class:`InputError` and
@@ -40,6 +41,7 @@ _API = {
     "Progress": ("novelfind.results", "Progress"),
     "Pick": ("novelfind.report", "Pick"),
     "Failure": ("novelfind.report", "Failure"),
+    "ClipInfo": ("novelfind.video", "ClipInfo"),
     "rank": ("novelfind.ranking", "rank"),
     "Ranking": ("novelfind.ranking", "Ranking"),
     "ads": ("novelfind.solver", "ads"),
@@ -58,6 +60,7 @@ __all__ = [
     "ADSConfig",
     "ADSResult",
     "Cache",
+    "ClipInfo",
     "Counts",
     "Failure",
     "IgnoreChange",
@@ -88,6 +91,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
     from novelfind.solver import ADSResult, ads
+    from novelfind.video import ClipInfo
 
 
 def __getattr__(name: str) -> Any:

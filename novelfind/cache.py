@@ -99,6 +99,16 @@ CREATE TABLE IF NOT EXISTS rankings (
 )"""
 # What a cache written before the rankings table was last ranked with: 0.1.0's default, ADS.
 EARLIER_RANKING = ("ads", "0.1.0")
+# What a clip's vector was made from (video.ClipInfo as JSON: the rule, the frames' times, the moment);
+# created in a cache of any age, so a clip's record is there wherever its vector is.
+_CLIPS = """
+CREATE TABLE IF NOT EXISTS clips (
+    digest    TEXT NOT NULL,
+    model_key TEXT NOT NULL,
+    info      TEXT NOT NULL,
+    PRIMARY KEY (digest, model_key)
+) WITHOUT ROWID
+"""
 
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
 _SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL = 10, 11, 13
@@ -488,6 +498,7 @@ class FeatureCache:
                 conn.execute(_RANKINGS)  # a file an earlier version wrote: its rankings were that version's
                 if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
                     conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
+            conn.execute(_CLIPS)
             # Written even when unchanged: SQLite opens a read-only file without complaint, and this
             # write is what finds out.
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -744,6 +755,35 @@ class FeatureCache:
                 "extracting it again"
             )
         return [key for key, _ in bad]
+
+    def get_clips(self, digests: Sequence[str]) -> list[str | None]:
+        """The records ``put_clips`` stored for this model and these digests (None where there is none)."""
+        key = self._require_key()
+        found: dict[str, str] = {}
+        sql = "SELECT digest, info FROM clips WHERE model_key = ? AND digest IN ({marks})"
+        try:
+            with self._lock:
+                found.update(self._select_in(sql, (key,), digests))
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        return [found.get(d) for d in digests]
+
+    def put_clips(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Store (digest, record) rows for this model in one transaction: what a clip's vector was made
+        from (``video.ClipInfo``). CacheWriteError when they cannot be written."""
+        key = self._require_key()
+        if self.writes_disabled or not rows:
+            return
+        try:
+            with self._lock, self._write() as conn:
+                conn.executemany(
+                    "INSERT INTO clips (digest, model_key, info) VALUES (?, ?, ?) "
+                    "ON CONFLICT (digest, model_key) DO UPDATE SET info = excluded.info",
+                    [(digest, key, info) for digest, info in rows],
+                )
+        except sqlite3.Error as err:
+            self.writes_disabled = True
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
 
     def model_keys(self) -> dict[str, int]:
         """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
@@ -1007,6 +1047,7 @@ class FeatureCache:
                         (path, size, mtime_ns),
                     ).rowcount
                 conn.execute("DELETE FROM vectors WHERE digest NOT IN (SELECT digest FROM files)")
+                conn.execute("DELETE FROM clips WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute(
                     "DELETE FROM models WHERE model_key NOT IN (SELECT DISTINCT model_key FROM vectors)"
                 )
@@ -1020,6 +1061,7 @@ class FeatureCache:
         try:
             with self._lock, self._write() as conn:
                 conn.execute("DELETE FROM vectors")
+                conn.execute("DELETE FROM clips")
                 conn.execute("DELETE FROM files")
                 conn.execute("DELETE FROM models")
                 conn.execute("DELETE FROM rankings")
@@ -1091,6 +1133,12 @@ class NullCache:
         return [None] * len(digests)
 
     def put_many(self, rows: Sequence[tuple[ImageFile, str, np.ndarray]]) -> None:
+        return None
+
+    def get_clips(self, digests: Sequence[str]) -> list[str | None]:
+        return [None] * len(digests)
+
+    def put_clips(self, rows: Sequence[tuple[str, str]]) -> None:
         return None
 
     def stored(self, vectors: np.ndarray) -> np.ndarray:

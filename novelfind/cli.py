@@ -411,7 +411,10 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                      "of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
-    summary = (f"{plural(counts.photos, 'photo')} ({plural(counts.found, 'file')}) found, "
+    found = plural(counts.photos - counts.clips, "photo")
+    if counts.clips:
+        found += f" and {plural(counts.clips, 'clip')}"
+    summary = (f"{found} ({plural(counts.found, 'file')}) found, "
                f"{counts.from_cache} read from cache, "
                f"{counts.extracted} extracted, {counts.failed} failed")
     if counts.ignored:

@@ -16,12 +16,14 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from novelfind import video
 from novelfind.atomic import write_atomic
 from novelfind.errors import OutputError
 from novelfind.raw import image_info_any, load_any
 from novelfind.report import Failure, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
+Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
 NEIGHBOUR_THUMB_SIZE = 160
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
@@ -31,9 +33,11 @@ MAX_FAILURES_SHOWN = 1000
 # Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode, RAW previews)
 
 
-def _thumbnail(path: Path, size: int) -> Image.Image | None:
+def _thumbnail(path: Path, size: int, at: float | None = None) -> Image.Image | None:
+    """A picture of ``path`` that fits ``size``; a clip's is its frame at ``at`` seconds (its novel
+    moment; None: its first keyframe). None when it cannot be read."""
     try:
-        img = load_any(path, min_side=size)
+        img = video.poster(path, at or 0.0) if video.is_clip_name(path) else load_any(path, min_side=size)
         img.thumbnail((size, size), Image.Resampling.LANCZOS)
         return img
     except Exception:  # noqa: BLE001 - an unreadable file gets a placeholder, not an error
@@ -46,11 +50,11 @@ def _data_uri(img: Image.Image, quality: int = 82) -> str:
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def _thumbnails(paths: Iterable[tuple[Path, int]]) -> dict[tuple[Path, int], str | None]:
-    """Data URIs for (path, size) pairs, decoded in a few threads (Pillow releases the GIL)."""
+def _thumbnails(paths: Iterable[Thumb]) -> dict[Thumb, str | None]:
+    """Data URIs for (path, size, clip time) triples, decoded in a few threads (Pillow releases the GIL)."""
     wanted = list(dict.fromkeys(paths))
 
-    def one(item: tuple[Path, int]) -> str | None:
+    def one(item: Thumb) -> str | None:
         img = _thumbnail(*item)
         return None if img is None else _data_uri(img)
 
@@ -100,6 +104,7 @@ table.params td:first-child { color: var(--muted); white-space: nowrap; }
 .thumb { width: 272px; min-height: 120px; display: flex; align-items: center; justify-content: center;
          background: #f1f3f4; border-radius: 4px; }
 .thumb img, .nb img { max-width: 100%; height: auto; display: block; border-radius: 4px; }
+.clipmark { font-size: 12px; color: #fff; background: #202124; border-radius: 0 0 4px 4px; padding: 2px 6px; }
 .missing { color: var(--muted); font-size: 13px; padding: 24px; text-align: center; }
 .meta { min-width: 0; font-size: 14px; }
 .meta .path { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
@@ -130,6 +135,13 @@ def _display(value: Any) -> str:
         else:
             out.append(ch)
     return escape("".join(out), quote=True)
+
+
+def _clock(seconds: float) -> str:
+    """``0:07``, ``12:34``, ``1:02:03``: a time in a clip, to the second."""
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _human_size(size: int | None) -> str:
@@ -310,10 +322,15 @@ def _map_section(
     )
 
 
+def _moment(p: Pick) -> float | None:
+    """Where a clip's thumbnail is taken: the frame that made it novel (None for a photo)."""
+    return None if p.clip is None else p.clip.moment_time
+
+
 def _picks_section(picks: Sequence[Pick]) -> str:
     """One card per pick: thumbnail, facts about the file, and its nearest neighbour."""
-    wanted = [(Path(p.path), THUMB_SIZE) for p in picks]
-    wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE) for p in picks if p.neighbour is not None]
+    wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
+    wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
     thumbs = _thumbnails(wanted)
     infos = _image_infos([p.path for p in picks])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
@@ -328,7 +345,7 @@ def _image_infos(paths: Sequence[Path]) -> list[dict]:
 
 
 def _pick_card(
-    p: Pick, thumbs: Mapping[tuple[Path, int], str | None], info: Mapping[str, Any], max_distance: float
+    p: Pick, thumbs: Mapping[Thumb, str | None], info: Mapping[str, Any], max_distance: float
 ) -> str:
     width, height, taken = info.get("width"), info.get("height"), info.get("taken")
     details = [
@@ -340,20 +357,32 @@ def _pick_card(
     ]
     if p.also:  # a RAW + JPEG pair: the files that go with the one shown
         details.append(("also", ", ".join(Path(f).name for f in p.also)))
+    if p.clip is not None:
+        frames = ", ".join(_clock(t) for t in p.clip.times)
+        details.insert(
+            1,
+            (
+                "clip",
+                f"{_clock(p.clip.duration)} long; shown at {_clock(p.clip.moment_time)}, "
+                f"the frame that makes it novel (frames read at {frames})",
+            ),
+        )
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{_display(v)}</dd>" for k, v in details)
     if p.neighbour is not None:
         pct = 100.0 * float(p.distance or 0.0) / max_distance
         distance = "?" if p.distance is None else f"{p.distance:.4f}"
         nb = (
             '<div class="nb"><div>nearest photo in the library</div>'
-            f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE)), 'neighbour')}"
+            f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None)), 'neighbour')}"
             f'<div class="path">{_display(p.neighbour)}</div>'
             f"<div>distance {distance}: no other photo is closer (bar: relative to the picks)"
             f'</div><div class="bar"><i style="width:{pct:.0f}%"></i></div></div>'
         )
     else:
         nb = '<div class="nb">the only photo in the library</div>'
-    thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE)), f"#{p.rank}")
+    thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE, _moment(p))), f"#{p.rank}")
+    if p.clip is not None:
+        thumb += f'<div class="clipmark">▶ clip, moment at {_clock(p.clip.moment_time)}</div>'
     return (
         f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
         f'<div class="thumb">{thumb}</div>'
@@ -431,7 +460,7 @@ def write_contact_sheet(
     inner = cell - 2 * gap
 
     def render(item: Pick) -> Image.Image | None:
-        return _thumbnail(Path(item.path), inner)
+        return _thumbnail(Path(item.path), inner, _moment(item))
 
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
         thumbs = list(pool.map(render, picks))
@@ -451,6 +480,14 @@ def write_contact_sheet(
         box = (x0, y0, x0 + right - left + 2 * pad, y0 + bottom - top + 2 * pad)
         draw.rectangle(box, fill=(217, 48, 37))
         draw.text((x0 + pad - left, y0 + pad - top), label, fill=(255, 255, 255), font=font)
+        if pick.clip is not None:  # a clip, shown at its novel moment: "▶ 0:16" in the bottom-left corner
+            mark = f"\u25b6 {_clock(pick.clip.moment_time)}"
+            left, top, right, bottom = draw.textbbox((0, 0), mark, font=small)
+            y1 = y0 + cell - 1
+            draw.rectangle(
+                (x0, y1 - (bottom - top) - 2 * pad, x0 + right - left + 2 * pad, y1), fill=(0, 0, 0)
+            )
+            draw.text((x0 + pad - left, y1 - pad - bottom), mark, fill=(255, 255, 255), font=small)
 
     buf = io.BytesIO()
     options = {"quality": 88} if fmt in ("JPEG", "WEBP") else {"optimize": True}

@@ -5,8 +5,9 @@ the list is never picked, but it still counts as part of the library: it keeps m
 ordinary (``mask`` gives the ranking the photos it may not pick; nothing is removed before ranking).
 
 The list holds content digests, the same blake2b-128 of the file's bytes as the feature cache
-(``decode.file_digest``), so a photo moved or renamed stays ignored. Each entry also keeps the file's size,
-the path it was last seen at and when it was added. The size is what keeps a scan cheap: a file can only
+(``decode.file_digest``; a clip's from samples of its bytes, ``video.clip_digest``), so a photo or a
+clip moved or renamed stays ignored. Each entry also keeps the file's size, the path it was last seen at
+and when it was added. The size is what keeps a scan cheap: a file can only
 have an ignored digest if it has an ignored size, so ``IgnoreList.find`` looks up (in the feature cache)
 or computes the digest of those few files only, never of the whole library. The path is for ``entries``
 (what ``novelfind ignore --list`` shows) and for removal by path of a file that is gone; scans keep it up
@@ -33,10 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic, dirs, walk
+from novelfind import atomic, dirs, video, walk
 from novelfind.atomic import write_atomic
 from novelfind.decode import file_digest
-from novelfind.errors import NovelfindError
+from novelfind.errors import DecodeError, NovelfindError
 from novelfind.lock import RunLock
 
 FORMAT_VERSION = 1
@@ -53,7 +54,13 @@ def default_path() -> Path:
 
 
 def digest_file(path: str | os.PathLike[str]) -> str:
-    """The content digest of a file, as the feature cache computes it. Raises OSError."""
+    """The content digest of a file, as the feature cache computes it (a clip's from samples of its
+    bytes, ``video.clip_digest``). Raises OSError."""
+    if video.is_clip_name(path):
+        try:
+            return video.clip_digest(path)
+        except DecodeError as e:
+            raise OSError(str(e)) from None
     return file_digest(Path(path).read_bytes())
 
 
@@ -241,11 +248,9 @@ class IgnoreList:
                 result.not_photos.append(path)
                 continue
             try:
-                data = path.read_bytes()
+                found.append((digest_file(path), path, path.stat().st_size))
             except OSError as e:
                 fail(path, _reason(e))
-                continue
-            found.append((file_digest(data), path, len(data)))
         self._add(found, result)
         return result
 

@@ -25,6 +25,7 @@ from novelfind.atomic import describe, unlink_quietly, write_atomic
 from novelfind.errors import OutputError
 from novelfind.lock import pid_alive
 from novelfind.safe_text import display
+from novelfind.video import ClipInfo
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 1
@@ -50,6 +51,12 @@ class Pick:
     neighbour: Path | None = None  # nearest other image in the library (None when it is alone)
     distance: float | None = None  # distance to it in the feature space: the reason it is novel
     also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
+    clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
+
+    @property
+    def kind(self) -> str:
+        """``"clip"`` or ``"photo"``."""
+        return "photo" if self.clip is None else "clip"
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -62,9 +69,13 @@ class Pick:
         return utc_datetime(self.mtime_ns)
 
 
-def picks_of(ranking: Any, files: Sequence[Any], photos: Sequence[Any]) -> list[Pick]:
+def picks_of(
+    ranking: Any, files: Sequence[Any], photos: Sequence[Any], clips: Mapping[Path, ClipInfo] | None = None
+) -> list[Pick]:
     """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
-    best first; ``photos[i].also`` are row i's other files (a RAW + JPEG pair)."""
+    best first; ``photos[i].also`` are row i's other files (a RAW + JPEG pair); ``clips`` the records of
+    the clips among ``files``, by path."""
+    clips = clips or {}
     picks = []
     for index, score, neighbour, distance in zip(
         ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
@@ -80,6 +91,7 @@ def picks_of(ranking: Any, files: Sequence[Any], photos: Sequence[Any]) -> list[
                 neighbour=files[int(neighbour)].path if found else None,
                 distance=float(distance) if found else None,
                 also=tuple(twin.path for twin in photos[int(index)].also),
+                clip=clips.get(f.path),
             )
         )
     return picks
@@ -211,6 +223,8 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "neighbour": None if p.neighbour is None else str(p.neighbour),
         "distance": None if p.distance is None else _finite(p.distance),
         "also": [str(path) for path in p.also],
+        "kind": p.kind,
+        "clip": None if p.clip is None else p.clip.as_json(),
     }
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from novelfind import __version__
 from novelfind.params import ScanParameters
 from novelfind.report import Failure, Pick, format_results
+from novelfind.video import ClipInfo
 from novelfind.walk import ImageFile
 from novelfind.xmp import SidecarSummary
 
@@ -34,6 +35,7 @@ class Counts:
     photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
     newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
+    clips: int = 0  # of the photos found, the clips (video files; ``video.VIDEO_EXTENSIONS``)
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class ScanResult:
     float32 their vectors, row i for ``files[i]`` (rank them again another way with
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
     (``novelfind.ranking.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
+    ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
     """
 
     picks: list[Pick]
@@ -72,6 +75,7 @@ class ScanResult:
     files: list[ImageFile] = field(repr=False)
     features: np.ndarray | None = field(repr=False)
     sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
+    clips: dict[Path, ClipInfo] = field(default_factory=dict, repr=False)  # the clips among ``files``
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""
@@ -92,6 +96,7 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         **params.record(),
         "images_found": counts.found,
         "photos_found": counts.photos,
+        "clips_found": counts.clips,
         "ignored": counts.ignored,
         "from_cache": counts.from_cache,
         "extracted": counts.extracted,

@@ -19,14 +19,14 @@ import inspect
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, decode, devices, features, ranking, walk, weights
+from novelfind import __version__, decode, devices, features, ranking, video, walk, weights
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extract.engines import ENGINES
@@ -174,7 +174,11 @@ class _Scan:
             # return, without ``encode``, give no such bound)
             bound = {"max_norm": weights.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
             opened = open_store(
-                p.cache, extractor.model_key, dtype=p.cache_dtype, streamed=streamed, on_warning=self.warn,
+                p.cache,
+                extractor.model_key,
+                dtype=p.cache_dtype,
+                streamed=streamed,
+                on_warning=self.warn,
                 **bound,
             )
             cache = stack.enter_context(opened)
@@ -196,7 +200,9 @@ class _Scan:
                 else stored_source(store, extraction.files)
             )
             self.say_if_ranking_changed(cache)
-            picks, dropped = self.rank(vectors, extraction.files, read, candidates, restricted)
+            picks, dropped = self.rank(
+                vectors, extraction.files, read, candidates, restricted, extraction.clips
+            )
             self.note_ranking(cache)
             counts = Counts(
                 found=photos.file_count(),
@@ -207,6 +213,7 @@ class _Scan:
                 duplicates_dropped=dropped,
                 photos=len(photos),
                 ignored=int(ignored.sum()),
+                clips=len(video.clip_rows(photos.files)),
             )
             # write
             sidecars = write_outputs(
@@ -234,6 +241,7 @@ class _Scan:
             files=extraction.files,
             features=extraction.features,
             sidecars=sidecars,
+            clips=extraction.clips,
         )
 
     # -- find, look up, extract
@@ -250,22 +258,32 @@ class _Scan:
     def find_photos(self) -> PhotoList:
         """The photos under the paths, in walk order, without the files novelfind wrote itself; twins
         (RAW + JPEG) are one photo (:class:`novelfind.pairs.PhotoList`). What the walk or this installation
-        left out (RAW files without LibRaw, HEIC without pillow-heif, video clips) is one warning line per
-        kind, with the count and the reason; with no photo left, the error says it instead."""
+        left out (RAW files without LibRaw, HEIC without pillow-heif, clips without PyAV) is one warning
+        line per kind, with the count and the reason (and a few names, for clips); with no photo left, the
+        error says it instead."""
         p = self.params
         own = OwnOutputs(p.outputs())
         skipped: Counter[str] = Counter()
+        names: dict[str, list[str]] = {}  # the first few names of the kinds whose line names them
+
+        def on_skipped(kind: str, name: str) -> None:
+            skipped[kind] += 1
+            if kind in walk.NAMED_KINDS and len(names.setdefault(kind, [])) < walk.NAMES_SHOWN:
+                names[kind].append(name)
+
         walked = walk.walk(
             p.paths,
             exclude=p.exclude,
             follow_symlinks=p.follow_symlinks,
             on_error=self.fail,
-            on_skipped=lambda kind: skipped.update((kind,)),
+            on_skipped=on_skipped,
         )
         photos = PhotoList.from_walk((f for f in walked if not own.contains(f.path)), self.walk_progress)
         self.progress("walk", photos.file_count())
         photos, left_out = photos.readable()
-        messages = [walk.skipped_message(kind, count) for kind, count in sorted(skipped.items())]
+        messages = [
+            walk.skipped_message(kind, count, names.get(kind, ())) for kind, count in sorted(skipped.items())
+        ]
         if left_out:
             messages.insert(
                 0,
@@ -319,10 +337,12 @@ class _Scan:
         read: PhotoList,
         candidates: np.ndarray,
         restricted: bool,
+        clips: Mapping[Path, video.ClipInfo],
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
-        ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk."""
+        ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk; ``clips``: what
+        the clips among ``files`` were read as (``Extraction.clips``)."""
         if not len(candidates):
             return [], 0
         p = self.params
@@ -340,7 +360,7 @@ class _Scan:
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        return picks_of(result, files, read), int(result.duplicates_dropped)
+        return picks_of(result, files, read, clips), int(result.duplicates_dropped)
 
     def say_if_ranking_changed(self, cache: Any) -> None:
         """One warning when the library was last ranked (with this cache) by another method, or by an

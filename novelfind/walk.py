@@ -8,12 +8,13 @@ What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode
 and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
 next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
 LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
-out (``run.py``), with one warning that says how many and how to read them.
+out (``run.py``), with one warning that says how many and how to read them. Clips
+(``video.VIDEO_EXTENSIONS``) are offered where PyAV is installed (``video.installed``).
 
 Files of a kind a photo library holds but this installation does not rank are not offered either, but
 never dropped in silence: the walk passes each to ``on_skipped`` with its kind (``SKIPPED_KINDS``), so
 the scan can say how many it left out and why, in one line per kind. They are HEIC/HEIF files without
-pillow-heif and video clips (``VIDEO_EXTENSIONS``).
+pillow-heif and clips without PyAV.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ import numpy as np
 from novelfind.decode import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
 from novelfind.errors import InputError
 from novelfind.raw import RAW_EXTENSIONS
+from novelfind.safe_text import display
+from novelfind.video import INSTALL_HINT as VIDEO_INSTALL_HINT
+from novelfind.video import VIDEO_EXTENSIONS
+from novelfind.video import installed as video_installed
 
 OnError = Callable[[Path, str], None]
-OnSkipped = Callable[[str], None]
+OnSkipped = Callable[[str, str], None]  # (kind, the file's name)
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,19 @@ class ImageFile:
     mtime_ns: int  # st_mtime_ns
 
 
-WALKED_EXTENSIONS: frozenset[str] = IMAGE_EXTENSIONS | RAW_EXTENSIONS
-# Phone and camera clips: recognised so that a scan can count them, not ranked.
-VIDEO_EXTENSIONS: frozenset[str] = frozenset(
-    {".mp4", ".mov", ".m4v", ".3gp", ".mts", ".m2ts", ".avi", ".mkv", ".webm"}
+# Clips (``video.VIDEO_EXTENSIONS``) are offered where PyAV is installed; looked up without importing it.
+WALKED_EXTENSIONS: frozenset[str] = (
+    IMAGE_EXTENSIONS | RAW_EXTENSIONS | (VIDEO_EXTENSIONS if video_installed() else frozenset())
 )
 # What the scan says about the files of each kind the walk skipped (``skipped_kind``): the noun, and why
 # they were left out, with the install hint where installing something would read them.
 SKIPPED_KINDS: dict[str, tuple[str, str]] = {
     "heif": ("HEIC/HEIF file", "HEIC support is not installed (pip install 'novelfind[heif]')"),
-    "video": ("video clip", "video clips are not ranked yet"),
+    "video": ("clip", f"reading clips needs PyAV ({VIDEO_INSTALL_HINT})"),
 }
+# The kinds whose message names a few of the files (``skipped_message``).
+NAMED_KINDS = frozenset({"video"})
+NAMES_SHOWN = 3
 
 
 class FileList(Sequence[ImageFile]):
@@ -195,7 +202,7 @@ MAX_PATTERNS = 1000  # exclude globs in one walk: compiled together into one reg
 
 def skipped_kind(name: str) -> str | None:
     """The ``SKIPPED_KINDS`` key of a file the walk does not offer but a scan should count, else None:
-    ``"heif"`` for a HEIC/HEIF file without pillow-heif, ``"video"`` for a video clip."""
+    ``"heif"`` for a HEIC/HEIF file without pillow-heif, ``"video"`` for a clip without PyAV."""
     suffix = os.path.splitext(name)[1].lower()
     if suffix in HEIF_EXTENSIONS and suffix not in WALKED_EXTENSIONS:
         return "heif"
@@ -204,11 +211,16 @@ def skipped_kind(name: str) -> str | None:
     return None
 
 
-def skipped_message(kind: str, count: int) -> str:
-    """One line for ``count`` skipped files of ``kind``: ``3 video clips left out: video clips are not
-    ranked yet``."""
+def skipped_message(kind: str, count: int, names: Sequence[str] = ()) -> str:
+    """One line for ``count`` skipped files of ``kind``, naming the first of ``names`` (the kinds of
+    ``NAMED_KINDS``; each through ``safe_text.display``): ``3 clips left out (a.mp4, b.mov, c.mkv):
+    reading clips needs PyAV (pip install 'novelfind[video]')``."""
     noun, why = SKIPPED_KINDS[kind]
-    return f"{count:,} {noun}{'' if count == 1 else 's'} left out: {why}"
+    listed = ""
+    if names:
+        shown = ", ".join(display(name) for name in names[:NAMES_SHOWN])
+        listed = f" ({shown}{', ...' if count > NAMES_SHOWN else ''})"
+    return f"{count:,} {noun}{'' if count == 1 else 's'} left out{listed}: {why}"
 
 
 class _Excluder:
@@ -297,7 +309,8 @@ def walk(
     cannot be inspected is passed to ``on_error(path, reason)`` and skipped; files that vanish
     during the walk are skipped silently. Files are never opened here: an unreadable file is the
     decoder's to report. A file of a kind the scan counts but does not read (``skipped_kind``: HEIC
-    without pillow-heif, video clips) is passed to ``on_skipped(kind)`` instead of being yielded.
+    without pillow-heif, clips without PyAV) is passed to ``on_skipped(kind, name)`` instead of being
+    yielded.
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
@@ -371,7 +384,7 @@ def _walk(
                 if not is_dir and not is_image_name(name):
                     kind = skipped_kind(name) if on_skipped is not None else None
                     if kind is not None and not excluder.excluded(name, rel, entry.path, False):
-                        on_skipped(kind)
+                        on_skipped(kind, name)
                     continue
                 if excluder and excluder.excluded(name, rel, entry.path, is_dir):
                     continue

@@ -27,6 +27,7 @@ from novelfind.report import (
     place_picks,
     unescape_field,
 )
+from novelfind.video import ClipInfo
 
 MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
 
@@ -151,9 +152,24 @@ def test_json_document_schema():
             "neighbour": "/lib/near.jpg",
             "distance": 1.25,
             "also": [],
+            "kind": "photo",
+            "clip": None,
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]
+
+
+def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
+    clip = ClipInfo(duration=12.3456, times=(1.0, 3.5, 6.0), moment=1, rule="r/1")
+    pick = dataclasses.replace(make_pick("/lib/VID_1.mp4"), clip=clip)
+    record = json.loads(format_results([pick], "json"))["picks"][0]
+    assert (record["kind"], record["clip"]) == (
+        "clip",
+        {"duration": 12.346, "frame_times": [1.0, 3.5, 6.0], "moment": 3.5},
+    )
+    line = json.loads(format_results([pick], "jsonl").splitlines()[1])
+    assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\n"  # the line formats unchanged
 
 
 def test_a_photos_other_files_in_json_and_jsonl_only_as_also():

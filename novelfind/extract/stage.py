@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from novelfind import video
 from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
 from novelfind.features import Extractor
@@ -49,6 +50,7 @@ class Extraction:
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, reason), in walk order
     from_cache: int = 0  # vectors found by stat or by digest
     extracted: int = 0  # vectors made by the model in this run
+    clips: dict[Path, video.ClipInfo] = field(default_factory=dict)  # the clips among ``files``, by path
 
 
 class Decoded(NamedTuple):
@@ -133,11 +135,13 @@ def use_known(known: frozenset[str]) -> None:
 
 
 def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
-    """Read and decode one file for the model; never raises for a bad file.
+    """Read and decode one file for the model; never raises for a bad file. A clip's pixels are a
+    :class:`video.ClipFrames` (several frames), a photo's one uint8 (224, 224, 3) array.
 
     ``known`` defaults to the set the worker process was started with.
     """
-    return guarded(lambda: read_any_for_model(path, _KNOWN if known is None else known))  # RAW or not
+    read = video.read_clip_for_model if video.is_clip_name(path) else read_any_for_model  # RAW or not
+    return guarded(lambda: read(path, _KNOWN if known is None else known))
 
 
 def guarded(decode: Callable[[], tuple[str, Any]]) -> Decoded:
@@ -199,6 +203,7 @@ class Stage:
         self.cache_writable = True
         self.reported = 0  # files resolved when progress was last reported
         self.stack: Callable[[list], Any] = np.stack  # the decoder's batch assembly
+        self.clips = video.ClipBook(self.files)
 
     # -- step 1: stat hits
 
@@ -215,6 +220,10 @@ class Stage:
             for j, vec in enumerate(self.cache.get_many_by_stat(chunk)):
                 if self._fits(vec):
                     self._fill(start + j, vec)
+        stale = self.clips.stale(self.cache, self.done)  # read under another frame rule: read again
+        if stale:
+            self.done[stale] = False
+            self.warn(video.stale_note(len(stale)))
         self.from_cache = int(self.done.sum())
         self.progress()
         misses = np.flatnonzero(~self.done).tolist()
@@ -236,7 +245,7 @@ class Stage:
                 if key in held:
                     self.cache.upgrade(key)
         except CacheError as err:
-            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+            self.warn(f"{err}; its vectors of an earlier version are left as they are")
             return []
         return [key for key in former.other if key in held]
 
@@ -254,7 +263,7 @@ class Stage:
             for key in keys:
                 self.cache.drop_model(key)
         except CacheError as err:
-            self._warn(f"{err}; its vectors of an earlier version are left as they are")
+            self.warn(f"{err}; its vectors of an earlier version are left as they are")
         self.former_kind = DigestSet(held)
 
     # -- steps 2-4 on this machine: decode, reuse by digest, infer in batches
@@ -285,6 +294,10 @@ class Stage:
             if decoded.digest is None:
                 self.fail(i, decoded.reason or "cannot decode")
                 return
+        if isinstance(decoded.pixels, video.ClipFrames):  # a clip's frames: a batch of their own
+            encode = lambda frames: self.encode(self.stack(list(frames)))  # noqa: E731
+            self.take_vector(i, decoded.digest, self.clips.take(i, decoded.digest, decoded.pixels, encode))
+            return
         self.batch.append((i, decoded.digest, decoded.pixels))
         if len(self.batch) >= self.batch_size:
             self._flush()
@@ -320,7 +333,7 @@ class Stage:
         """File i has bytes whose vector the cache holds (a moved, renamed or touched file): reuse it and
         record it under the file's new path at the next commit. False when the cache lacks it."""
         known = self.cache.get_many_by_digest([digest])[0]
-        if not self._fits(known):
+        if not self._fits(known) or not self.clips.current(i, digest, self.cache):
             return False
         self._fill(i, known)
         self.from_cache += 1
@@ -345,11 +358,13 @@ class Stage:
             return
         try:
             self.cache.put_many(rows)
+            self.clips.write(self.cache)
         except CacheError as err:
             self.cache_writable = False
-            self._warn(f"{err}; going on without caching")
+            self.warn(f"{err}; going on without caching")
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
+        """One line through ``on_warning`` (a Python warning without it)."""
         if self.on_warning is not None:
             self.on_warning(message)
         else:
@@ -375,7 +390,7 @@ class Stage:
     def result(self) -> Extraction:
         """What the extraction made; first the one notice of photos extracted again (:meth:`retire`)."""
         if self.again:
-            self._warn(
+            self.warn(
                 f"{self.again:,} photo{'s were' if self.again != 1 else ' was'} extracted again: the "
                 "cache held only their classifier output (an earlier version's), and novelfind now keeps "
                 "the pooled vector (one per photo)"
@@ -393,6 +408,7 @@ class Stage:
             failures=[(self.files[i].path, self.reasons[i]) for i in sorted(self.reasons)],
             from_cache=self.from_cache,
             extracted=self.extracted,
+            clips=self.clips.result(self.cache, keep),
         )
 
 

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from novelfind import extras
+from novelfind import extras, video
 from novelfind.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -65,7 +65,7 @@ from novelfind.decode import (
 )
 from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
-from novelfind.extract.stage import Decoded, Decoder, SharedDecoder, guarded
+from novelfind.extract.stage import Decoded, Decoder, SharedDecoder, decode_file, guarded
 from novelfind.raw import model_input_any
 
 if TYPE_CHECKING:
@@ -619,7 +619,7 @@ class GpuFileDecoder:
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
-        self.stats: Counter[str] = Counter()  # gpu / pillow / known / failed (/ cpu: the shared processes')
+        self.stats: Counter[str] = Counter()  # gpu / pillow / known / clip / failed (/ cpu)
         self.shared: SharedDecoder | None = None
 
     def share_with(
@@ -643,6 +643,8 @@ class GpuFileDecoder:
         return stack_pixels(pixels)
 
     def _read(self, path: str) -> tuple[Decoded, bytes | None, JpegInfo | str | None]:
+        if video.is_clip_name(path):  # a few keyframes through PyAV, on the CPU; never read whole
+            return decode_file(path, self.known), None, None
         try:
             data = read_bytes(path)
         except DecodeError as e:
@@ -683,9 +685,10 @@ class GpuFileDecoder:
         pillow: dict[int, Future] = {}
         to_gpu: list[int] = []
         for j, (head, data, info) in enumerate(got):
-            if head.digest is None or data is None:  # unreadable, or bytes whose vector is cached
+            if head.digest is None or data is None:  # unreadable, bytes whose vector is cached, or a clip
                 results[j] = head
-                self.stats["failed" if head.digest is None else "known"] += 1
+                kind = "failed" if head.digest is None else "known" if head.pixels is None else "clip"
+                self.stats[kind] += 1
             elif isinstance(info, JpegInfo):
                 to_gpu.append(j)
             else:

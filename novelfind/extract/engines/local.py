@@ -71,8 +71,9 @@ def extract(
         start_loading = getattr(extractor, "start_loading", None)  # the model loads while decoding starts
         if start_loading is not None:
             start_loading()
-        if workers is None:
-            workers = default_workers() if len(misses) >= POOL_THRESHOLD else 0
+        if workers is None:  # a clip is read in a worker even alone: there its decode has a time limit
+            few = len(misses) < POOL_THRESHOLD and not set(stage.clips.rows).intersection(misses)
+            workers = 0 if few else default_workers()
         window = max(2 * batch_size, 4 * max(workers, 1))
         limit = {} if decode_timeout is None else {"timeout": decode_timeout}
         decoding = load(DECODERS[decoder])(

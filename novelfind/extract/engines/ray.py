@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, atomic
+from novelfind import __version__, atomic, video
 from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
@@ -614,7 +614,9 @@ def extract(
             "features.build_extractor"
         )
     stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
-    misses = stage.stat_hits()
+    misses, note = video.photos_only(stage.files, stage.stat_hits(), "the Ray engine")
+    if note:
+        stage.warn(note)
     if not misses:
         return stage.result()
     device = "cuda" if device.startswith("cuda") else device

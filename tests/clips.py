@@ -1,0 +1,83 @@
+"""Small clips made with PyAV for the tests: from numpy frames, with the codec, pixel format, rotation
+and keyframe interval a test asks for, plus damaged and audio-only files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+
+def write_clip(
+    path: Path,
+    frames: Iterable[np.ndarray],
+    *,
+    fps: int = 10,
+    codec: str = "libx264",
+    pix_fmt: str = "yuv420p",
+    gop: int = 5,
+    rotation: int | None = None,
+    gaps_ms: list[int] | None = None,
+) -> Path:
+    """Encode uint8 (H, W, 3) RGB ``frames`` (all one size) into ``path``; a keyframe every ``gop``
+    frames; ``rotation``: the display matrix's counter-clockwise degrees (a phone's portrait clip: -90);
+    ``gaps_ms``: a variable frame rate, each frame shown this many milliseconds (cycled)."""
+    frames = list(frames)
+    h, w = frames[0].shape[:2]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=fps)
+        stream.width, stream.height, stream.pix_fmt = w, h, pix_fmt
+        stream.codec_context.gop_size = gop
+        if codec == "libx265":
+            stream.options = {"x265-params": "log-level=error"}
+        if rotation is not None:
+            stream.set_display_rotation(rotation)
+        if gaps_ms is not None:
+            stream.codec_context.time_base = stream.time_base = Fraction(1, 1000)
+        pts = 0
+        for i, f in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")
+            if gaps_ms is not None:
+                frame.pts, frame.time_base = pts, Fraction(1, 1000)
+                pts += gaps_ms[i % len(gaps_ms)]
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
+def flat(colour: tuple[int, int, int], size=(96, 64), *, seed: int = 0) -> np.ndarray:
+    """A (H, W, 3) frame of one colour with a little noise."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    a = np.empty((h, w, 3), np.float32)
+    a[:] = colour
+    a += rng.normal(0, 6, a.shape)
+    return np.clip(a, 0, 255).astype(np.uint8)
+
+
+def pan(colour: tuple[int, int, int], n: int = 20, size=(96, 64), *, seed: int = 0) -> list[np.ndarray]:
+    """``n`` frames of a camera moving across a striped scene of ``colour``."""
+    w, h = size
+    scene = flat(colour, (w * 2, h), seed=seed)
+    scene[:, (np.arange(w * 2) // 12) % 2 == 0] //= 2
+    return [scene[:, i * w // n : i * w // n + w] for i in range(n)]
+
+
+def write_audio_only(path: Path) -> Path:
+    """An .mp4 with an AAC track and no picture."""
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("aac", rate=8000)
+        for i in range(8):
+            frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = 8000, i * 1024
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
