@@ -901,6 +901,7 @@ class FeatureCache:
         try:
             with self._lock, self._write() as conn:
                 dropped = conn.execute("DELETE FROM vectors WHERE model_key = ?", (model_key,)).rowcount
+                conn.execute("DELETE FROM clips WHERE model_key = ?", (model_key,))
                 conn.execute("DELETE FROM models WHERE model_key = ?", (model_key,))
         except sqlite3.Error as err:
             raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
 from collections.abc import Container, Iterator
@@ -330,13 +331,18 @@ def info_to_text(info: ClipInfo) -> str:
 
 
 def info_from_text(text: str | None) -> ClipInfo | None:
-    """The record ``info_to_text`` made, or None for none or one that does not parse."""
+    """The record ``info_to_text`` made, or None for none, one that does not parse, or one whose values
+    are out of range (a time or duration not finite or negative, a moment that is not one of the times):
+    the clip is then read again, as for a cached vector that fails its checks."""
     try:
         d = json.loads(text) if text else None
         info = ClipInfo(
             float(d["duration"]), tuple(float(t) for t in d["times"]), int(d["moment"]), str(d["rule"])
         )
-    except (TypeError, ValueError, KeyError):
+    except (TypeError, ValueError, KeyError, OverflowError, RecursionError):
+        return None
+    values = (info.duration, *info.times)
+    if not all(math.isfinite(v) and v >= 0 for v in values):
         return None
     return info if 0 <= info.moment < len(info.times) else None
 

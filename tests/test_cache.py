@@ -521,6 +521,28 @@ def test_clear_forgets_everything_and_shrinks_the_file(db):
         assert c.get_by_digest("d1") is not None
 
 
+def test_clip_records_go_with_their_vectors_prune_clear_and_drop_model(db, tmp_path):
+    clip = image(tmp_path / "lib" / "clip.mp4", b"clip")
+    with FeatureCache(db, "m1") as c:
+        c.put_many([(clip, "c", vec(1))])
+        c.put_clips([("c", "record")])
+        assert c.get_clips(["c", "x"]) == ["record", None]
+        clip.path.unlink()
+        assert c.prune() == 1
+        assert c.get_clips(["c"]) == [None]  # its file gone: the record with the vector
+        c.put_many([(fake(1), "d", vec(2))])
+        c.put_clips([("d", "record")])
+        c.drop_model("m1")
+        assert c.get_clips(["d"]) == [None]
+        c.put_many([(fake(1), "d", vec(2))])
+        c.put_clips([("d", "record")])
+        c.clear()
+        assert c.get_clips(["d"]) == [None]
+    with sqlite3.connect(db) as conn:  # both tables of the merged schema are there
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"clips", "rankings"} <= names
+
+
 def test_null_cache_stores_nothing():
     with NullCache() as c:
         c.put_many([(fake(1), "d1", vec(1))])

@@ -406,3 +406,17 @@ def test_a_moved_clip_is_not_given_a_vector_of_another_rule(tmp_path, monkeypatc
     assert notes == [video.stale_note(2)]  # the two found by their path
     assert got.clips[moved].rule == "another-rule/1"
 
+
+def test_a_clip_record_out_of_range_is_not_used():
+    good = video.ClipInfo(12.0, (0.0, 3.0, 6.0), 1, video.RULE)
+    assert video.info_from_text(video.info_to_text(good)) == good
+    for bad in (
+        '{"rule": "r", "duration": NaN, "times": [0.0], "moment": 0}',
+        '{"rule": "r", "duration": 1.0, "times": [-1.0], "moment": 0}',
+        '{"rule": "r", "duration": 1e400, "times": [0.0], "moment": 0}',
+        '{"rule": "r", "duration": 1.0, "times": [0.0], "moment": 1}',
+        '{"rule": "r", "duration": 1.0, "times": 5, "moment": 0}',
+        "[1, 2]",
+        "not json",
+    ):
+        assert video.info_from_text(bad) is None, bad
