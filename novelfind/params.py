@@ -119,11 +119,14 @@ class ScanParameters:
         DEFAULT_METHOD,
         '``"cosine-knn"`` (default: mean cosine distance to the 10 nearest neighbours), '
         '``"multiscale-knn"`` (cosine k-NN at 3, 10 and 50 neighbours, fused by rank), '
+        '``"microcluster"`` (cosine k-NN to the photos outside the photo\'s batch: odd batches and '
+        "single odd photos on one scale), "
         '``"ads"`` (the ADS solver on whitened features, blended with a k-NN density score), '
         '``"ads-paper"`` (the paper\'s Algorithm 1 alone) or ``"knn"`` (mean distance to the 10 '
         "nearest neighbours). See :func:`novelfind.rank`.",
         help="Ranking: cosine-knn (default: cosine distance to the 10 nearest neighbours), multiscale-knn "
-        "(cosine k-NN at 3, 10 and 50 neighbours, fused by rank), "
+        "(cosine k-NN at 3, 10 and 50 neighbours, fused by rank), microcluster (cosine k-NN to the "
+        "photos outside the photo's batch: odd batches and single odd photos on one scale), "
         "ads (the ADS solver on whitened features, blended with a k-NN density score), ads-paper "
         "(Algorithm 1 alone, as published), knn (distance to the 10 nearest neighbours).",
         choices=METHODS,
@@ -131,11 +134,11 @@ class ScanParameters:
     )
     feature: str = param(
         "auto",
-        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn and '
-        'multiscale-knn, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
+        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn, '
+        'multiscale-knn and microcluster, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
         '``"pooled"`` (1280-d pooled features). The run record names the one used.',
-        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn and "
-        "multiscale-knn, logits for the other methods).",
+        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn, "
+        "multiscale-knn and microcluster, logits for the other methods).",
         choices=("auto", *features.FEATURE_DIMS),
         record=True,
     )

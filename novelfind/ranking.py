@@ -23,6 +23,11 @@ Methods (``METHODS``):
   percentiles. Made to see both a subject shot once (small k) and a small group of similar odd photos
   (large k): the best of about 75 candidates on the dev split, but on test it lost the rare-subject
   set and ended 0.02 below ``cosine-knn``; kept for groups of similar photos (art, quality faults).
+- ``microcluster``: odd batches and single odd photos on one scale (``novelfind.microclusters``): the
+  mean distance to the ``KNN_K`` nearest photos outside the photo's microcluster (its single-linkage
+  component at a fixed radius between unit rows, when that holds at most a share of the library), so
+  the members of a batch far from the rest no longer hide each other. Exact for every row, from a
+  matrix or from chunks, at N^2 cost (docs/bench/quality-moments.md has its numbers).
 - ``ads``: the earlier default, not ADS alone but a blend of two scores. Approximate Densest Subgraph (paper
   Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
   spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
@@ -81,13 +86,14 @@ if TYPE_CHECKING:
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 DEFAULT_METHOD = "cosine-knn"
-METHODS = ("cosine-knn", "multiscale-knn", "ads", "ads-paper", "knn")
-COSINE_METHODS = ("cosine-knn", "multiscale-knn")  # rank rows scaled to unit length
+METHODS = ("cosine-knn", "multiscale-knn", "microcluster", "ads", "ads-paper", "knn")
+COSINE_METHODS = ("cosine-knn", "multiscale-knn", "microcluster")  # rank rows scaled to unit length
 # the feature vector each method was chosen and measured on (``novelfind.features.FEATURE_DIMS``): what a
 # scan extracts for it unless told otherwise
 METHOD_FEATURE = {
     "cosine-knn": "pooled",
     "multiscale-knn": "pooled",
+    "microcluster": "pooled",
     "ads": "logits",
     "ads-paper": "logits",
     "knn": "logits",
@@ -513,6 +519,10 @@ def method_scores(
         return Scores.of_density(*density(unit_source(x), KNN_K))
     if method == "multiscale-knn":
         return multiscale_scores(x)
+    if method == "microcluster":
+        from novelfind.microclusters import microcluster_scores
+
+        return Scores.of(microcluster_scores(unit_source(x))[0])
     if method == "ads":
         return default_scores(x, k, config, device)
     if method == "ads-paper":
