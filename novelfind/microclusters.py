@@ -9,20 +9,22 @@ not mask each other.
 
 The score here, ``microcluster`` in ``novelfind.ranking``:
 
-1. **Microclusters**: the single-linkage components of the library at ``RADIUS`` (photos closer than
-   the radius, chained), followed along each photo's ``GRAPH_K`` nearest neighbours. A component of at
-   most ``SHARE`` of the library (and at least 2 photos) is a microcluster; a photo in a larger one (the
-   ordinary bulk) or alone is its own.
+1. **Microclusters**: single-linkage components of the library (photos closer than a radius,
+   chained, followed along each photo's ``GRAPH_K`` nearest neighbours) at a geometric series of radii,
+   as McCatch counts neighbours: from 2 (the largest distance between unit vectors) down by a factor
+   ``RATIO`` to ``MIN_RADIUS``. A photo's microcluster is its component at the largest radius at which
+   that component holds at least 2 photos and at most ``SHARE`` of the library; a photo with no such
+   component is on its own. Components nest as the radius grows, so this is a partition.
 2. **Score**: the mean distance from the photo to its ``KNN_K`` nearest photos *outside* its
-   microcluster. For a photo on its own this is the plain k-NN score (``cosine-knn``), so single odd
-   photos and batches are ranked on one scale: a batch far from the rest of the library scores as far
-   as its members are from everything else; a burst or a tight group of an ordinary scene scores as
-   the ordinary photos it is close to.
+   microcluster. For a photo on its own this is the plain k-NN score, so single odd photos and batches
+   are ranked on one scale: a batch far from the rest of the library scores as far as its members are
+   from everything else.
 
 Distances are between rows scaled to unit length (0 = same direction, sqrt(2) = orthogonal). Every
-constant has a meaning of its own: the radius is a distance between unit vectors, the share a share of
-the library (McCatch's default largest microcluster is a tenth of the data), ``KNN_K`` the default's
-neighbour count. Their sensitivity is in docs/bench/quality-moments.md.
+constant has a meaning of its own: the radii are distances between unit vectors, the share a share of
+the library (McCatch's default largest microcluster, a tenth of the data), ``KNN_K`` a neighbour count.
+It was chosen on the benchmark's dev split on the classifier's logits (``METHOD_FEATURE``), where
+batches stand further apart than in the pooled vector. Their sensitivity is in docs/bench/quality-moments.md.
 
 Exact from a matrix and from the cache read in chunks: the neighbour graph is ``knn.knn_exact`` over all
 rows, and the outside distances one blocked pass (``sources.blocks``) per query block, the same blocks
@@ -38,17 +40,26 @@ import numpy as np
 
 from novelfind.sources import FeatureSource, as_source, blocks
 
-RADIUS = 0.7  # distance between unit vectors under which two photos are linked into one batch
+RATIO = 1.25  # each linkage radius is the previous one / RATIO, from 2 (the largest unit distance) down
+MIN_RADIUS = 0.05  # no smaller radius: re-saved copies of one photo are ~0.01-0.05 apart
 SHARE = 0.1  # largest microcluster, as a share of the library (McCatch's default, c = 0.1)
-KNN_K = 10  # neighbours outside the microcluster the score is the mean distance to (the default's k)
-GRAPH_K = 30  # nearest neighbours followed when linking (a batch is linked along its members' nearest)
+KNN_K = 50  # neighbours outside the microcluster the score is the mean distance to
+GRAPH_K = 300  # nearest neighbours followed when linking (a batch is linked along its members' nearest)
 QUERY_ROWS = 2048  # grouped rows measured against the library at a time
 
 
-def microclusters(x: np.ndarray | FeatureSource, radius: float = RADIUS, share: float = SHARE) -> np.ndarray:
+def radii(ratio: float = RATIO) -> list[float]:
+    """The linkage radii, largest first: 2, 2 / ratio, 2 / ratio^2, ... down to ``MIN_RADIUS``."""
+    out, r = [], 2.0
+    while r >= MIN_RADIUS:
+        out.append(r)
+        r /= ratio
+    return out
+
+
+def microclusters(x: np.ndarray | FeatureSource, share: float = SHARE, ratio: float = RATIO) -> np.ndarray:
     """Microcluster label of each row of x (rows taken as they are: pass unit-length rows): rows of
-    one microcluster share a label >= 0; a row on its own (alone at ``radius``, or in a component of
-    more than ``share`` of the rows) gets ``-1 - row``. -> int64 (N,)."""
+    one microcluster share a label >= 0; a row on its own gets ``-1 - row``. -> int64 (N,)."""
     from novelfind import knn
 
     src = as_source(x)
@@ -57,27 +68,35 @@ def microclusters(x: np.ndarray | FeatureSource, radius: float = RADIUS, share: 
     if n < 2:
         return own
     dist, idx = knn.knn_exact(src, np.arange(n), min(GRAPH_K, n - 1))  # (N, G) each
-    return _components(dist, idx, radius, share)
+    return _partition(dist, idx, share, ratio)
 
 
-def _components(dist: np.ndarray, idx: np.ndarray, radius: float, share: float) -> np.ndarray:
+def _partition(dist: np.ndarray, idx: np.ndarray, share: float, ratio: float) -> np.ndarray:
+    """Each row's component at the largest radius where it holds 2 to ``share`` x N rows (labels
+    >= 0), else ``-1 - row``; components along the neighbour lists (dist, idx) (N, G)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
     n = len(dist)
-    rows, cols = np.nonzero(dist < radius)
-    graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, idx[rows, cols])), shape=(n, n))
-    _, lab = connected_components(graph, directed=False)
-    size = np.bincount(lab)[lab]
     cap = max(2, math.ceil(share * n))
-    return np.where((size < 2) | (size > cap), -1 - np.arange(n, dtype=np.int64), lab.astype(np.int64))
+    labels = -1 - np.arange(n, dtype=np.int64)
+    done = np.zeros(n, dtype=bool)
+    for j, r in enumerate(radii(ratio)):
+        rows, cols = np.nonzero(dist < r)
+        graph = coo_matrix((np.ones(len(rows), dtype=np.int8), (rows, idx[rows, cols])), shape=(n, n))
+        _, lab = connected_components(graph, directed=False)
+        size = np.bincount(lab)[lab]
+        fit = (size >= 2) & (size <= cap) & ~done
+        labels[fit] = lab[fit] + j * n  # one label space per radius
+        done |= fit
+    return labels
 
 
 def microcluster_scores(
     x: np.ndarray | FeatureSource,
-    radius: float = RADIUS,
     share: float = SHARE,
     neighbours: int = KNN_K,
+    ratio: float = RATIO,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's mean distance to its ``neighbours`` nearest rows outside its microcluster, and the
     microcluster labels (``microclusters``): (scores float32 (N,), labels int64 (N,)). Rows as given
@@ -90,7 +109,7 @@ def microcluster_scores(
         return np.zeros(n, np.float32), -1 - np.arange(n, dtype=np.int64)
     kk = min(neighbours, n - 1)
     dist, idx = knn.knn_exact(src, np.arange(n), max(kk, min(GRAPH_K, n - 1)))  # (N, G)
-    labels = _components(dist, idx, radius, share)
+    labels = _partition(dist, idx, share, ratio)
     scores = dist[:, :kk].mean(1).astype(np.float32)  # a row on its own: its plain k-NN score
     grouped = np.flatnonzero(labels >= 0)
     for q0 in range(0, len(grouped), QUERY_ROWS):

@@ -134,11 +134,11 @@ class ScanParameters:
     )
     feature: str = param(
         "auto",
-        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn, '
-        'multiscale-knn and microcluster, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
+        '``"auto"`` (default: the one the method was chosen on, ``"pooled"`` for cosine-knn and '
+        'multiscale-knn, ``"logits"`` for the others), ``"logits"`` (1000-d classifier output) or '
         '``"pooled"`` (1280-d pooled features). The run record names the one used.',
-        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn, "
-        "multiscale-knn and microcluster, logits for the other methods).",
+        help="MobileNet-V2 output used as the feature vector (auto: pooled for cosine-knn and "
+        "multiscale-knn, logits for the other methods).",
         choices=("auto", *features.FEATURE_DIMS),
         record=True,
     )

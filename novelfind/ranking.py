@@ -24,10 +24,10 @@ Methods (``METHODS``):
   (large k): the best of about 75 candidates on the dev split, but on test it lost the rare-subject
   set and ended 0.02 below ``cosine-knn``; kept for groups of similar photos (art, quality faults).
 - ``microcluster``: odd batches and single odd photos on one scale (``novelfind.microclusters``): the
-  mean distance to the ``KNN_K`` nearest photos outside the photo's microcluster (its single-linkage
-  component at a fixed radius between unit rows, when that holds at most a share of the library), so
-  the members of a batch far from the rest no longer hide each other. Exact for every row, from a
-  matrix or from chunks, at N^2 cost (docs/bench/quality-moments.md has its numbers).
+  mean distance to the 50 nearest photos outside the photo's microcluster (its largest single-linkage
+  component, over a geometric series of radii between unit rows, that holds at most a tenth of the
+  library), on the logits, so the members of a batch far from the rest no longer hide each other.
+  Exact for every row, from a matrix or from chunks, at N^2 cost (docs/bench/quality-moments.md).
 - ``ads``: the earlier default, not ADS alone but a blend of two scores. Approximate Densest Subgraph (paper
   Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
   spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
@@ -93,7 +93,7 @@ COSINE_METHODS = ("cosine-knn", "multiscale-knn", "microcluster")  # rank rows s
 METHOD_FEATURE = {
     "cosine-knn": "pooled",
     "multiscale-knn": "pooled",
-    "microcluster": "pooled",
+    "microcluster": "logits",
     "ads": "logits",
     "ads-paper": "logits",
     "knn": "logits",

@@ -74,6 +74,14 @@ class Ctx:
             self._mc[key] = Q.microclusters(*self.nn(feat), r, share)
         return self._mc[key]
 
+    def shipped_groups(self) -> np.ndarray:
+        """The shipped method's microclusters (``novelfind.microclusters``, logits)."""
+        if "shipped" not in self._mc:
+            from novelfind.microclusters import microclusters
+
+            self._mc["shipped"] = microclusters(self.xn("lo"))
+        return self._mc["shipped"]
+
     def mc_adaptive(self, feat: str, share: float, ratio: float) -> np.ndarray:
         """Each photo's largest microcluster over radii 2, 2/ratio, 2/ratio^2, ... down to 0.05 (the
         largest component holding at most ``share`` of the library): McCatch's geometric radii."""
@@ -133,6 +141,18 @@ def from_quality(method):
     return run
 
 
+def shipped_microcluster(feat: str, **constants):
+    """novelfind's own ``microcluster`` scorer and its microclusters (``novelfind.microclusters``)."""
+
+    def run(c: Ctx):
+        from novelfind.microclusters import microcluster_scores
+
+        scores, labels = microcluster_scores(c.xn(feat), **constants)
+        return scores.astype(np.float64), labels
+
+    return run
+
+
 def glosh_score(feat: str, m: int):
     def run(c: Ctx):
         return Q.glosh(c.xn(feat), m), None
@@ -149,6 +169,7 @@ BASELINES = {
     "iforest": from_quality(M.iforest("pooled")),
     "ads-paper": from_quality(M.shipped("ads-paper")),
     "glosh-m10": glosh_score("po", 10),
+    "microcluster": shipped_microcluster("lo"),  # the shipped method, its own constants (logits)
 }
 GRID: dict = {}
 for _f in ("po", "lo"):
@@ -174,12 +195,12 @@ def evaluate(names, seeds, methods, group: tuple[str, float, float], steps: bool
             groups = sets.build(name, seed).novelty_groups
             labels, k = c.labels, c.k
             mm = len(np.unique(groups[groups >= 0]))
-            shared = c.mc(*group)
+            shared = c.mc(*group) if group[0] != "shipped" else c.shipped_groups()
             for m in methods:
                 t = time.perf_counter()
                 scores, mc = METHODS[m](c)
                 mc = shared if mc is None else mc
-                feat = m.split("@")[1][:2] if "@" in m else group[0]
+                feat = m.split("@")[1][:2] if "@" in m else "lo" if group[0] == "shipped" else group[0]
                 mo = Q.walk(scores, c.xn(feat), mc, k)
                 dt = time.perf_counter() - t
                 order = np.lexsort((np.arange(len(scores)), -scores))
@@ -270,7 +291,12 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--methods", default="baselines", help="baselines | grid | all | comma-separated names")
-    ap.add_argument("--group", default="po,0.7,0.1", help="the baselines' grouping: feature,radius,share")
+    ap.add_argument(
+        "--group",
+        default="shipped",
+        help="the score-only methods' grouping: 'shipped' (the microcluster method's own microclusters, "
+        "so every method is grouped the same way) or feature,radius,share (components at one radius)",
+    )
     ap.add_argument("--steps", action="store_true", help="also ADS / farthest-first choosing M moments")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
@@ -281,7 +307,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown methods: {', '.join(unknown)}")
     g = a.group.split(",")
-    group = (g[0], float(g[1]), float(g[2]))
+    group = ("shipped", 0.0, 0.0) if a.group == "shipped" else (g[0], float(g[1]), float(g[2]))
     rows = evaluate(names, list(range(a.first_seed, a.first_seed + a.seeds)), methods, group, a.steps)
     summary = summarise(rows, names)
     text = table(summary, names)
