@@ -228,7 +228,11 @@ def evaluate(names, seeds, methods, group: tuple[str, float, float], steps: bool
                     ):
                         rest = [j for j in range(len(mo.reps)) if j not in set(chosen)]
                         rows.append(
-                            {**row, "method": f"{m}+{tag}", **Q.moment_metrics(mo, labels, groups, chosen + rest)}
+                            {
+                                **row,
+                                "method": f"{m}+{tag}",
+                                **Q.moment_metrics(mo, labels, groups, chosen + rest),
+                            }
                         )
             print(f"{name} seed {seed}: N={len(labels)} K={k} M={mm}", file=log, flush=True)
     return rows
@@ -249,7 +253,9 @@ def summarise(rows, names, baseline="cosine-knn"):
         seeds = sorted({r["seed"] for r in rows if r["method"] == m})
         per_seed = {
             key: {
-                sd: np.mean([r[key] for r in rows if r["method"] == m and r["seed"] == sd and r["set"] in names])
+                sd: np.mean(
+                    [r[key] for r in rows if r["method"] == m and r["seed"] == sd and r["set"] in names]
+                )
                 for sd in seeds
             }
             for key in KEYS
@@ -258,7 +264,11 @@ def summarise(rows, names, baseline="cosine-knn"):
         if baseline in methods:
             b = {
                 sd: np.mean(
-                    [r["f1_expanded"] for r in rows if r["method"] == baseline and r["seed"] == sd and r["set"] in names]
+                    [
+                        r["f1_expanded"]
+                        for r in rows
+                        if r["method"] == baseline and r["seed"] == sd and r["set"] in names
+                    ]
                 )
                 for sd in seeds
             }
@@ -269,7 +279,11 @@ def summarise(rows, names, baseline="cosine-knn"):
 
 def table(summary, names, methods=None, key="f1_expanded") -> str:
     methods = methods or list(summary)
-    head = "| method | " + " | ".join(names) + " | mean F1 (expanded) | moment recall | F1 | AP | coverage | ΔF1 exp. vs cosine-knn [95% CI] |"
+    head = (
+        "| method | "
+        + " | ".join(names)
+        + " | mean F1 (expanded) | moment recall | F1 | AP | coverage | ΔF1 exp. vs cosine-knn [95% CI] |"
+    )
     lines = [head, "|---" * (len(names) + 7) + "|"]
     for m in methods:
         s = summary[m]
@@ -279,8 +293,8 @@ def table(summary, names, methods=None, key="f1_expanded") -> str:
         lines.append(
             f"| {m} | "
             + " | ".join(f"{s[n][key]:.2f}" for n in names)
-            + f" | {mean['f1_expanded']:.3f} | {mean['moment_recall']:.3f} | {mean['f1']:.3f} | {mean['ap']:.3f}"
-            + f" | {mean['coverage']:.3f} | {dcell} |"
+            + f" | {mean['f1_expanded']:.3f} | {mean['moment_recall']:.3f} | {mean['f1']:.3f}"
+            + f" | {mean['ap']:.3f} | {mean['coverage']:.3f} | {dcell} |"
         )
     return "\n".join(lines)
 

@@ -11,7 +11,9 @@ from novelfind.sources import ChunkedSource
 
 
 def _chunked(x: np.ndarray, rows: int) -> ChunkedSource:
-    return ChunkedSource(lambda: (x[i : i + rows] for i in range(0, len(x), rows)), lambda r: x[r], len(x), x.shape[1])
+    return ChunkedSource(
+        lambda: (x[i : i + rows] for i in range(0, len(x), rows)), lambda r: x[r], len(x), x.shape[1]
+    )
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

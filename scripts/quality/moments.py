@@ -139,7 +139,9 @@ def expanded(m: Moments, k: int, picks: list[int] | None = None) -> np.ndarray:
     return np.asarray(out[:k], dtype=np.int64)
 
 
-def moment_metrics(m: Moments, labels: np.ndarray, groups: np.ndarray, order: list[int] | None = None) -> dict:
+def moment_metrics(
+    m: Moments, labels: np.ndarray, groups: np.ndarray, order: list[int] | None = None
+) -> dict:
     """Moment recall at M and F1 over the expanded list at K (``order``: the picks' order, default
     as walked)."""
     k = int(labels.sum())

@@ -609,7 +609,9 @@ def _ordinary_groups(rng: np.random.Generator, textures: str, copies: int) -> li
 def _moments(name: str, seed: int, n: int, batches: tuple[str, ...], singles: str, textures: str):
     rng = _rng(name, seed)
     copies = max(1, n // 2500)
-    odd = [it for src, m in zip(batches, BATCH_SIZES, strict=True) for it in _batch(rng, src, m, f"batch-{m}")]
+    odd = [
+        it for src, m in zip(batches, BATCH_SIZES, strict=True) for it in _batch(rng, src, m, f"batch-{m}")
+    ]
     items = _bursty_scenes(rng, n - 75 * copies, 0.4, 8) + _ordinary_groups(rng, textures, copies)
     taken = {it.kind for it in odd}
     pics = [p for p in sources.pool(singles) if p.name not in taken]
