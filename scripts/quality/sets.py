@@ -671,10 +671,10 @@ SPLITS: dict[str, tuple[str, ...]] = {
     "test": ("art", "digits-test", "defects-test", "rare-test", "bursts-test", "faults-test", "docs-test"),
     "test-library": ("library-docs", "library-faults"),
     # odd batches of many sizes (added with the moments benchmark, scripts/bench_moments.py)
-    "moments-dev": ("moments-dev",),
-    "moments-test": ("moments-test",),
-    "moments-library-dev": ("library-moments-dev",),
-    "moments-library-test": ("library-moments-test",),
+    "dev-moments": ("moments-dev",),
+    "dev-moments-library": ("library-moments-dev",),
+    "test-moments": ("moments-test",),
+    "test-moments-library": ("library-moments-test",),
 }
 # what each kind of novelty is called in the tables: dev set -> test set
 PAIRS = {
