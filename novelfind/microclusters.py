@@ -26,8 +26,8 @@ the library (McCatch's default largest microcluster, a tenth of the data), ``KNN
 It was chosen on the benchmark's dev split on the classifier's logits (``METHOD_FEATURE``), where
 batches stand further apart than in the pooled vector. Their sensitivity and the method's results are
 in docs/bench/quality-moments.md: it finds batches of pages and screenshots that every neighbour score
-misses, and loses to ``cosine-knn`` wherever ordinary photos form groups that stand as far apart (bursts,
-a scene shot many times; at library scale there are hundreds), so it is not the default.
+misses, and loses to ``cosine-knn`` on most other sets and on the 10,000-photo dev library (ordinary
+groups, bursts or a scene shot many times, seem to stand as far apart), so it is not the default.
 
 Exact from a matrix and from the cache read in chunks: the neighbour lists come from ``knn.knn_exact``,
 ``QUERY_ROWS`` rows at a time, and the outside distances from one blocked pass (``sources.blocks``) per
