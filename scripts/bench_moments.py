@@ -6,11 +6,14 @@ Sets: the quality benchmark's split (``scripts/quality/sets.py``) plus the momen
 moments (``quality.moments``); metrics per set and draw: F1 at K of the plain score order (near-duplicates
 passed over, as the quality benchmark), AP, coverage, moment recall at M and F1 over the expanded list.
 
-    python scripts/bench_moments.py --split dev --seeds 3 --out docs/bench/quality-moments-dev.json
-    python scripts/bench_moments.py --split dev --methods grid --out docs/bench/quality-moments-grid.json
-    python scripts/bench_moments.py --split test --seeds 3 --methods final --out ...   # once, after choosing
+    python scripts/bench_moments.py --split dev --seeds 3 --steps --out docs/bench/quality-moments-dev.json
+    python scripts/bench_moments.py --split dev --seeds 2 --methods grid --group po,0.7,0.1 --out grid.json
+    python scripts/bench_moments.py --split test --seeds 3 --methods cosine-knn,microcluster --steps
 
-Choose on dev only; test is run once for the chosen candidate and the baselines.
+``--group``: how score-only methods are grouped into moments (default: the shipped microcluster
+method's own microclusters, so every method is grouped the same way). ``--steps``: also ADS and
+greedy farthest-first as the step that picks M moments out of the first 3M. Choose on dev only; test
+is run once for the chosen candidate and the baselines (docs/bench/quality-moments.md).
 """
 
 from __future__ import annotations
