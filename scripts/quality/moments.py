@@ -4,9 +4,10 @@ A *moment* is a representative photo and its members. Every method measured here
 that the metrics over moments compare like with like:
 
 - a score-only method (cosine k-NN, cleanlab, IsolationForest, ADS, GLOSH) is walked best first and each
-  pick takes as members its microcluster (``microclusters``: its single-linkage component at radius r,
-  when that component holds at most a share c of the library; else the pick alone); a photo already a
-  member of an earlier pick is passed over;
+  pick takes as members its microcluster: the shipped method's (``novelfind.microclusters``), or
+  ``microclusters`` here (its single-linkage component at radius r, when that component holds at most a
+  share c of the library; else the pick alone); a photo already a member of an earlier pick is passed
+  over;
 - the microcluster scores (``outside_knn``) are walked the same way with their own radius and share.
 
 Metrics (``moment_metrics``), K = number of odd photos, M = number of odd moments (novelty groups):
