@@ -24,6 +24,11 @@ ranks from chunks):
   percentiles. Made to see both a subject shot once (small k) and a small group of similar odd photos
   (large k): the best of about 75 candidates on the dev split, but on test it lost the rare-subject
   set and ended 0.02 below ``cosine-knn``; kept for groups of similar photos (art, quality faults).
+- ``microcluster``: odd batches and single odd photos on one scale (``novelfind.microclusters``): the
+  mean distance to the 50 nearest photos outside the photo's microcluster (its largest single-linkage
+  component, over a geometric series of radii between unit rows, that holds at most a tenth of the
+  library), on the logits, so the members of a batch far from the rest no longer hide each other.
+  Exact for every row, from a matrix or from chunks, at N^2 cost (docs/bench/quality-moments.md).
 - ``ads``: the earlier default, not ADS alone but a blend of two scores. Approximate Densest Subgraph (paper
   Algorithm 1) runs on whitened features (PCA to ``WHITEN_DIMS`` axes; the loud axes scaled down to the
   spread of the ``WHITEN_FLOOR``-th); its weights are blended, ``DENSITY_WEIGHT`` to the other, with a
@@ -68,6 +73,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from novelfind import microclusters
 from novelfind.errors import InputError
 from novelfind.pca import Space, fit_space, spread
 from novelfind.sources import ChunkedSource, FeatureSource, MatrixSource, ScaledSource, UnitSource, as_source
@@ -82,6 +88,9 @@ if TYPE_CHECKING:
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 DEFAULT_METHOD = "cosine-knn"
+# The largest library ``microcluster`` (novelfind.microclusters) ranks. It measures every pair: 10,000 photos took 306 s on a busy 2-core machine (docs/bench/rank-microcluster.json), so
+# 50,000 would take over an hour and a half; past that it refuses before anything is extracted.
+MICROCLUSTER_MAX_ROWS = 50_000
 MULTISCALE_K = (3, 10, 50)  # multiscale-knn's neighbourhood sizes (dev: the best of 16 sets of sizes)
 WHITEN_DIMS = 64  # principal axes kept by ``ads`` (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
@@ -124,6 +133,12 @@ def read_in_chunks(method: str, n: int, dim: int) -> bool:
     """Whether ``method`` should read a library's N x dim features from the cache in chunks (they pass
     the memory budget). A method that cannot (``Method.chunks`` false: ``ads-paper`` draws random rows
     of the matrix): InputError saying how much memory it would need."""
+    limit = METHODS[method].max_rows
+    if limit is not None and n > limit:
+        raise InputError(
+            f"method {method} ranks at most {limit:,} photos (its cost grows with the square of the "
+            f"library: {n:,} would take hours); the default method ({DEFAULT_METHOD}) ranks any size"
+        )
     if fits_in_memory(n, dim):
         return False
     if not METHODS[method].chunks:
@@ -400,6 +415,14 @@ def cosine_knn_scores(
     return Scores.of_density(density(unit_source(x), KNN_K)[0])
 
 
+def microcluster_method_scores(
+    x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
+) -> Scores:
+    """The ``microcluster`` method (:mod:`novelfind.microclusters`): the mean distance to the nearest rows
+    outside the row's microcluster, rows scaled to unit length; exact for every row."""
+    return Scores.of(microclusters.microcluster_scores(unit_source(x))[0])
+
+
 def ads_paper_scores(
     x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
 ) -> Scores:
@@ -438,6 +461,7 @@ class Method:
     # near-duplicates or non-candidates leave fewer than k picks in it
     sparse: bool = False
     scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
+    max_rows: int | None = None  # refuses larger libraries, before extraction (its cost grows as N^2)
 
 
 METHODS: dict[str, Method] = {
@@ -456,6 +480,15 @@ METHODS: dict[str, Method] = {
             f"cosine k-NN at {_spoken(MULTISCALE_K)} neighbours, fused by rank",
             feature="pooled",
             cosine=True,
+        ),
+        Method(
+            "microcluster",
+            microcluster_method_scores,
+            f"distance to the {microclusters.KNN_K} nearest photos outside the photo's batch: odd batches and "
+            "single odd photos on one scale",
+            feature="logits",
+            cosine=True,
+            max_rows=MICROCLUSTER_MAX_ROWS,
         ),
         Method(
             "ads",
@@ -670,6 +703,8 @@ def rank(
     source, scale = _check(features, k)
     if not chosen.chunks and source.matrix is None:
         raise ValueError(f"method {method} needs the feature matrix in memory, not a source read in chunks")
+    if chosen.max_rows is not None and source.n > chosen.max_rows:
+        raise ValueError(f"method {method} ranks at most {chosen.max_rows:,} rows, got {source.n:,}")
     if dedup is None:
         dedup = DEFAULT_DEDUP
     if not dedup >= 0:

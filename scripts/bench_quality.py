@@ -57,6 +57,7 @@ from quality import methods as M  # noqa: E402
 ABLATIONS = {
     "default": M.shipped("cosine-knn", "pooled"),  # novelfind's default ranking: cosine k-NN, k = 10, pooled
     "multiscale-knn": M.shipped("multiscale-knn", "pooled"),  # cosine k-NN at k = 3, 10, 50 fused by rank
+    "microcluster": M.shipped("microcluster", "logits"),  # cosine k-NN outside the photo's microcluster
     "ads-blend": M.shipped("ads"),  # the earlier default: ADS on whitened logits blended with a density
     "ads-blend-no-ads": M.shipped_default(1.0),  # its density term alone
     "ads-alone": M.ads_alone(white="f64_32"),  # its ADS term alone, support K

@@ -205,13 +205,15 @@ def test_the_samples_are_current():
     assert "<!-- sample: quickstart -->" in readme and "1\t" in made["quickstart"]
 
 
-def test_the_changelog_has_this_release_on_top_and_the_version_is_newer_than_the_last():
+def test_the_changelog_has_this_version_on_top_and_it_is_newer_than_the_last():
     from novelfind import __version__
 
     text = (ROOT / "CHANGELOG.md").read_text()
-    releases = re.findall(r"^## \[([^\]]+)\]", text, re.M)
-    assert releases[0] == "Unreleased" and "0.1.0" in releases
-    last = next(r for r in releases if r != "Unreleased")
+    releases = re.findall(r"^## \[([^\]]+)\](?: - (\d{4}-\d{2}-\d{2}))?", text, re.M)
+    (top, date), (last, _) = releases[0], releases[1]
+    assert top == __version__ and date, "the version's release is the changelog's first section, dated"
+    assert "0.1.0" in [name for name, _ in releases]
     assert tuple(map(int, __version__.split("."))) > tuple(map(int, last.split(".")))
-    unreleased = text.split("## [Unreleased]", 1)[1].split("\n## [", 1)[0]
-    assert "### Changed" in unreleased and "--method ads" in unreleased and "logits:p1" in unreleased
+    section = text.split(f"## [{top}]", 1)[1].split("\n## [", 1)[0]
+    assert "### Changed" in section and "--method ads" in section and "logits:p1" in section
+    assert f"[{top}]: " in text, "the release has its link at the foot"

@@ -350,7 +350,7 @@ def test_a_damaged_cached_vector_is_extracted_again_with_one_warning(
 
 def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
     from novelfind.cache import FeatureCache
-    from novelfind.features import STORED_NORM_MAX
+    from novelfind.weights import STORED_NORM_MAX
     from novelfind.walk import ImageFile
 
     warned: list[str] = []

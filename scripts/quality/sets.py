@@ -46,6 +46,7 @@ class Item:
     kind: str  # source picture (or class) it came from
     make: Maker = field(repr=False)  # rng -> square RGB picture (any size), before ``finish``
     group: int = -1  # burst id (near-duplicates share one), -1 for a single shot
+    moment: str = ""  # a planted odd batch: every member carries the batch's name (one novelty group)
 
 
 @dataclass
@@ -104,7 +105,10 @@ def novelty_group(it: Item, i: int) -> str:
     """What one labelled novelty group is, for coverage (the share of groups with a pick in the top K):
     all screenshots or document pages of a set are one batch; a digit class is one group; a planted
     defect or failed shot is its own group (the fault is the novelty, not the scene under it); any
-    other novelty is grouped by its source picture (the same subject shot again is one group)."""
+    other novelty is grouped by its source picture (the same subject shot again is one group). A
+    planted batch of the moments sets is one group whatever its members show."""
+    if it.moment:
+        return it.moment
     if it.kind.startswith(("code/", "doc/")):
         return "text-batch"
     if getattr(it.make, "__name__", "") in ("faulty", "defective"):
@@ -553,6 +557,89 @@ def library_faults_set(seed: int) -> LabelledSet:
     return _library("library-faults", seed, 30_000, [("fault:over+under+motion", 40), ("subjects", 20)])
 
 
+# --------------------------------------------------------------------------- moments: odd batches
+# Odd photos come in batches (a night of astrophotography, a day of scanned pages) as well as alone.
+# A moments set plants odd batches of 5, 15, 40 and 80 photos and 10 single odd photos in an ordinary
+# library that has its own groups: bursts, many crops of one scene (a garden shot all afternoon) and
+# crops of one texture (wallpaper). No batch size is shared between a batch and an ordinary group, and
+# the split takes its batches from other sources: dev nebulae, code screenshots, digits 0-4 and one
+# drawing of the dev cultures; test document pages, drawings of the test cultures, digits 5-9 and one
+# subject photo.
+BATCH_SIZES = (80, 40, 15, 5)
+SINGLES = 10
+
+
+def _batch(rng: np.random.Generator, source: str, m: int, name: str) -> list[Item]:
+    """m odd photos of one event, all in novelty group ``name``: distinct pictures of a pool, pages or
+    screenshots (``doc`` / ``code``), one digit class (``digits:<classes>``), or crops of one picture
+    (``one:<pool>``, returned with that picture's index so the singles can avoid it)."""
+    if source in ("code", "doc"):
+        items = _text_items(rng, source, m)
+    elif source.startswith("digits:"):
+        img, lab = sources.digits()
+        c = int(rng.choice([int(ch) for ch in source[7:]]))
+        pick = rng.choice(np.flatnonzero(lab == c), size=m, replace=False)
+        items = [Item(True, f"digit{c}", digit_maker(img[i])) for i in pick]
+    elif source.startswith("one:"):
+        pics = sources.pool(source[4:])
+        pic = pics[int(rng.integers(len(pics)))]
+        items = [Item(True, pic.name, cropper(pic, (0.5, 1.0))) for _ in range(m)]
+    else:
+        items = _novel(rng, source, m)
+    for it in items:
+        it.moment = name
+    return items
+
+
+def _ordinary_groups(rng: np.random.Generator, textures: str, copies: int) -> list[Item]:
+    """``copies`` times: 25 crops of one texture, 30 crops of one scene, a burst of 20 frames."""
+    items: list[Item] = []
+    tex, scenes = sources.pool(textures), sources.pool("scenes")
+    for _ in range(copies):
+        t = tex[int(rng.integers(len(tex)))]
+        items += [Item(False, t.name, cropper(t, (0.25, 0.5))) for _ in range(25)]
+        s = scenes[int(rng.integers(len(scenes)))]
+        items += [Item(False, s.name, cropper(s, (0.4, 0.9))) for _ in range(30)]
+        s = scenes[int(rng.integers(len(scenes)))]
+        frames = burst(s, rng)
+        items += [Item(False, s.name, frames(), 10_000 + len(items)) for _ in range(20)]
+    return items
+
+
+def _moments(name: str, seed: int, n: int, batches: tuple[str, ...], singles: str, textures: str):
+    rng = _rng(name, seed)
+    copies = max(1, n // 2500)
+    odd = [
+        it for src, m in zip(batches, BATCH_SIZES, strict=True) for it in _batch(rng, src, m, f"batch-{m}")
+    ]
+    items = _bursty_scenes(rng, n - 75 * copies, 0.4, 8) + _ordinary_groups(rng, textures, copies)
+    taken = {it.kind for it in odd}
+    pics = [p for p in sources.pool(singles) if p.name not in taken]
+    for i in rng.choice(len(pics), size=SINGLES, replace=False):
+        items.append(Item(True, pics[i].name, cropper(pics[i], (0.6, 1.0))))
+    return _shuffle(name, seed, rng, items + odd)
+
+
+MOMENTS_DEV = ("nebulae", "code", "digits:01234", "one:art_dev")
+MOMENTS_TEST = ("doc", "art_test", "digits:56789", "one:subjects")
+
+
+def moments_dev_set(seed: int) -> LabelledSet:
+    return _moments("moments-dev", seed, 900, MOMENTS_DEV, "art_dev", "textures_dev")
+
+
+def moments_test_set(seed: int) -> LabelledSet:
+    return _moments("moments-test", seed, 900, MOMENTS_TEST, "subjects", "textures_test")
+
+
+def library_moments_dev_set(seed: int) -> LabelledSet:
+    return _moments("library-moments-dev", seed, 10_000, MOMENTS_DEV, "art_dev", "textures_dev")
+
+
+def library_moments_test_set(seed: int) -> LabelledSet:
+    return _moments("library-moments-test", seed, 10_000, MOMENTS_TEST, "subjects", "textures_test")
+
+
 SETS: dict[str, Callable[[int], LabelledSet]] = {
     "astro": astro_set,
     "digits-dev": digits_dev_set,
@@ -571,6 +658,10 @@ SETS: dict[str, Callable[[int], LabelledSet]] = {
     "docs-test": docs_test_set,
     "library-docs": library_docs_set,
     "library-faults": library_faults_set,
+    "moments-dev": moments_dev_set,
+    "moments-test": moments_test_set,
+    "library-moments-dev": library_moments_dev_set,
+    "library-moments-test": library_moments_test_set,
 }
 
 # Decided before any comparison and not changed after: choose on "dev", report "test".
@@ -579,6 +670,11 @@ SPLITS: dict[str, tuple[str, ...]] = {
     "dev-library": ("library-dev",),
     "test": ("art", "digits-test", "defects-test", "rare-test", "bursts-test", "faults-test", "docs-test"),
     "test-library": ("library-docs", "library-faults"),
+    # odd batches of many sizes (added with the moments benchmark, scripts/bench_moments.py)
+    "dev-moments": ("moments-dev",),
+    "dev-moments-library": ("library-moments-dev",),
+    "test-moments": ("moments-test",),
+    "test-moments-library": ("library-moments-test",),
 }
 # what each kind of novelty is called in the tables: dev set -> test set
 PAIRS = {
