@@ -148,7 +148,7 @@ class _Scan:
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
-        workers = p.workers if p.workers is not None else features.available_cpus()
+        workers = p.workers if p.workers is not None else devices.available_cpus()
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
