@@ -18,6 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from novelfind.atomic import write_atomic
+from novelfind.decode import decode_processes_within_budget
 from novelfind.devices import available_cpus
 from novelfind.errors import OutputError
 from novelfind.extract.decoders.pillow import ProcessDecoder
@@ -73,11 +74,13 @@ class ThumbnailDecoder(ProcessDecoder):
 def _thumbnails(
     wanted: Sequence[tuple[Path, int]], timeout: float | None
 ) -> dict[tuple[Path, int], Image.Image | None]:
-    """The thumbnails of (path, size) pairs, made by a few decode processes (one pool for all sizes)."""
+    """The thumbnails of (path, size) pairs, made by a few decode processes (one pool for all sizes): no
+    more than one per core, nor than the decoded-pixels budget leaves memory for."""
     wanted = list(dict.fromkeys(wanted))
     if not wanted:
         return {}
-    decoder = ThumbnailDecoder(max(1, min(MAX_THUMBNAIL_WORKERS, available_cpus(), len(wanted))), timeout)
+    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(wanted))
+    decoder = ThumbnailDecoder(max(1, workers), timeout)
     got: dict[tuple[Path, int], Image.Image | None] = {}
     try:
         for size in dict.fromkeys(s for _, s in wanted):

@@ -18,7 +18,7 @@ from PIL import Image
 from stalling import NOT_STOPPED, SLOW_S, WOKE_UP, StallingDecoder, StallingThumbnails
 
 import novelfind
-from novelfind import htmlreport
+from novelfind import decode, htmlreport
 from novelfind.cli import cli
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
@@ -165,3 +165,12 @@ def test_decode_timeout_must_be_positive(library, fake_extractor):
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == "error: Invalid value for '--decode-timeout': 0.0 is not in the range x>0.\n"
     assert fake_extractor.images == 0
+
+
+@pytest.mark.parametrize(("budget", "processes"), [(500, 1), (250, 3), (100, 9), (2000, 1)])
+def test_the_thumbnail_processes_fit_the_decode_budget(monkeypatch, budget, processes):
+    # Half the memory holds 1,000 pixels here; the scanning process keeps one budget's share of it.
+    monkeypatch.setattr(decode, "_shared_pixels", lambda: 1000.0)
+    with decode.pixel_budget_of(budget):
+        assert decode.decode_processes_within_budget() == processes
+    assert decode.default_pixel_budget(3) == 250  # three workers and the scanning process: (250, 3)
