@@ -68,6 +68,7 @@ class ThumbnailDecoder(ProcessDecoder):
         return [None if result.digest is None else result.pixels for _, result in got]
 
     def decode_here(self, path: str) -> Decoded:
+        """The thumbnail made in this process, where worker processes cannot start (no time limit)."""
         return self.decode_one(path)
 
 
