@@ -91,15 +91,32 @@ def _register_heif() -> bool:
     return True
 
 
-def default_pixel_budget(workers: int) -> int:
-    """Pixels one decode may hold when ``workers`` decode processes and this one run at once: half the
-    machine's memory shared among them (:data:`BYTES_PER_PIXEL` each), at most :data:`MAX_IMAGE_PIXELS`."""
+def _shared_pixels() -> float | None:
+    """The pixels half the machine's memory holds (:data:`BYTES_PER_PIXEL` each); None: unknown."""
     try:
         memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, OSError, ValueError):  # pragma: no cover - a system without sysconf
+        return None
+    return MEMORY_SHARE * memory / BYTES_PER_PIXEL
+
+
+def default_pixel_budget(workers: int) -> int:
+    """Pixels one decode may hold when ``workers`` decode processes and this one run at once: half the
+    machine's memory shared among them (:data:`BYTES_PER_PIXEL` each), at most :data:`MAX_IMAGE_PIXELS`."""
+    shared = _shared_pixels()
+    if shared is None:  # pragma: no cover
         return MAX_IMAGE_PIXELS
-    share = MEMORY_SHARE * memory / (max(0, workers) + 1) / BYTES_PER_PIXEL
-    return max(1, min(MAX_IMAGE_PIXELS, int(share)))
+    return max(1, min(MAX_IMAGE_PIXELS, int(shared / (max(0, workers) + 1))))
+
+
+def decode_processes_within_budget() -> int:
+    """How many decode processes, each at this process's budget (:func:`pixel_budget`), fit beside this
+    one in the share :func:`default_pixel_budget` divides (at least 1): the report's thumbnails start no
+    more, so ``--workers 0`` (one process's budget) makes them one at a time."""
+    shared = _shared_pixels()
+    if shared is None:  # pragma: no cover
+        return 1
+    return max(1, int(shared // pixel_budget()) - 1)
 
 
 _pixel_budget = MAX_IMAGE_PIXELS  # this process's; set for a scan by set_pixel_budget

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
@@ -18,49 +19,91 @@ from PIL import Image, ImageDraw, ImageFont
 
 from novelfind import video
 from novelfind.atomic import write_atomic
+from novelfind.decode import decode_processes_within_budget
+from novelfind.devices import available_cpus
 from novelfind.errors import OutputError
+from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.stage import Decoded, guarded
 from novelfind.raw import image_info_any, load_any
 from novelfind.report import Failure, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
+MAX_THUMBNAIL_WORKERS = 8  # decode processes making the report's and the contact sheet's thumbnails
 NEIGHBOUR_THUMB_SIZE = 160
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
 
 
 # ---------------------------------------------------------------------------------------------
-# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode, RAW previews)
+# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode, RAW previews),
+# in decode worker processes: a photo is untrusted input, and only a process can be stopped when its
+# decode runs past the limit (``--decode-timeout``).
 
 
-def _thumbnail(path: Path, size: int, at: float | None = None) -> Image.Image | None:
-    """A picture of ``path`` that fits ``size``; a clip's is its frame at ``at`` seconds (its novel
-    moment; None: its first keyframe). None when it cannot be read."""
-    try:
-        img = video.poster(path, at or 0.0) if video.is_clip_name(path) else load_any(path, min_side=size)
+def thumbnail_decoded(path: str, size: int, moments: Mapping[str, float] | None = None) -> Decoded:
+    """Run in a decode worker: ``path``'s thumbnail, its longest side ``size`` px, as ``Decoded``'s
+    pixels (a PIL image; the digest is empty, a thumbnail is not cached), or why it cannot be read. A
+    clip's is its frame at its novel moment (``moments[path]`` seconds; else its first keyframe)."""
+
+    def make() -> tuple[str, Image.Image]:
+        if video.is_clip_name(Path(path)):
+            img = video.poster(Path(path), (moments or {}).get(path) or 0.0)
+        else:
+            img = load_any(Path(path), min_side=size)
         img.thumbnail((size, size), Image.Resampling.LANCZOS)
-        return img
-    except Exception:  # noqa: BLE001 - an unreadable file gets a placeholder, not an error
-        return None
+        return "", img
+
+    return guarded(make)
+
+
+class ThumbnailDecoder(ProcessDecoder):
+    """Thumbnails made in decode worker processes, under the decode time limit and the decode budget
+    as the scan's own decodes are: a photo that takes too long is stopped with its process and gets the
+    placeholder. ``make`` (path, size) -> ``Decoded`` is what a worker runs."""
+
+    make: Callable[..., Decoded] = staticmethod(thumbnail_decoded)
+
+    def __init__(self, workers: int, timeout: float | None = None):
+        super().__init__(workers, window=2 * workers, timeout=timeout)
+
+    def thumbnails(self, paths: Sequence[Path], size: int) -> list[Image.Image | None]:
+        """The thumbnail of each path, in order; None where it cannot be read or took too long."""
+        self.decode_one = functools.partial(self.make, size=size)  # sent with each file to the workers
+        got = self.decode([os.fspath(p) for p in paths])
+        return [None if result.digest is None else result.pixels for _, result in got]
+
+    def decode_here(self, path: str) -> Decoded:
+        """The thumbnail made in this process, where worker processes cannot start (no time limit)."""
+        return self.decode_one(path)
+
+
+def _thumbnails(
+    wanted: Sequence[tuple[Path, int]], timeout: float | None
+) -> dict[tuple[Path, int], Image.Image | None]:
+    """The thumbnails of (path, size) pairs, made by a few decode processes (one pool for all sizes): no
+    more than one per core, nor than the decoded-pixels budget leaves memory for."""
+    wanted = list(dict.fromkeys(wanted))
+    if not wanted:
+        return {}
+    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(wanted))
+    decoder = ThumbnailDecoder(max(1, workers), timeout)
+    got: dict[tuple[Path, int], Image.Image | None] = {}
+    try:
+        for size in dict.fromkeys(s for _, s in wanted):
+            paths = [p for p, s in wanted if s == size]
+            got.update(zip(((p, size) for p in paths), decoder.thumbnails(paths, size), strict=True))
+    except BaseException:
+        decoder.terminate()
+        raise
+    decoder.close()
+    return got
 
 
 def _data_uri(img: Image.Image, quality: int = 82) -> str:
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=quality, optimize=True)
     return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _thumbnails(paths: Iterable[Thumb]) -> dict[Thumb, str | None]:
-    """Data URIs for (path, size, clip time) triples, decoded in a few threads (Pillow releases the GIL)."""
-    wanted = list(dict.fromkeys(paths))
-
-    def one(item: Thumb) -> str | None:
-        img = _thumbnail(*item)
-        return None if img is None else _data_uri(img)
-
-    workers = max(1, min(8, os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(wanted, pool.map(one, wanted), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -253,13 +296,16 @@ def write_html_report(
     failures: Iterable[tuple[Path | str, str]] = (),
     title: str = "novelfind report",
     max_points: int = MAX_MAP_POINTS,
+    decode_timeout: float | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
     ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.pca.map_2d`), ``pick_indices``
     (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
     titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
-    ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table. Raises
+    ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
+    ``decode_timeout``: seconds a thumbnail's decode may take in its process (None: the scan's
+    default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder. Raises
     OutputError when the file cannot be written and ValueError for inconsistent map inputs.
     """
     picks = list(picks)
@@ -274,7 +320,7 @@ def write_html_report(
     body = [
         _headline(picks, run, failures),
         map_section,
-        _picks_section(picks),
+        _picks_section(picks, decode_timeout),
         _run_section(run),
         _failures_section(failures),
     ]
@@ -327,11 +373,12 @@ def _moment(p: Pick) -> float | None:
     return None if p.clip is None else p.clip.moment_time
 
 
-def _picks_section(picks: Sequence[Pick]) -> str:
+def _picks_section(picks: Sequence[Pick], decode_timeout: float | None) -> str:
     """One card per pick: thumbnail, facts about the file, and its nearest neighbour."""
     wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
-    thumbs = _thumbnails(wanted)
+    made = _thumbnails(wanted, decode_timeout)
+    thumbs = {key: None if img is None else _data_uri(img) for key, img in made.items()}
     infos = _image_infos([p.path for p in picks])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
     cards = [_pick_card(p, thumbs, info, max_distance) for p, info in zip(picks, infos, strict=True)]
@@ -435,10 +482,16 @@ CONTACT_SHEET_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp"
 
 
 def write_contact_sheet(
-    path: Path | str, picks: Sequence[Pick], *, columns: int | None = None, cell: int = 256
+    path: Path | str,
+    picks: Sequence[Pick],
+    *,
+    columns: int | None = None,
+    cell: int = 256,
+    decode_timeout: float | None = None,
 ) -> None:
     """A grid image of the picks in rank order, each with its rank number (format from the suffix:
-    .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written."""
+    .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written.
+    ``decode_timeout`` as for :func:`write_html_report`."""
     path = Path(path)
     fmt = CONTACT_SHEET_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -459,11 +512,8 @@ def write_contact_sheet(
     small = ImageFont.load_default(size=max(10, cell // 16))
     inner = cell - 2 * gap
 
-    def render(item: Pick) -> Image.Image | None:
-        return _thumbnail(Path(item.path), inner, _moment(item))
-
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        thumbs = list(pool.map(render, picks))
+    made = _thumbnails([(Path(p.path), inner, _moment(p)) for p in picks], decode_timeout)
+    thumbs = [made[(Path(p.path), inner, _moment(p))] for p in picks]
     for k, (pick, thumb) in enumerate(zip(picks, thumbs, strict=True)):
         x0 = gap + (k % cols) * (cell + gap)
         y0 = gap + (k // cols) * (cell + gap)

@@ -117,9 +117,11 @@ def write_outputs(
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
         writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
     if p.report is not None:
-        writers.append(lambda: _write_report(p.report, picks, record, failures, files, points2d()))
+        writers.append(
+            lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)
+        )
     if p.contact_sheet is not None:
-        writers.append(lambda: write_contact_sheet(p.contact_sheet, picks))
+        writers.append(lambda: write_contact_sheet(p.contact_sheet, picks, decode_timeout=p.decode_timeout))
     if p.xmp:  # with no picks, this takes back the tags of an earlier run
         writers.append(lambda: sidecars.append(_write_sidecars(p, picks, on_warning)))
     for done, write in enumerate(writers):
@@ -137,6 +139,7 @@ def _write_report(
     failures: Sequence[Failure],
     files: FileList,
     points2d: np.ndarray,
+    decode_timeout: float,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
     write_html_report(
@@ -147,6 +150,7 @@ def _write_report(
         run=record,
         failures=failures,
         paths=files.paths,
+        decode_timeout=decode_timeout,
     )
 
 

@@ -185,16 +185,18 @@ class ScanParameters:
     )
     workers: int | None = param(
         None,
-        "decoding processes (0-256; None: one per core, 0: decode in this process).",
-        help="Decoding processes; 0 decodes in the scanning process (default: one per CPU core).",
+        "decoding processes (0-256; None: one per core, or one for fewer than 16 new files; 0: one).",
+        help="Decoding processes; 0 = one (default: one per CPU core, one for a few new files).",
         limit=Limit(0, 256),
         group="performance",
     )
     decode_timeout: float = param(
         DECODE_TIMEOUT_S,
         "seconds a decoding process may spend on one file (> 0); past that it is stopped and the file "
-        "reported as unreadable. Decoding in this process (``workers`` 0, or a few files) has no "
-        "limit. Not used by other engines than the local one.",
+        "reported as unreadable. Every Pillow decode of a photo runs in such a process (also with "
+        "``workers`` 0, and the thumbnails of the report and the contact sheet), so the limit holds "
+        "for each, except the GPU decoder's Pillow fallback. Not used by other engines than the "
+        "local one.",
         help="Seconds a decoding process may spend on one file before it is stopped and the file "
         "reported as unreadable.",
         limit=Limit(0, low_open=True),

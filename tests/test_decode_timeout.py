@@ -1,6 +1,7 @@
-"""A decode that runs past its time limit is stopped, reported, and the scan goes on.
+"""A decode that runs past its time limit is stopped, reported, and the scan goes on: in a scan of
+many photos or a few, with ``--workers 0``, and in the thumbnails of the report and the contact sheet.
 
-The stalling decoder (tests/stalling.py) sleeps in its worker on files named "stuck"; the limit is
+The stalling decoders (tests/stalling.py) sleep in their workers on files named "stuck"; the limit is
 a few seconds here. Nothing below bounds how long anything takes: a missing limit shows as a wrong
 reason (the stalled worker wakes up after two minutes and says so), not as a slow test.
 """
@@ -13,13 +14,16 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 from conftest import make_photo
-from stalling import NOT_STOPPED, SLOW_S, StallingDecoder
+from PIL import Image
+from stalling import NOT_STOPPED, SLOW_S, WOKE_UP, StallingDecoder, StallingThumbnails
 
 import novelfind
+from novelfind import decode, htmlreport
 from novelfind.cli import cli
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
 from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.engines import local
 from novelfind.extract.stage import decode_file
 
 LIMIT_S = 8.0  # far above a test photo's decode (milliseconds) and SLOW_S, even on a busy machine
@@ -35,6 +39,7 @@ def _photos(root: Path, names: list[str]) -> list[str]:
 @pytest.mark.parametrize(
     "workers, names",
     [
+        (0, ["a.png", "stuck.png", "b.png"]),  # 0: one worker, never this process (it cannot be stopped)
         (1, ["a.png", "stuck.png", "b.png"]),  # the only worker is the stuck one
         # first, two side by side (both workers stuck), last
         (2, ["stuck_1.png", "a.png", "b.png", "stuck_2.png", "stuck_3.png", "c.png", "d.png", "stuck_4.png"]),
@@ -96,6 +101,47 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
         assert sorted(result.stdout.splitlines()) == sorted(ordinary)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [[], ["--workers", "0"]], ids=["a few photos", "workers 0"])
+def test_a_small_scan_stops_a_stuck_decode(tmp_path, fake_extractor, monkeypatch, workers):
+    root = tmp_path / "photos"
+    paths = _photos(root, ["IMG_0.png", "IMG_1.png", "stuck.png", "IMG_2.png", "IMG_3.png"])
+    assert len(paths) < local.POOL_THRESHOLD  # the scan's own choice: one decode process, not a pool
+    monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)
+    args = ["scan", str(root), "--k", "20", "--cache", str(tmp_path / "c.sqlite"), "--format", "paths",
+            "--decode-timeout", str(LIMIT_S), *workers]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 3, result.output
+    stuck = paths.pop(2)
+    assert result.stderr.splitlines().count(f"warning: cannot read {stuck}: {STOPPED}") == 1
+    assert sorted(result.stdout.splitlines()) == sorted(paths)
+    assert pillow._gone(int(Path(stuck + ".pid").read_text()))
+
+
+@pytest.mark.slow
+def test_the_report_and_the_contact_sheet_stop_a_stuck_thumbnail(tmp_path, fake_extractor, monkeypatch):
+    # The photos decode as usual for the scan; only the thumbnails of "stuck.png" stall.
+    root = tmp_path / "photos"
+    paths = _photos(root, ["a.png", "b.png", "stuck.png"])
+    monkeypatch.setattr(htmlreport, "ThumbnailDecoder", StallingThumbnails)
+    report, sheet = tmp_path / "r.html", tmp_path / "s.png"
+    args = ["scan", str(root), "--k", "3", "--dedup", "0", "--cache", str(tmp_path / "c.sqlite"), "--format",
+            "paths", "--decode-timeout", str(LIMIT_S), "--report", str(report), "--contact-sheet", str(sheet)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert sorted(result.stdout.splitlines()) == sorted(paths)
+    html = report.read_text()
+    cards = {card.split('<p class="path">')[1].split("</p>")[0]: card.split('<div class="meta">')[0]
+             for card in html.split('<section class="pick"')[1:]}
+    assert sorted(cards) == sorted(paths)
+    for path, card in cards.items():  # the stuck pick's thumbnail is the placeholder, the others a photo
+        assert ("cannot read image" in card) == ("stuck" in path), card
+        assert ("<img" in card) != ("stuck" in path), card
+    pixels = np.asarray(Image.open(sheet).convert("RGB")).reshape(-1, 3)
+    assert not np.all(pixels == WOKE_UP, axis=1).any()  # no thumbnail from a worker the limit let run
+    assert pillow._gone(int(Path(paths[2] + ".pid").read_text()))
+
+
 @pytest.mark.parametrize("decoder", ["auto", "pillow"])
 @pytest.mark.parametrize(("options", "limit"), [({}, 120.0), ({"decode_timeout": 7.5}, 7.5)])
 def test_decode_timeout_reaches_the_decoding_processes(library, fake_extractor, monkeypatch, decoder, options,
@@ -119,3 +165,12 @@ def test_decode_timeout_must_be_positive(library, fake_extractor):
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == "error: Invalid value for '--decode-timeout': 0.0 is not in the range x>0.\n"
     assert fake_extractor.images == 0
+
+
+@pytest.mark.parametrize(("budget", "processes"), [(500, 1), (250, 3), (100, 9), (2000, 1)])
+def test_the_thumbnail_processes_fit_the_decode_budget(monkeypatch, budget, processes):
+    # Half the memory holds 1,000 pixels here; the scanning process keeps one budget's share of it.
+    monkeypatch.setattr(decode, "_shared_pixels", lambda: 1000.0)
+    with decode.pixel_budget_of(budget):
+        assert decode.decode_processes_within_budget() == processes
+    assert decode.default_pixel_budget(3) == 250  # three workers and the scanning process: (250, 3)

@@ -217,8 +217,8 @@ def test_moved_and_touched_files_are_hashed_not_decoded(tmp_path, monkeypatch, w
     decoded = tmp_path / "decoded.log"
     monkeypatch.setenv("NOVELFIND_TEST_DECODE_LOG", str(decoded))
     monkeypatch.setattr(decode, "_decode_bytes", logging_decode)
-    if workers:  # the forkserver's workers import the test module's patch through this hook
-        monkeypatch.setattr(pillow, "_mp_context", lambda: multiprocessing.get_context("fork"))
+    # the decode processes (one with workers 0) see the test module's patch when forked from here
+    monkeypatch.setattr(pillow, "_mp_context", lambda: multiprocessing.get_context("fork"))
     model.images = 0
     res = extract(now, model, cache, workers=workers)
     assert decoded.read_text().split() == [new.path.name]  # only the new file was decoded

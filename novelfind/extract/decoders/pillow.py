@@ -3,7 +3,9 @@
 :class:`ProcessDecoder` reads each file once in a pool of processes and hands back, in input order, the
 digest of its bytes and the model's input pixels (``stage.decode_file``), with a bounded window of files
 in flight. A decode that runs past its time limit (``DECODE_TIMEOUT_S``) is stopped with its process and
-its file reported; the pool is started again. With no workers it decodes in the scanning process.
+its file reported; the pool is started again. Every decode runs in a worker, also with ``workers`` 0 (a
+few files: one worker): a thread cannot be stopped, so a decode in the scanning process could not be held
+to the limit. Only where worker processes cannot start at all does it decode in the scanning process.
 """
 
 from __future__ import annotations
@@ -106,12 +108,14 @@ class _TimedOut(Exception):
 
 
 class ProcessDecoder:
-    """The ``pillow`` decoder: Pillow in ``workers`` processes, in order, at most ``window`` files in
-    flight; in this process when ``workers`` is 0 (or when worker processes cannot start here).
+    """The ``pillow`` decoder: Pillow in ``workers`` processes (one when ``workers`` is 0), in order, at
+    most ``window`` files in flight. The pool starts with the first file, so a scan that finds everything
+    in the cache starts none.
 
     A decode in a worker that runs longer than ``timeout`` seconds (counted from when the worker takes
     the file, not from when it was queued) is stopped: that worker is killed, the file is reported, the
-    other files in flight go to fresh workers. Decoding in this process (``workers`` 0) has no limit.
+    other files in flight go to fresh workers. Only when worker processes cannot start here (say,
+    ``__main__`` cannot be imported) are the files decoded in this process, with no clock.
     """
 
     decode_one: Callable[[str], Decoded] = staticmethod(decode_file)  # what a worker runs on one path
@@ -124,7 +128,8 @@ class ProcessDecoder:
         timeout: float | None = None,
         **context: Any,
     ):
-        self.workers = workers
+        self.workers = max(1, workers)  # 0 (a few files) still decodes in a process: the limit holds there
+        self.in_process = False  # True once worker processes failed to start: decode here, unbounded
         self.known = known  # digests already cached: such files are hashed, not decoded
         self.window = max(1, window)
         self.timeout = DECODE_TIMEOUT_S if timeout is None else timeout
@@ -185,9 +190,9 @@ class ProcessDecoder:
         return Decoded(None, reason=f"decoding took longer than {self.timeout:g} s; stopped")
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
-        if self.workers <= 0:
+        if self.in_process:
             for i, p in enumerate(paths):
-                yield i, decode_file(p, self.known)
+                yield i, self.decode_here(p)
             return
         pending: deque[tuple[int, Future, int]] = deque()  # (position, future, slot), in input order
         retry: deque[int] = deque()  # positions in flight when a stuck worker was killed, to submit again
@@ -218,9 +223,9 @@ class ProcessDecoder:
                     )
                     redo = [i] + [j for j, _, _ in pending] + list(retry) + list(range(nxt, len(paths)))
                     self._discard()
-                    self.workers = 0
+                    self.in_process = True
                     for j in redo:
-                        yield j, decode_file(paths[j], self.known)
+                        yield j, self.decode_here(paths[j])
                     return
                 # A decoder crashed the worker (e.g. a segfault in a codec). Find the culprit by decoding the
                 # affected files one at a time in fresh pools, then go on.
@@ -231,6 +236,10 @@ class ProcessDecoder:
                     yield j, self._isolated(paths[j])
                 continue
             yield i, result
+
+    def decode_here(self, path: str) -> Decoded:
+        """``decode_one`` in this process, where worker processes cannot start (no time limit)."""
+        return decode_file(path, self.known)
 
     def _isolated(self, path: str) -> Decoded:
         fut, slot = self._submit(path)
@@ -271,5 +280,3 @@ class ProcessDecoder:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
-
-

@@ -14,7 +14,9 @@ from novelfind.extract.decoders import DECODERS
 from novelfind.extract.stage import Extraction, FeatureStore, OnFailure, OnProgress, OnWarning, Stage, load
 from novelfind.features import Extractor
 
-POOL_THRESHOLD = 16  # fewer misses than this are decoded in-process (a pool costs ~0.5 s to start)
+# Fewer misses than this are decoded by one worker process (``workers`` 0) rather than one per core:
+# starting a pool of them costs more than a few files take to decode.
+POOL_THRESHOLD = 16
 
 
 def default_workers() -> int:
@@ -41,7 +43,7 @@ def extract(
     ``extractor``: the model, uint8 (B, 224, 224, 3) -> float32 (B, extractor.dim); the package's store
     their ``encode`` output (the pooled vector) and give ``features`` through their ``head`` (logits,
     say), as :class:`~novelfind.extract.stage.Stage` says. ``workers``: decode processes (None = one
-    per core, 0 = decode in this process). ``decoder``: a ``decoders.DECODERS`` name. Bad files are
+    per core, 0 = one decode process). ``decoder``: a ``decoders.DECODERS`` name. Bad files are
     reported through ``on_failure(path, reason)`` as they happen and listed in ``failures``; they are
     never cached. ``on_progress(done, total)`` follows the files resolved (found, extracted or failed).
     KeyboardInterrupt stops the workers and propagates; batches already written stay in the cache. A
