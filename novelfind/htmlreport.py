@@ -67,9 +67,13 @@ class ThumbnailDecoder(ProcessDecoder):
     def __init__(self, workers: int, timeout: float | None = None):
         super().__init__(workers, window=2 * workers, timeout=timeout)
 
-    def thumbnails(self, paths: Sequence[Path], size: int) -> list[Image.Image | None]:
-        """The thumbnail of each path, in order; None where it cannot be read or took too long."""
-        self.decode_one = functools.partial(self.make, size=size)  # sent with each file to the workers
+    def thumbnails(
+        self, paths: Sequence[Path], size: int, moments: Mapping[str, float] | None = None
+    ) -> list[Image.Image | None]:
+        """The thumbnail of each path, in order (a clip's at ``moments[path]``); None where it cannot be
+        read or took too long."""
+        # sent with each file to the workers
+        self.decode_one = functools.partial(self.make, size=size, moments=moments)
         got = self.decode([os.fspath(p) for p in paths])
         return [None if result.digest is None else result.pixels for _, result in got]
 
@@ -78,21 +82,21 @@ class ThumbnailDecoder(ProcessDecoder):
         return self.decode_one(path)
 
 
-def _thumbnails(
-    wanted: Sequence[tuple[Path, int]], timeout: float | None
-) -> dict[tuple[Path, int], Image.Image | None]:
-    """The thumbnails of (path, size) pairs, made by a few decode processes (one pool for all sizes): no
-    more than one per core, nor than the decoded-pixels budget leaves memory for."""
+def _thumbnails(wanted: Sequence[Thumb], timeout: float | None) -> dict[Thumb, Image.Image | None]:
+    """The thumbnails of (path, size, clip time) triples, made by a few decode processes (one pool for
+    all sizes): no more than one per core, nor than the decoded-pixels budget leaves memory for."""
     wanted = list(dict.fromkeys(wanted))
     if not wanted:
         return {}
     workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(wanted))
     decoder = ThumbnailDecoder(max(1, workers), timeout)
-    got: dict[tuple[Path, int], Image.Image | None] = {}
+    got: dict[Thumb, Image.Image | None] = {}
     try:
-        for size in dict.fromkeys(s for _, s in wanted):
-            paths = [p for p, s in wanted if s == size]
-            got.update(zip(((p, size) for p in paths), decoder.thumbnails(paths, size), strict=True))
+        for size in dict.fromkeys(s for _, s, _ in wanted):
+            items = [(p, at) for p, s, at in wanted if s == size]
+            moments = {os.fspath(p): at for p, at in items if at is not None}
+            made = decoder.thumbnails([p for p, _ in items], size, moments)
+            got.update(zip(((p, size, at) for p, at in items), made, strict=True))
     except BaseException:
         decoder.terminate()
         raise

@@ -41,11 +41,11 @@ def decode_or_stall(path: str) -> Decoded:
     return Decoded(None, reason=NOT_STOPPED) if _stalled(path) else decode_file(path)
 
 
-def thumbnail_or_stall(path: str, size: int) -> Decoded:
+def thumbnail_or_stall(path: str, size: int, moments=None) -> Decoded:
     return (
         Decoded("", Image.new("RGB", (size, size), WOKE_UP))
         if _stalled(path)
-        else thumbnail_decoded(path, size)
+        else thumbnail_decoded(path, size, moments)
     )
 
 
