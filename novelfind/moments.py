@@ -1,0 +1,198 @@
+"""Moments: the ranking's picks grouped with the photos of their batch or burst.
+
+A library's photos come in moments: a burst of frames, a re-saved copy, a batch of scans, an evening
+of shots of one subject. Showing each frame as a pick of its own fills the top K with one scene, so a
+pick is a *moment*: a representative photo plus its *members*, the other photos of the moment, nearest
+to the representative first. A photo alone is a moment with no members. Near-duplicates (a re-saved or
+resized copy) are members too; there is no separate near-duplicate pass.
+
+How a moment is found. The ranking's candidates are read best first (``group``). A candidate that is
+already a member of an earlier moment is folded into it (``Moments.folded`` counts those). Otherwise its
+``NEIGHBOURS`` nearest photos are looked up (an exact search over all N rows, ``knn.knn_exact``, done
+for a block of candidates at once), and the moment is the single-linkage group of the candidate among
+them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When that
+group touches an earlier moment (a frame the earlier look-up did not reach links to it), the candidate
+and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
+to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
+never N^2).
+
+Distances are between feature vectors scaled to unit length (0 = same direction, sqrt(2) = unrelated),
+so the radius means the same for every feature kind and library. Members may be any photo of the
+library (a photo on the ignore list, or older than ``--since``, is still a frame of the burst); only a
+candidate may represent a moment.
+
+The representative is the moment's medoid among its candidates: the photo with the least summed
+distance to the others, the most typical frame, the one a person recognises the burst by (the highest
+scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
+(for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
+
+Read from a matrix or from the cache in chunks, the look-ups read the same unit rows (``take``) and the
+exact search gives the same neighbours, so the moments are the same (tested past the memory budget and
+past ``knn.EXACT_MAX_N`` rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from novelfind.sources import FeatureSource, unit_rows
+
+# Two photos whose unit-length feature vectors are closer than this are frames of one moment (linked
+# through others, single linkage): a re-saved or resized copy is 0.01-0.05 apart, frames of one burst
+# 0.05-0.3. 0.15 is the near-duplicate threshold measured on the benchmark (it cost no set anything);
+# it is the ranking's ``dedup`` default and ``--dedup`` sets it (0: every photo is its own moment).
+LINK_RADIUS = 0.15
+# Photos looked up around each candidate: the most one look-up can add to a moment. A larger batch
+# grows as its further frames come up as candidates and link to it; the number bounds the cost (K x
+# NEIGHBOURS rows read back, NEIGHBOURS^2 distances per look-up), not the size of a moment.
+NEIGHBOURS = 64
+
+
+@dataclass
+class Moments:
+    """The first k moments of a ranking's order (fewer when the order runs out)."""
+
+    heads: np.ndarray  # int64 (K,) each moment's highest scored row, best moment first
+    representatives: np.ndarray  # int64 (K,) each moment's medoid (the row shown)
+    members: list[np.ndarray]  # K arrays of int64 rows: the moment's other photos, nearest first
+    distances: list[np.ndarray]  # K arrays of float32: each member's distance to the representative
+    folded: int = 0  # candidates passed over because they belong to an earlier moment
+    read: int = 0  # entries of the order read to find them
+
+
+@dataclass
+class UnitRows:
+    """A source's rows scaled to unit length as they are read (no normalised copy of the library)."""
+
+    source: FeatureSource
+    n: int = field(init=False)
+    dim: int = field(init=False)
+    matrix: None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.n, self.dim = self.source.n, self.source.dim
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        return (unit_rows(c) for c in self.source.chunks())
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return unit_rows(self.source.take(np.asarray(rows, dtype=np.int64)))
+
+    def abs_max(self) -> float:
+        return 1.0
+
+
+def singles(order: np.ndarray, k: int) -> Moments:
+    """Every photo its own moment: the first k of ``order`` (grouping turned off)."""
+    heads = np.asarray(order, dtype=np.int64)[:k]
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return Moments(heads, heads.copy(), [empty_i] * len(heads), [empty_f] * len(heads), 0, len(heads))
+
+
+class Grouper:
+    """Groups orders of one library's rows into moments; keeps each look-up, so the ranking's certified
+    order (which may read its order a few times, as more scores become exact) never repeats one.
+
+    ``unit``: the rows scaled to unit length (a ``sources.UnitSource``, or ``UnitRows``); ``radius``:
+    the link radius (``LINK_RADIUS``); ``candidates``: bool (N,), the rows that may represent a moment
+    (None: all)."""
+
+    def __init__(
+        self,
+        unit: FeatureSource,
+        radius: float = LINK_RADIUS,
+        *,
+        neighbours: int = NEIGHBOURS,
+        candidates: np.ndarray | None = None,
+    ) -> None:
+        self.unit, self.radius, self.neighbours, self.candidates = unit, float(radius), neighbours, candidates
+        self.looked_up: dict[int, np.ndarray] = {}  # row -> its group (int64, the row first)
+
+    def group(self, order: np.ndarray, k: int) -> Moments:
+        """The first k moments of ``order`` (rows, best first); see the module docstring."""
+        order = np.asarray(order, dtype=np.int64)
+        if self.radius <= 0 or self.unit.n == 1:
+            return singles(order, k)
+        owner: dict[int, int] = {}  # row -> the moment it belongs to
+        moments: list[list[int]] = []  # rows of each moment, its head first
+        folded = pos = 0
+        while len(moments) < k and pos < len(order):
+            # look up the next candidates not yet in a moment, about twice as many as moments still wanted
+            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
+            while len(todo) < want and end < len(order):
+                row, end = int(order[end]), end + 1
+                if row not in owner and row not in self.looked_up:
+                    todo.append(row)
+            self._look_up(todo)
+            while pos < end and len(moments) < k:
+                row, pos = int(order[pos]), pos + 1
+                if row in owner:
+                    folded += 1
+                    continue
+                group = self.looked_up[row]
+                earlier = [owner[r] for r in group.tolist() if r in owner]
+                if earlier:  # it links to an earlier moment: it and its group join that one
+                    target, folded = min(earlier), folded + 1
+                else:
+                    target = len(moments)
+                    moments.append([])
+                for r in group.tolist():
+                    if r not in owner:
+                        owner[r] = target
+                        moments[target].append(r)
+        return self._finish(moments, folded, pos)
+
+    def _look_up(self, rows: list[int]) -> None:
+        """The single-linkage group of each row among its ``neighbours`` nearest rows, one exact pass."""
+        if not rows:
+            return
+        from novelfind import knn  # torch code: imported where it is used, as in novelfind.ranking
+
+        query = np.asarray(rows, dtype=np.int64)
+        _, idx = knn.knn_exact(self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32))
+        hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
+        vectors = self.unit.take(hoods.reshape(-1)).reshape(len(rows), hoods.shape[1], -1)
+        for row, hood, x in zip(rows, hoods, vectors, strict=True):
+            self.looked_up[row] = hood[_linked(x, self.radius)]
+
+    def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
+        """Each moment's representative (medoid among its candidates) and its members, nearest first."""
+        heads, reps, members, distances = [], [], [], []
+        for rows in moments:
+            ids = np.asarray(rows, dtype=np.int64)  # the head first
+            dist = _pairwise(self.unit.take(ids))  # (G, G)
+            eligible = np.ones(len(ids), bool) if self.candidates is None else self.candidates[ids]
+            total = np.where(eligible, dist.sum(1), np.inf)
+            rep = int(np.argmin(total))  # the first of equal sums: the head, else the higher scored
+            others = np.delete(np.arange(len(ids)), rep)
+            near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
+            heads.append(ids[0])
+            reps.append(ids[rep])
+            members.append(ids[near])
+            distances.append(dist[rep, near].astype(np.float32))
+        as_rows = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+        return Moments(as_rows(heads), as_rows(reps), members, distances, folded, read)
+
+
+def _pairwise(x: np.ndarray) -> np.ndarray:
+    """(G, G) float64 distances between the rows of x, each from the difference (exactly symmetric, so
+    equal sums compare equal), row by row: G is a moment's size, G x G x M would not fit at once."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.stack([np.linalg.norm(x - v, axis=1) for v in x]) if len(x) else np.zeros((0, 0))
+
+
+def _linked(x: np.ndarray, radius: float) -> np.ndarray:
+    """Indices of the rows of x (G, M) reachable from row 0 by steps shorter than ``radius``: its
+    single-linkage group at that height, row 0 first. A breadth-first walk on a G x G matrix (G is
+    ``NEIGHBOURS`` + 1): smaller than what calling a clustering library would take."""
+    near = _pairwise(x) < radius  # (G, G)
+    reached = np.zeros(len(x), bool)
+    reached[0] = True
+    frontier = reached.copy()
+    while frontier.any():
+        frontier = near[frontier].any(0) & ~reached
+        reached |= frontier
+    return np.flatnonzero(reached)
