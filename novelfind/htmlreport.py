@@ -406,7 +406,7 @@ def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str
     ]
     more = f"<span>and {count - MEMBERS_SHOWN} more</span>" if count > MEMBERS_SHOWN else ""
     label = f"<span>a moment of {count + 1} photos; the others:</span>"
-    return f'<div class="strip">{label}{"".join(items)}{more}</div>
+    return f'<div class="strip">{label}{"".join(items)}{more}</div>'
 
 
 def _run_section(run: Mapping[str, Any]) -> str:

@@ -10,7 +10,9 @@ How a moment is found. The ranking's candidates are read best first (``group``).
 already a member of an earlier moment is folded into it (``Moments.folded`` counts those). Otherwise its
 ``NEIGHBOURS`` nearest photos are looked up (an exact search over all N rows, ``knn.knn_exact``, done
 for a block of candidates at once), and the moment is the single-linkage group of the candidate among
-them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When that
+them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When every
+photo found is linked, the batch may go on past them: its photos are looked up in turn, and the group
+grows until a look-up adds nothing (or it holds ``GROW_MAX`` photos). When that
 group touches an earlier moment (a frame the earlier look-up did not reach links to it), the candidate
 and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
 to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
@@ -45,10 +47,13 @@ from novelfind.sources import FeatureSource, unit_rows
 # 0.05-0.3. 0.15 is the near-duplicate threshold measured on the benchmark (it cost no set anything);
 # it is the ranking's ``dedup`` default and ``--dedup`` sets it (0: every photo is its own moment).
 LINK_RADIUS = 0.15
-# Photos looked up around each candidate: the most one look-up can add to a moment. A larger batch
-# grows as its further frames come up as candidates and link to it; the number bounds the cost (K x
-# NEIGHBOURS rows read back, NEIGHBOURS^2 distances per look-up), not the size of a moment.
+# Photos looked up around each candidate: the most one look-up can add to a moment (a larger batch
+# grows by further look-ups, ``GROW_MAX``); it sets the cost (K x NEIGHBOURS rows read back,
+# NEIGHBOURS^2 distances per look-up), not the size of a moment.
 NEIGHBOURS = 64
+# A moment whose look-ups keep finding linked photos grows by further look-ups up to this many photos: a
+# bound on the cost of one moment (1,024 photos: about 16 passes over the library), far above any burst.
+GROW_MAX = 1024
 
 
 @dataclass
@@ -132,18 +137,33 @@ class Grouper:
                 if row in owner:
                     folded += 1
                     continue
-                group = self.looked_up[row]
-                earlier = [owner[r] for r in group.tolist() if r in owner]
+                group = self._closure(row)
+                earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
                     target, folded = min(earlier), folded + 1
                 else:
                     target = len(moments)
                     moments.append([])
-                for r in group.tolist():
+                for r in group:
                     if r not in owner:
                         owner[r] = target
                         moments[target].append(r)
         return self._finish(moments, folded, pos)
+
+    def _closure(self, row: int) -> list[int]:
+        """The row's group, grown while a look-up is full (every neighbour it found is linked, so the
+        group may go on past them): the group's rows not yet looked up are looked up, in one pass, and
+        their groups joined, until nothing is added or the group holds ``GROW_MAX`` photos."""
+        group = dict.fromkeys(self.looked_up[row].tolist())
+        full = min(self.neighbours, self.unit.n - 1) + 1
+        while len(self.looked_up[row]) == full and len(group) < GROW_MAX:
+            todo = [r for r in group if r not in self.looked_up]
+            if not todo:
+                break
+            self._look_up(todo)
+            for r in todo:
+                group.update(dict.fromkeys(self.looked_up[r].tolist()))
+        return list(group)
 
     def _look_up(self, rows: list[int]) -> None:
         """The single-linkage group of each row among its ``neighbours`` nearest rows, one exact pass."""
