@@ -10,20 +10,22 @@ How a moment is found. The ranking's candidates are read best first (``group``).
 already a member of an earlier moment is folded into it (``Moments.folded`` counts those). Otherwise its
 ``NEIGHBOURS`` nearest photos are looked up (an exact search over all N rows, ``knn.knn_exact``, done
 for a block of candidates at once), and the moment is the single-linkage group of the candidate among
-them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When every
-photo found is linked, the batch may go on past them: its photos are looked up in turn, and the group
-grows until a look-up adds nothing (or it holds ``GROW_MAX`` photos). When that
+them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When a linked
+photo lies within the radius of the look-up's edge, the batch may go on past it: its photos are looked
+up in turn, and the group grows until nothing is added (or it holds ``GROW_MAX`` photos). When that
 group touches an earlier moment (a frame the earlier look-up did not reach links to it), the candidate
 and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
 to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
-never N^2).
+never N^2). A candidate whose nearest other photo, as the ranking measured it in the same space, is
+beyond the radius is a moment of its own without a look-up.
 
 Distances are between feature vectors scaled to unit length (0 = same direction, sqrt(2) = unrelated),
-so the radius means the same for every feature kind and library. Members may be any photo of the
-library (a photo on the ignore list, or older than ``--since``, is still a frame of the burst); only a
-candidate may represent a moment.
+so the radius means the same for every feature kind and library. A moment is made of candidates only
+(the photos that may be picked): a photo on the ignore list, or older than ``--since``, is neither
+picked nor a member, so this week's new frame of an old scene does not bring last year's photos back
+into the copies, the ignore list or the sidecars (nor link two new photos through them).
 
-The representative is the moment's medoid among its candidates: the photo with the least summed
+The representative is the moment's medoid: the photo with the least summed
 distance to the others, the most typical frame, the one a person recognises the burst by (the highest
 scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
 (for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
@@ -102,8 +104,8 @@ class Grouper:
     order (which may read its order a few times, as more scores become exact) never repeats one.
 
     ``unit``: the rows scaled to unit length (a ``sources.UnitSource``, or ``UnitRows``); ``radius``:
-    the link radius (``LINK_RADIUS``); ``candidates``: bool (N,), the rows that may represent a moment
-    (None: all)."""
+    the link radius (``LINK_RADIUS``); ``candidates``: bool (N,), the rows that may be picked, the only
+    rows a moment is made of (None: all)."""
 
     def __init__(
         self,
@@ -115,6 +117,11 @@ class Grouper:
     ) -> None:
         self.unit, self.radius, self.neighbours, self.candidates = unit, float(radius), neighbours, candidates
         self.looked_up: dict[int, np.ndarray] = {}  # row -> its group (int64, the row first)
+        self.open: set[int] = set()  # rows whose group may go on past the photos their look-up found
+        # each row's distance to its nearest other row in the same unit-length space where the ranking
+        # already measured it (NaN where it did not): a row farther than the radius from every other
+        # row is a moment of its own, with no look-up (most odd photos are)
+        self.nearest: np.ndarray | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -129,7 +136,11 @@ class Grouper:
             want, end, todo = max(8, 2 * (k - len(moments))), pos, []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
-                if row not in owner and row not in self.looked_up:
+                if row in owner or row in self.looked_up:
+                    continue
+                if self._alone(row):
+                    self.looked_up[row] = np.asarray([row], dtype=np.int64)
+                else:
                     todo.append(row)
             self._look_up(todo)
             while pos < end and len(moments) < k:
@@ -150,19 +161,25 @@ class Grouper:
                         moments[target].append(r)
         return self._finish(moments, folded, pos)
 
+    def _alone(self, row: int) -> bool:
+        """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for
+        the float rounding between that search and ``_linked``, so the answer is the look-up's)."""
+        return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
+
     def _closure(self, row: int) -> list[int]:
-        """The row's group, grown while a look-up is full (every neighbour it found is linked, so the
-        group may go on past them): the group's rows not yet looked up are looked up, in one pass, and
-        their groups joined, until nothing is added or the group holds ``GROW_MAX`` photos."""
+        """The row's group, grown while it may go on past the photos looked up (``open``): the group's
+        other rows are looked up, in one pass, and their groups joined, until nothing is added or the
+        group holds ``GROW_MAX`` photos."""
         group = dict.fromkeys(self.looked_up[row].tolist())
-        full = min(self.neighbours, self.unit.n - 1) + 1
-        while len(self.looked_up[row]) == full and len(group) < GROW_MAX:
-            todo = [r for r in group if r not in self.looked_up]
+        merged = {row}
+        while len(group) < GROW_MAX and any(r in self.open for r in merged):
+            todo = [r for r in group if r not in merged]
             if not todo:
                 break
-            self._look_up(todo)
+            self._look_up([r for r in todo if r not in self.looked_up])
             for r in todo:
                 group.update(dict.fromkeys(self.looked_up[r].tolist()))
+            merged.update(todo)
         return list(group)
 
     def _look_up(self, rows: list[int]) -> None:
@@ -172,21 +189,28 @@ class Grouper:
         from novelfind import knn  # torch code: imported where it is used, as in novelfind.ranking
 
         query = np.asarray(rows, dtype=np.int64)
-        _, idx = knn.knn_exact(self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32))
+        dist, idx = knn.knn_exact(self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32))
         hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
+        far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
         vectors = self.unit.take(hoods.reshape(-1)).reshape(len(rows), hoods.shape[1], -1)
-        for row, hood, x in zip(rows, hoods, vectors, strict=True):
-            self.looked_up[row] = hood[_linked(x, self.radius)]
+        whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row
+        for row, hood, d, x in zip(rows, hoods, far, vectors, strict=True):
+            keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
+            keep[0] = True
+            linked = np.flatnonzero(keep)[_linked(x[keep], self.radius)]
+            self.looked_up[row] = hood[linked]
+            # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
+            # linked row j: the group may go on past the look-up only where that is under the radius
+            if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
+                self.open.add(row)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
-        """Each moment's representative (medoid among its candidates) and its members, nearest first."""
+        """Each moment's representative (its medoid) and its members, nearest first."""
         heads, reps, members, distances = [], [], [], []
         for rows in moments:
             ids = np.asarray(rows, dtype=np.int64)  # the head first
             dist = _pairwise(self.unit.take(ids))  # (G, G)
-            eligible = np.ones(len(ids), bool) if self.candidates is None else self.candidates[ids]
-            total = np.where(eligible, dist.sum(1), np.inf)
-            rep = int(np.argmin(total))  # the first of equal sums: the head, else the higher scored
+            rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
             others = np.delete(np.arange(len(ids)), rep)
             near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
             heads.append(ids[0])

@@ -617,6 +617,8 @@ def _rank(
 
     while True:
         scored = method_scores(xm, min(k, n), method, config, device, support=support)
+        if method in COSINE_METHODS and scored.density is not None:  # its distances are between unit rows
+            grouper.nearest = scored.density.nearest_distance
         if scored.exact is None:
             scores = scored.current()  # (N,)
             order = np.lexsort((np.arange(n), -scores))  # by score, ties by index

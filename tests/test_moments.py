@@ -88,14 +88,15 @@ def test_every_photo_is_a_pick_or_a_member_when_k_exceeds_the_moments():
         assert len(r.indices) == len(x) - r.duplicates_dropped
 
 
-def test_only_candidates_represent_a_moment_but_any_photo_is_a_member():
+def test_a_moment_is_made_of_candidates_only():
+    """Frames that may not be picked (ignored, older than --since) are not members either."""
     x, groups = _bursts(300, 32, seed=2, bursts=2)
     burst = sorted(groups[0])
     cand = np.ones(len(x), bool)
-    cand[burst[1:]] = False  # only the first frame may be picked (say the others are ignored)
+    cand[burst[2:]] = False  # only the first two frames may be picked
     r = novelfind.rank(x, 2, method="knn", candidates=cand)
-    j = [int(i) for i in r.indices].index(burst[0])
-    assert sorted(r.members[j].tolist()) == burst[1:]
+    j = [int(i) for i in r.indices].index(next(i for i in r.indices if int(i) in burst))
+    assert sorted([int(r.indices[j]), *r.members[j].tolist()]) == burst[:2]
 
 
 def test_a_batch_larger_than_one_look_up_stays_one_moment():
