@@ -192,12 +192,11 @@ class Grouper:
         dist, idx = knn.knn_exact(self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32))
         hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
         far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
-        vectors = self.unit.take(hoods.reshape(-1)).reshape(len(rows), hoods.shape[1], -1)
         whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row
-        for row, hood, d, x in zip(rows, hoods, far, vectors, strict=True):
+        for row, hood, d in zip(rows, hoods, far, strict=True):
             keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
             keep[0] = True
-            linked = np.flatnonzero(keep)[_linked(x[keep], self.radius)]
+            linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
             self.looked_up[row] = hood[linked]
             # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
             # linked row j: the group may go on past the look-up only where that is under the radius
