@@ -122,6 +122,11 @@ class Grouper:
         # already measured it (NaN where it did not): a row farther than the radius from every other
         # row is a moment of its own, with no look-up (most odd photos are)
         self.nearest: np.ndarray | None = None
+        # bool (N,): the rows whose score is exact (None: all). The certified order reads its order
+        # on bounds first and again once the rows read are exact: a row read on its bound is taken as
+        # a moment of its own for that reading, without a look-up; the last reading, on exact rows
+        # only, is the answer (``novelfind.knn.certified_order``)
+        self.exact: np.ndarray | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -136,7 +141,7 @@ class Grouper:
             want, end, todo = max(8, 2 * (k - len(moments))), pos, []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
-                if row in owner or row in self.looked_up:
+                if row in owner or row in self.looked_up or not self._settled(row):
                     continue
                 if self._alone(row):
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
@@ -148,7 +153,7 @@ class Grouper:
                 if row in owner:
                     folded += 1
                     continue
-                group = self._closure(row)
+                group = self._closure(row) if self._settled(row) else [row]
                 earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
                     target, folded = min(earlier), folded + 1
@@ -160,6 +165,9 @@ class Grouper:
                         owner[r] = target
                         moments[target].append(r)
         return self._finish(moments, folded, pos)
+
+    def _settled(self, row: int) -> bool:
+        return self.exact is None or bool(self.exact[row])
 
     def _alone(self, row: int) -> bool:
         """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for

@@ -617,6 +617,7 @@ def _rank(
 
     while True:
         scored = method_scores(xm, min(k, n), method, config, device, support=support)
+        grouper.exact = scored.exact  # look up only rows whose score is exact (updated in place)
         if method in COSINE_METHODS and scored.density is not None:  # its distances are between unit rows
             grouper.nearest = scored.density.nearest_distance
         if scored.exact is None:
