@@ -197,7 +197,9 @@ class Grouper:
         from novelfind import knn  # torch code: imported where it is used, as in novelfind.ranking
 
         query = np.asarray(rows, dtype=np.int64)
-        dist, idx = knn.knn_exact(self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32))
+        dist, idx = knn.knn_exact(
+            self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32)
+        )
         hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
         far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
         whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row

@@ -344,9 +344,10 @@ class ScanParameters:
     xmp: bool = param(
         False,
         "write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an existing ``NAME.xmp``), "
-        "the members of each pick's moment too: ``xmp_keyword``, the rank and the score; earlier picks under ``paths`` that are no longer "
-        "picked lose what novelfind wrote. Needs ``pip install 'novelfind[xmp]'`` (``MissingExtraError`` "
-        "otherwise). A sidecar that cannot be read or written is reported through ``on_warning`` and "
+        "the members of each pick's moment too: ``xmp_keyword``, the rank and the score; earlier picks "
+        "under ``paths`` that are no longer picked lose what novelfind wrote. Needs ``pip install "
+        "'novelfind[xmp]'`` (``MissingExtraError`` otherwise). A sidecar that cannot be read or "
+        "written is reported through ``on_warning`` and "
         "in ``ScanResult.sidecars``; the photos themselves are never written.",
         help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
         "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "

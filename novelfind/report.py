@@ -134,8 +134,8 @@ def format_results(
     ``tsv`` and ``paths`` escape ``\\``, tab, newline and other control characters so that one
     line is always one pick; ``paths0`` is NUL-separated and exact; ``members`` and ``members0`` are
     ``paths`` and ``paths0`` with each pick followed by its moment's members (every photo of every
-    moment); ``json``/``jsonl`` are the versioned schema of ``docs/output-schema.md``. ``failures`` and ``run`` only appear in
-    ``json`` and ``jsonl``. Raises ValueError for an unknown format.
+    moment); ``json``/``jsonl`` are the versioned schema of ``docs/output-schema.md``. ``failures``
+    and ``run`` only appear in ``json`` and ``jsonl``. Raises ValueError for an unknown format.
     """
     picks = sorted(picks, key=lambda p: p.rank)
     if fmt == "tsv":

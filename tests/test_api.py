@@ -40,7 +40,10 @@ def test_api_and_cli_give_the_same_ranking(library, fake_extractor, tmp_path, me
     assert result.to_text("tsv") == cli_tsv.stdout
     assert [
         (Path(p["path"]), p["score"], p["neighbour"], p["distance"], p["members"]) for p in from_cli["picks"]
-    ] == [(p.path, p.score, str(p.neighbour), p.distance, [str(m.path) for m in p.members]) for p in result.picks]
+    ] == [
+        (p.path, p.score, str(p.neighbour), p.distance, [str(m.path) for m in p.members])
+        for p in result.picks
+    ]
     # the 30 near-identical ordinary photos are one moment: 4 moments in all, every photo listed
     assert [p.rank for p in result.picks] == [1, 2, 3, 4]
     assert sum(1 + len(p.members) for p in result.picks) == 33
@@ -131,7 +134,9 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"batch_size": 5000}, "batch_size must be at most 4096, got 5000"),
         ({"workers": -1}, "workers must be at least 0, got -1"),
         ({"method": "power"}, f"method must be one of {', '.join(METHODS)}, got 'power'"),
-        ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, members, members0, got 'xml'"),
+        ({"format": "xml"}, (
+            "format must be one of tsv, json, jsonl, csv, paths, paths0, members, members0, got 'xml'"
+        )),
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),

@@ -29,7 +29,9 @@ MTIME_NS = 1_700_000_000_123_456_789
 
 
 def _chunked(x: np.ndarray, rows: int) -> ChunkedSource:
-    return ChunkedSource(lambda: (x[i : i + rows] for i in range(0, len(x), rows)), lambda r: x[r], len(x), x.shape[1])
+    return ChunkedSource(
+        lambda: (x[i : i + rows] for i in range(0, len(x), rows)), lambda r: x[r], len(x), x.shape[1]
+    )
 
 
 def _bursts(n: int, m: int, seed: int, bursts: int = 12, size: int = 5) -> tuple[np.ndarray, list[set[int]]]:
@@ -104,7 +106,9 @@ def test_a_batch_larger_than_one_look_up_stays_one_moment():
     x, groups = _bursts(300, 32, seed=4, bursts=1, size=12)
     grouper = moments.Grouper(ranking.UnitSource(ranking.as_source(x)), 0.15, neighbours=4)
     found = grouper.group(np.argsort(-np.linalg.norm(x - x.mean(0), axis=1)), 3)
-    assert groups[0] in [{int(h), *m.tolist()} for h, m in zip(found.representatives, found.members, strict=True)]
+    assert groups[0] in [
+        {int(h), *m.tolist()} for h, m in zip(found.representatives, found.members, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -209,8 +213,20 @@ def test_copy_to_places_the_pick_and_with_copy_members_its_moment(tmp_path):
 # --------------------------------------------------------------------------- end to end
 
 
-HUES = [(230, 30, 30), (30, 200, 40), (30, 40, 220), (200, 200, 30), (200, 30, 200), (30, 200, 200),
-        (250, 140, 20), (120, 20, 200), (20, 120, 60), (240, 240, 240), (60, 60, 60), (150, 90, 40)]
+HUES = [
+    (230, 30, 30),
+    (30, 200, 40),
+    (30, 40, 220),
+    (200, 200, 30),
+    (200, 30, 200),
+    (30, 200, 200),
+    (250, 140, 20),
+    (120, 20, 200),
+    (20, 120, 60),
+    (240, 240, 240),
+    (60, 60, 60),
+    (150, 90, 40),
+]
 
 
 @pytest.fixture
@@ -237,7 +253,9 @@ def test_a_burst_among_distinct_photos_is_one_pick_with_four_members(burst_libra
     assert len(three.picks) == 3  # K counts moments, not photos
 
 
-def test_the_same_moments_from_memory_and_from_the_cache(burst_library, fake_extractor, tmp_path, monkeypatch):
+def test_the_same_moments_from_memory_and_from_the_cache(
+    burst_library, fake_extractor, tmp_path, monkeypatch
+):
     cache = tmp_path / "c.sqlite"
     in_memory = novelfind.scan(burst_library["root"], k=13, cache=cache)
     monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
@@ -250,7 +268,9 @@ def test_the_same_moments_from_memory_and_from_the_cache(burst_library, fake_ext
 def test_cli_formats_and_the_html_strip(burst_library, fake_extractor, tmp_path):
     root, report = burst_library["root"], tmp_path / "r.html"
     runner = CliRunner()
-    result = runner.invoke(cli, ["scan", str(root), "--k", "13", "--format", "json", "--no-cache", "--report", str(report)])
+    result = runner.invoke(
+        cli, ["scan", str(root), "--k", "13", "--format", "json", "--no-cache", "--report", str(report)]
+    )
     assert result.exit_code == 0, result.stderr
     picks = json.loads(result.stdout)["picks"]
     (moment,) = [p for p in picks if p["member_count"]]

@@ -117,7 +117,7 @@ def test_csv_has_schema_columns_and_parses_back():
         make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == ["rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count"]
+    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count".split()]
     assert rows[1] == [
         "1",
         "0.500000",
