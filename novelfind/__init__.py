@@ -17,8 +17,8 @@ The Python API (the command line is a shell over it)::
     novelfind.IgnoreList().add(["photos/IMG_4411.jpg"])  # never picked again (by content)
     novelfind.scan("photos", k=20, xmp=True, ignore_picks=True)  # tag the picks, ignore them next time
 
-Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick` (a photo or a clip,
-with its :class:`ClipInfo`), :class:`Progress`,
+Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick` (a moment: its photo or
+clip, with its :class:`ClipInfo`, and its :class:`Member` photos), :class:`Progress`,
 :func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, :class:`IgnoreList`
 (with :class:`Ignored` entries and :class:`IgnoreChange` results), and the exceptions
 :class:`NovelfindError` (every error a run can stop with), :class:`InputError` and
@@ -40,6 +40,7 @@ _API = {
     "Counts": ("novelfind.results", "Counts"),
     "Progress": ("novelfind.results", "Progress"),
     "Pick": ("novelfind.report", "Pick"),
+    "Member": ("novelfind.report", "Member"),
     "Failure": ("novelfind.report", "Failure"),
     "ClipInfo": ("novelfind.video", "ClipInfo"),
     "rank": ("novelfind.ranking", "rank"),
@@ -67,6 +68,7 @@ __all__ = [
     "IgnoreList",
     "Ignored",
     "InputError",
+    "Member",
     "MissingExtraError",
     "NovelfindError",
     "Pick",
@@ -87,7 +89,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
     from novelfind.params import ScanParameters
     from novelfind.ranking import Ranking, rank
-    from novelfind.report import Failure, Pick
+    from novelfind.report import Failure, Member, Pick
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
     from novelfind.solver import ADSResult, ads

@@ -31,6 +31,8 @@ THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
 MAX_THUMBNAIL_WORKERS = 8  # decode processes making the report's and the contact sheet's thumbnails
 NEIGHBOUR_THUMB_SIZE = 160
+MEMBER_THUMB_SIZE = 96  # the strip of a moment's other photos under its pick
+MEMBERS_SHOWN = 24  # thumbnails in that strip; the count says how many more (the results list has all)
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
 
@@ -165,6 +167,10 @@ table.params td:first-child { color: var(--muted); white-space: nowrap; }
 .bar i { display: block; height: 6px; background: var(--pick); border-radius: 3px; }
 .failures li { font-family: ui-monospace, monospace; font-size: 12px; overflow-wrap: anywhere; }
 .failures .why { color: var(--muted); font-family: system-ui, sans-serif; }
+.strip { grid-column: 1 / -1; display: flex; flex-wrap: wrap; gap: 6px; align-items: center;
+         font-size: 12px; color: var(--muted); }
+.strip img { height: 64px; width: auto; display: block; border-radius: 3px; }
+.strip .missing { padding: 4px; font-size: 11px; }
 @media (max-width: 900px) { .pick { grid-template-columns: 40px 1fr; } .meta, .nb { grid-column: 2; } }
 """
 
@@ -378,9 +384,11 @@ def _moment(p: Pick) -> float | None:
 
 
 def _picks_section(picks: Sequence[Pick], decode_timeout: float | None) -> str:
-    """One card per pick: thumbnail, facts about the file, and its nearest neighbour."""
+    """One card per pick: thumbnail, facts about the file, its nearest neighbour, and the strip of the
+    other photos of its moment."""
     wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
+    wanted += [(Path(m.path), MEMBER_THUMB_SIZE, None) for p in picks for m in p.members[:MEMBERS_SHOWN]]
     made = _thumbnails(wanted, decode_timeout)
     thumbs = {key: None if img is None else _data_uri(img) for key, img in made.items()}
     infos = _image_infos([p.path for p in picks])
@@ -437,8 +445,25 @@ def _pick_card(
     return (
         f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
         f'<div class="thumb">{thumb}</div>'
-        f'<div class="meta"><p class="path">{_display(p.path)}</p><dl>{dl}</dl></div>{nb}</section>'
+        f'<div class="meta"><p class="path">{_display(p.path)}</p><dl>{dl}</dl></div>{nb}'
+        f"{_member_strip(p, thumbs)}</section>"
     )
+
+
+def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str:
+    """The moment's other photos, nearest first, as a strip of small thumbnails (hover: path and
+    distance); nothing for a photo alone."""
+    if not p.members:
+        return ""
+    count = len(p.members)
+    items = [
+        f'<span title="{_display(m.path)} (distance {m.distance:.4f})">'
+        f"{_img_or_missing(thumbs.get((Path(m.path), MEMBER_THUMB_SIZE, None)), 'member')}</span>"
+        for m in p.members[:MEMBERS_SHOWN]
+    ]
+    more = f"<span>and {count - MEMBERS_SHOWN} more</span>" if count > MEMBERS_SHOWN else ""
+    label = f"<span>a moment of {count + 1} photos; the others:</span>"
+    return f'<div class="strip">{label}{"".join(items)}{more}</div>'
 
 
 def _run_section(run: Mapping[str, Any]) -> str:

@@ -115,7 +115,7 @@ def write_outputs(
         # The one output written through a link: -o names one file, and a link there is the user's.
         writers.append(lambda: write_atomic(p.output, text, follow_link=True))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
-        writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link))
+        writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link, members=p.copy_members))
     if p.report is not None:
         writers.append(
             lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)
@@ -157,13 +157,19 @@ def _write_report(
 def _write_sidecars(
     p: ScanParameters, picks: list[Pick], on_warning: Callable[[str], None]
 ) -> SidecarSummary:
-    """Tag every file of each pick in its XMP sidecar; untag the earlier picks under the paths."""
+    """Tag every file of each pick's moment in its XMP sidecar (the members with the pick's rank and
+    score); untag the earlier picks under the paths."""
 
     def problem(path: Path, reason: str) -> None:
         on_warning(f"XMP sidecar {path}: {reason}" if path.suffix.lower() == ".xmp" else reason)
 
     return apply_picks(
-        [sp for pick in picks for sp in SidecarPick.for_photo(pick.files, pick.rank, pick.score)],
+        [
+            sp
+            for pick in picks
+            for photo in (pick.files, *(m.files for m in pick.members))
+            for sp in SidecarPick.for_photo(photo, pick.rank, pick.score)
+        ],
         roots=p.paths,
         keyword=p.xmp_keyword,
         on_problem=problem,  # the record of tagged sidecars: novelfind.dirs.sidecar_record_path()

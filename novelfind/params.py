@@ -167,10 +167,11 @@ class ScanParameters:
     )
     dedup: float = param(
         DEFAULT_DEDUP,
-        "a pick closer than this to a better one (distance between L2-normalised features) is passed "
-        "over as a near-duplicate; 0 turns it off.",
-        help="Near-duplicate threshold: a pick this close to a better one (distance between "
-        "L2-normalised features) is replaced by the next candidate; 0 disables.",
+        "the link radius of moments: photos linked by steps shorter than this (distance between "
+        "L2-normalised features) are one moment, one pick with the others as its members "
+        "(near-duplicates, burst frames; ``docs/moments.md``); 0 makes every photo its own moment.",
+        help="Moment link radius: photos linked by steps shorter than this (distance between "
+        "L2-normalised features) are one pick, the others its members; 0 disables.",
         limit=Limit(0),
         record=True,
         group="ranking",
@@ -314,7 +315,8 @@ class ScanParameters:
     format: str = param(
         "tsv",
         'the format of ``output`` and of :meth:`ScanResult.to_text` (``"tsv"``, ``"json"``, '
-        '``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``: ``docs/output-schema.md``).',
+        '``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``, ``"members"`` (every photo of every pick\'s '
+        'moment), ``"members0"``: ``docs/output-schema.md``).',
         help="Result format on stdout or in -o.",
         choices=FORMATS,
         group="outputs",
@@ -341,6 +343,12 @@ class ScanParameters:
         choices=PLACE_MODES,
         group="outputs",
     )
+    copy_members: bool = param(
+        False,
+        "``copy_to`` also places the other photos of each pick's moment, as ``001m01_name.jpg``, ... "
+        "(nearest first); otherwise the results list names them (``members``).",
+        help="With --copy-to, also place each pick's moment members as 001m01_name.jpg, ...",
+    )
     report: Path | None = param(
         None,
         "write a self-contained HTML report of the picks to this file.",
@@ -355,10 +363,11 @@ class ScanParameters:
     )
     xmp: bool = param(
         False,
-        "write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an existing ``NAME.xmp``): "
-        "``xmp_keyword``, the rank and the score; earlier picks under ``paths`` that are no longer "
-        "picked lose what novelfind wrote. Needs ``pip install 'novelfind[xmp]'`` (``MissingExtraError`` "
-        "otherwise). A sidecar that cannot be read or written is reported through ``on_warning`` and "
+        "write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an existing ``NAME.xmp``), "
+        "the members of each pick's moment too: ``xmp_keyword``, the rank and the score; earlier picks "
+        "under ``paths`` that are no longer picked lose what novelfind wrote. Needs ``pip install "
+        "'novelfind[xmp]'`` (``MissingExtraError`` otherwise). A sidecar that cannot be read or "
+        "written is reported through ``on_warning`` and "
         "in ``ScanResult.sidecars``; the photos themselves are never written.",
         help="Write the picks into the photos' XMP sidecars (a keyword, the rank and score) for digiKam, "
         "darktable, Lightroom; earlier picks no longer picked lose what novelfind wrote. The photos "
@@ -384,9 +393,10 @@ class ScanParameters:
     )
     ignore_picks: bool = param(
         False,
-        "after writing the outputs, put this run's picks on the ignore list, so that the next run "
-        "shows other photos.",
-        help="After writing the results, add the picks to the ignore list: the next run shows others.",
+        "after writing the outputs, put this run's picks and the members of their moments on the "
+        "ignore list, so that the next run shows other photos.",
+        help="After writing the results, add the picks and their moments' members to the ignore list: "
+        "the next run shows others.",
         group="workflow",
     )
     include_ignored: bool = param(

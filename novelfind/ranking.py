@@ -4,7 +4,7 @@
 an (N, M) array, or a source of vectors read in chunks (``novelfind.sources``): a library whose matrix
 passes the memory budget (``fits_in_memory``) is ranked from the feature cache that way. There is one
 ranking path over either source: the same PCA (``novelfind.pca``), the same scores, the same
-near-duplicate pass; the source decides only how the vectors are read. Ranked from a matrix and from
+grouping into moments; the source decides only how the vectors are read. Ranked from a matrix and from
 the same vectors in chunks, the picks, their scores, neighbours and distances are the same (tested).
 
 Methods (``METHODS``, one ``Method`` record each: name, scorer, help, feature, geometry, whether it
@@ -53,10 +53,12 @@ with it, in ``scripts/baselines.py``.
 The scores that ``Ranking.all_scores`` holds are exact for the picks and every row ranked above the
 last one examined; past ``EXACT_MAX_N`` rows the others hold upper bounds.
 
-Near-duplicates: with ``dedup`` set, a candidate whose distance to a higher-ranked pick is below
-``dedup`` is dropped and the next candidate taken. Distances for this test are between L2-normalised
-feature vectors (0 = same direction, sqrt(2) = orthogonal), so the threshold does not depend on the
-feature kind. ``DEFAULT_DEDUP`` was chosen on the benchmark's burst set.
+Moments: the picks are moments (``novelfind.moments``). Reading the ranked candidates best first, a
+candidate forms a moment with the photos linked to it by steps shorter than ``dedup`` (distances
+between L2-normalised feature vectors: 0 = same direction, sqrt(2) = orthogonal, so the radius does not
+depend on the feature kind), and a later candidate of an earlier moment is folded into it: k picks are k
+moments. Each pick is its moment's most typical photo and carries the others (``Ranking.members``);
+near-duplicates are members. ``dedup`` 0 makes every photo its own moment.
 
 Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps (2k for ``ads``);
 ``neighbours`` the number of nearest rows a density is the mean over (``KNN_K``).
@@ -75,6 +77,7 @@ import numpy as np
 
 from novelfind import microclusters
 from novelfind.errors import InputError
+from novelfind.moments import LINK_RADIUS, Grouper, UnitRows
 from novelfind.pca import Space, fit_space, spread
 from novelfind.sources import ChunkedSource, FeatureSource, MatrixSource, ScaledSource, UnitSource, as_source
 
@@ -88,18 +91,16 @@ if TYPE_CHECKING:
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 DEFAULT_METHOD = "cosine-knn"
-# The largest library ``microcluster`` (novelfind.microclusters) ranks. It measures every pair: 10,000 photos took 306 s on a busy 2-core machine (docs/bench/rank-microcluster.json), so
-# 50,000 would take over an hour and a half; past that it refuses before anything is extracted.
+# The largest library ``microcluster`` (novelfind.microclusters) ranks. It measures every pair: 10,000
+# photos took 306 s on a busy 2-core machine (docs/bench/rank-microcluster.json), so 50,000 would take
+# over an hour and a half; past that it refuses before anything is extracted.
 MICROCLUSTER_MAX_ROWS = 50_000
 MULTISCALE_K = (3, 10, 50)  # multiscale-knn's neighbourhood sizes (dev: the best of 16 sets of sizes)
 WHITEN_DIMS = 64  # principal axes kept by ``ads`` (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
 DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
-# distance between L2-normalised features under which two picks are near-duplicates: a re-saved or
-# resized copy is ~0.01-0.05; 0.15 cost nothing on any benchmark set, 0.25-0.35 removed more burst frames
-# but cost the defects set 0.01-0.04 F1
-DEFAULT_DEDUP = 0.15
+DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.moments``: why 0.15)
 # Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
 SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
@@ -159,7 +160,11 @@ class Ranking:
     scores: np.ndarray  # float32 (K',)
     neighbour: np.ndarray  # int64 (K',) index of each pick's nearest other image (-1 if N == 1)
     distance: np.ndarray  # float32 (K',) distance to it (raw features; between unit rows for COSINE_METHODS)
-    duplicates_dropped: int = 0
+    duplicates_dropped: int = 0  # candidates folded into a better moment (``novelfind.moments``)
+    # each pick's moment: the other photos' rows, nearest to the pick first (empty: a photo alone), and
+    # their distances to it (between rows scaled to unit length)
+    members: list[np.ndarray] = field(default_factory=list, repr=False)
+    member_distance: list[np.ndarray] = field(default_factory=list, repr=False)
     all_scores: np.ndarray | None = field(default=None, repr=False)  # float32 (N,) when the method scores all
 
 
@@ -379,7 +384,7 @@ def multiscale_scores(
     "Quality"). One neighbour search (the largest k) serves every k: exact for every row up to
     ``knn.EXACT_MAX_N`` rows; above, upper bounds from the principal space, made exact from the top
     of the ranking down as far as the picks read (``rank``: rows are made exact until every row the
-    near-duplicate pass reads is exact; the percentiles are taken over the exact scores of those rows
+    grouping into moments reads is exact; the percentiles are taken over the exact scores of those rows
     and the bounds of the others, which are the same from a matrix and from chunks).
     """
     src = unit_source(x)
@@ -539,7 +544,9 @@ def features_help() -> str:
 
 
 def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | None) -> tuple[np.ndarray, int]:
-    """First k of ``order`` skipping any within ``threshold`` of an already kept one (rows of xn).
+    """First k of ``order`` skipping any within ``threshold`` of an already kept one (rows of xn): the
+    plain near-duplicate pass over a matrix, as the research scripts measure it (``rank`` groups its
+    picks into moments instead, ``novelfind.moments``).
 
     -> (kept indices int64, number skipped before the k-th was kept). Greedy and sequential in meaning,
     but evaluated a block of candidates at a time: one matmul against the kept rows (a preallocated
@@ -600,17 +607,6 @@ def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | No
             if c == cap:
                 break
     return kept_idx[:c].copy(), dropped
-
-
-class _UnitRows:
-    """The rows of a source scaled to unit length, made when read (``dedup_order`` reads a few; a
-    normalised copy of a 1M x 1000 library would be another 4 GB)."""
-
-    def __init__(self, source: FeatureSource) -> None:
-        self.source, self.shape, self.dtype = source, (source.n, source.dim), np.dtype(np.float32)
-
-    def __getitem__(self, rows) -> np.ndarray:
-        return l2_normalise(self.source.take(np.asarray(rows, dtype=np.int64)))
 
 
 def _candidate_mask(candidates, n: int) -> np.ndarray | None:
@@ -674,22 +670,24 @@ def rank(
     the paper's E, J, alpha, beta and seed 0); the same seed on the same device gives the same ranking.
     ``device``: where the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
 
-    ``dedup``: drop a candidate closer than this to a higher-ranked pick (distance between
-    L2-normalised features); None means ``DEFAULT_DEDUP`` (0.15), 0 turns it off. When fewer than k
-    images are left after dropping near-duplicates, the dropped ones fill the end of the list.
+    ``dedup``: the link radius of moments (distance between L2-normalised features;
+    ``novelfind.moments``): a candidate linked to a better pick by steps shorter than this is one of
+    its moment's ``members``, not a pick of its own. None means ``DEFAULT_DEDUP`` (0.15), 0 makes every
+    photo its own moment. Every photo is a pick or a member, so k >= N lists the whole library.
 
     ``candidates``: the rows that may be picked, a bool mask (N,) or int indices (None: all). The
     scores are computed on all rows exactly as without it (same support k, same seed), the ranked
-    list is filtered to the candidates before near-duplicate removal, and min(k, #candidates) are
+    list is filtered to the candidates before the grouping into moments, and at most min(k, #candidates) are
     returned; neighbours are searched among all rows. For ``ads-paper`` (scores zero outside a
     K-sparse support) the support is doubled until enough candidates are in it, or it is all N.
     No candidates: an empty Ranking.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
-    ``duplicates_dropped``. Raises ValueError for a shape other than (N, M) with N, M >= 1, NaN or
-    infinite values, k < 1, a negative ``dedup``, an unknown method, ``ads-paper`` on a source read
-    in chunks, or bad ``candidates``.
+    ``duplicates_dropped`` (candidates folded into a better moment), and each pick's ``members`` (rows,
+    nearest first) with their ``member_distance``. Raises ValueError for a shape other than (N, M)
+    with N, M >= 1, NaN or infinite values, k < 1, a negative ``dedup``, an unknown method,
+    ``ads-paper`` on a source read in chunks, or bad ``candidates``.
 
     Example::
 
@@ -739,18 +737,21 @@ def _rank(
     if method.cosine:  # cosine geometry: scores, neighbours and distances between unit rows
         xs, rescale = UnitSource(xs), False
     xm = xs if method.scale_free else source
-    xn = _UnitRows(xs)  # rows made unit length when dedup reads them
+    unit = xs if isinstance(xs, UnitSource) else UnitRows(xs)  # moments link rows of unit length
+    grouper = Grouper(unit, dedup, candidates=cand)
     support = min(k, n)  # a sparse method's support: it does not depend on the candidates
     walked: dict = {}
 
     def walk(order: np.ndarray) -> int:
-        """Near-duplicate pass over ``order``; returns how many entries of it were read."""
-        picks, dropped = dedup_order(order, xn, k_eff, dedup)
-        walked.update(picks=picks, dropped=dropped)
-        return len(picks) + dropped if len(picks) == k_eff else len(order)
+        """The moments of ``order``; returns how many entries of it were read."""
+        found = walked["moments"] = grouper.group(order, k_eff)
+        return found.read if len(found.heads) == k_eff else len(order)
 
     while True:
         scored = method.scorer(xm, min(k, n), config, device, support)
+        grouper.exact = scored.exact  # look up only rows whose score is exact (updated in place)
+        if method.cosine and scored.density is not None:  # its distances are between unit rows
+            grouper.nearest = scored.density.nearest_distance
         if scored.exact is None:
             scores = scored.current()  # (N,)
             order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
@@ -760,39 +761,34 @@ def _rank(
             if cand is not None:
                 order = order[cand[order]]
             walk(order)
-        else:  # exact as far as the near-duplicate pass reads (novelfind.knn)
+        else:  # exact as far as the grouping into moments reads (novelfind.knn)
             from novelfind.knn import certified_order
 
             order, scores = certified_order(
                 scored.current, scored.exact, scored.refine, walk, rows=cand, first=2 * k_eff + 2 * KNN_K
             )
             ranked = n
-        picks, dropped = walked["picks"], walked["dropped"]
+        found = walked["moments"]
+        picks, dropped = found.representatives, found.folded
         if not method.sparse or len(picks) == k_eff or support == n:
             break
         grow = support + k_eff - len(picks) + dropped  # widen the support to refill (dedup)
         if len(order) < ranked:  # non-candidates took part of the support: widen geometrically
             grow = max(grow, 2 * support)
         support = min(n, grow)
-    if len(picks) < k_eff:  # fewer distinct images than k: the skipped near-duplicates come last
-        taken = set(picks.tolist())
-        full = np.lexsort((np.arange(n), -scores))
-        if cand is not None:
-            full = full[cand[full]]
-        rest = [int(i) for i in full if int(i) not in taken]
-        picks = np.concatenate([picks, np.asarray(rest[: k_eff - len(picks)], dtype=np.int64)])
-        dropped = max(0, dropped - (k_eff - len(taken)))
     if scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
         nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
     else:
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
-    unit = scale if rescale else 1.0
-    dist = (dist.astype(np.float64) * unit).astype(np.float32)  # back to raw units
+    unit_scale = scale if rescale else 1.0
+    dist = (dist.astype(np.float64) * unit_scale).astype(np.float32)  # back to raw units
     return Ranking(
         indices=picks,
-        scores=scores[picks].astype(np.float32),
+        scores=scores[found.heads].astype(np.float32),  # a moment's score: its highest scored photo's
         neighbour=nb,
         distance=dist,
         duplicates_dropped=dropped,
+        members=found.members,
+        member_distance=found.distances,
         all_scores=scores,
     )

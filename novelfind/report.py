@@ -28,9 +28,9 @@ from novelfind.safe_text import display
 from novelfind.video import ClipInfo
 
 RESULT_SCHEMA = "novelfind/results"
-RESULT_SCHEMA_VERSION = 1
-FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0")
-CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance", "also")
+RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments
+FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0", "members", "members0")
+CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count")
 PLACE_MODES = ("copy", "symlink", "hardlink")
 MANIFEST_NAME = ".novelfind-picks.json"
 MANIFEST_SCHEMA = "novelfind/picks-manifest"
@@ -40,8 +40,23 @@ _MANIFEST_LIMIT = 256 << 20  # bytes: a manifest of a million picks is about 200
 
 
 @dataclass(frozen=True)
+class Member:
+    """Another photo of a pick's moment (``novelfind.moments``): a frame of its burst or batch."""
+
+    path: Path  # absolute, as found by the walk
+    size: int
+    mtime_ns: int
+    distance: float  # to the pick, between feature vectors scaled to unit length
+    also: tuple[Path, ...] = ()  # the photo's other files (a RAW + JPEG pair)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.path, *self.also)
+
+
+@dataclass(frozen=True)
 class Pick:
-    """One selected image; ``rank`` 1 is the most novel."""
+    """One selected moment, shown by its most typical photo; ``rank`` 1 is the most novel."""
 
     rank: int
     score: float  # the ranking's score: higher = more novel; comparable within one run only
@@ -52,6 +67,7 @@ class Pick:
     distance: float | None = None  # distance to it in the feature space: the reason it is novel
     also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
     clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
+    members: tuple[Member, ...] = ()  # the other photos of its moment, nearest first; () for a photo alone
 
     @property
     def kind(self) -> str:
@@ -73,12 +89,23 @@ def picks_of(
     ranking: Any, files: Sequence[Any], photos: Sequence[Any], clips: Mapping[Path, ClipInfo] | None = None
 ) -> list[Pick]:
     """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
-    best first; ``photos[i].also`` are row i's other files (a RAW + JPEG pair); ``clips`` the records of
-    the clips among ``files``, by path."""
+    best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
+    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path."""
     clips = clips or {}
+
+    def member(row: int, distance: float) -> Member:
+        f = files[row]
+        return Member(f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also))
+
     picks = []
-    for index, score, neighbour, distance in zip(
-        ranking.indices, ranking.scores, ranking.neighbour, ranking.distance, strict=True
+    for index, score, neighbour, distance, rows, far in zip(
+        ranking.indices,
+        ranking.scores,
+        ranking.neighbour,
+        ranking.distance,
+        ranking.members,
+        ranking.member_distance,
+        strict=True,
     ):
         f, found = files[int(index)], int(neighbour) >= 0
         picks.append(
@@ -92,6 +119,7 @@ def picks_of(
                 distance=float(distance) if found else None,
                 also=tuple(twin.path for twin in photos[int(index)].also),
                 clip=clips.get(f.path),
+                members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
             )
         )
     return picks
@@ -118,17 +146,22 @@ def format_results(
     """Render the picks (best first) as one of :data:`FORMATS`.
 
     ``tsv`` and ``paths`` escape ``\\``, tab, newline and other control characters so that one
-    line is always one pick; ``paths0`` is NUL-separated and exact; ``json``/``jsonl`` are the
-    versioned schema of ``docs/output-schema.md``. ``failures`` and ``run`` only appear in
-    ``json`` and ``jsonl``. Raises ValueError for an unknown format.
+    line is always one pick; ``paths0`` is NUL-separated and exact; ``members`` and ``members0`` are
+    ``paths`` and ``paths0`` with each pick followed by its moment's members (every photo of every
+    moment); ``json``/``jsonl`` are the versioned schema of ``docs/output-schema.md``. ``failures``
+    and ``run`` only appear in ``json`` and ``jsonl``. Raises ValueError for an unknown format.
     """
     picks = sorted(picks, key=lambda p: p.rank)
     if fmt == "tsv":
-        return "".join(f"{p.rank}\t{_score(p.score)}\t{escape_field(str(p.path))}\n" for p in picks)
-    if fmt == "paths":
-        return "".join(f"{escape_field(str(p.path))}\n" for p in picks)
-    if fmt == "paths0":
-        return "".join(f"{p.path}\0" for p in picks)
+        return "".join(
+            f"{p.rank}\t{_score(p.score)}\t{escape_field(str(p.path))}\t{len(p.members)}\n" for p in picks
+        )
+    if fmt in ("paths", "paths0", "members", "members0"):
+        every = fmt.startswith("members")  # each pick followed by its members
+        paths = [path for p in picks for path in (p.path, *(m.path for m in p.members if every))]
+        if fmt.endswith("0"):
+            return "".join(f"{path}\0" for path in paths)
+        return "".join(f"{escape_field(str(path))}\n" for path in paths)
     if fmt == "csv":
         return _format_csv(picks)
     failure_rows = [{"path": str(path), "reason": str(reason)} for path, reason in failures]
@@ -225,6 +258,8 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "also": [str(path) for path in p.also],
         "kind": p.kind,
         "clip": None if p.clip is None else p.clip.as_json(),
+        "member_count": len(p.members),
+        "members": [str(m.path) for m in p.members],
     }
 
 
@@ -263,6 +298,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 "" if rec["neighbour"] is None else rec["neighbour"],
                 "" if rec["distance"] is None else f"{rec['distance']:.6f}",
                 json.dumps(rec["also"], ensure_ascii=False) if rec["also"] else "",
+                rec["member_count"],
             ]
         )
     return out.getvalue()
@@ -302,9 +338,11 @@ def _dumps(obj: Any, indent: int | None = None) -> str:
 # Placing the picks in a folder
 
 
-def pick_filename(rank: int, source: Path, width: int) -> str:
-    """``001_IMG_4411.jpg``: rank zero-padded to ``width``; long names shortened, suffix kept."""
-    prefix = f"{rank:0{width}d}_"
+def pick_filename(rank: int, source: Path, width: int, member: str = "") -> str:
+    """``001_IMG_4411.jpg``: rank zero-padded to ``width``; long names shortened, suffix kept. A
+    member of the pick's moment has its number after the rank (``member`` ``m01``: ``001m01_IMG_4412.jpg``,
+    listed after the pick)."""
+    prefix = f"{rank:0{width}d}{member}_"
     name = source.name
     if len(os.fsencode(prefix + name)) <= _NAME_MAX:
         return prefix + name
@@ -314,10 +352,14 @@ def pick_filename(rank: int, source: Path, width: int) -> str:
     return prefix + stem.decode("utf-8", "ignore") + suffix
 
 
-def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> list[Path]:
+def place_picks(
+    picks: Sequence[Pick], dest: Path | str, mode: str = "copy", *, members: bool = False
+) -> list[Path]:
     """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
 
     Every file of a pick goes (``Pick.files``): a RAW + JPEG pair as ``001_IMG_1.JPG`` and ``001_IMG_1.CR2``.
+    With ``members``, the other photos of each pick's moment go too, numbered nearest first after the
+    pick's rank: ``001m01_IMG_2.JPG``, ``001m02_IMG_3.JPG``.
 
     ``dest`` is created when missing. Files novelfind created there are listed in
     ``.novelfind-picks.json``; a re-run replaces (or removes) its own earlier picks when they are
@@ -347,14 +389,21 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     previous = _read_manifest(manifest_path)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
-    sources = [(p.rank, Path(source)) for p in picks for source in p.files]
-    names = [pick_filename(rank, source, width) for rank, source in sources]
+    sources = [(p.rank, "", Path(source)) for p in picks for source in p.files]
+    if members:
+        sources += [
+            (p.rank, f"m{j:0{max(2, len(str(len(p.members))))}d}", Path(source))
+            for p in picks
+            for j, m in enumerate(p.members, 1)
+            for source in m.files
+        ]
+    names = [pick_filename(rank, source, width, label) for rank, label, source in sources]
 
     # Check everything before touching anything.
     if len(set(names)) != len(names):
         raise OutputError("two picks have the same rank; cannot name them apart")
     dest_dev = dest.stat().st_dev
-    for (_, source), name in zip(sources, names, strict=True):
+    for (*_, source), name in zip(sources, names, strict=True):
         target = dest / name
         if os.path.lexists(target) and name not in ours:
             raise OutputError(
@@ -375,7 +424,7 @@ def place_picks(picks: Sequence[Pick], dest: Path | str, mode: str = "copy") -> 
     created: list[Path] = []
     records: dict[str, dict[str, Any]] = {}
     try:
-        for (_, source), name in zip(sources, names, strict=True):
+        for (*_, source), name in zip(sources, names, strict=True):
             target = dest / name
             try:
                 # a random name, created exclusively: a link planted under a name guessed in advance

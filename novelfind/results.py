@@ -31,10 +31,10 @@ class Counts:
     failed: int  # files that could not be read (walk errors and decode failures)
     candidates: int  # photos that could be picked: all that were read, or those modified since `since`,
     #                  less the ignored ones
-    duplicates_dropped: int  # near-duplicates of better picks passed over
+    duplicates_dropped: int  # candidates folded into a better pick's moment (its members)
     photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
-    newly_ignored: int = 0  # picks of this run added to the ignore list (``ignore_picks``)
+    newly_ignored: int = 0  # photos of this run's moments added to the ignore list (``ignore_picks``)
     clips: int = 0  # of the photos found, the clips (video files; ``video.VIDEO_EXTENSIONS``)
 
 

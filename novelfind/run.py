@@ -227,7 +227,11 @@ class _Scan:
                 on_warning=self.warn,
             )
             if p.ignore_picks and picks:
-                files = [ImageFile(pick.path, pick.size, pick.mtime_ns) for pick in picks]
+                files = [  # the whole moment: the pick and its members
+                    ImageFile(photo.path, photo.size, photo.mtime_ns)
+                    for pick in picks
+                    for photo in (pick, *pick.members)
+                ]
                 added = ignore_list.add_picks(
                     files, known_digests=store.digests_by_stat, on_warning=self.warn
                 )

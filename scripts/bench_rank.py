@@ -49,7 +49,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novelfind import knn, pca, ranking  # noqa: E402
+from novelfind import knn, moments, pca, ranking  # noqa: E402
 
 K = 100  # planted outliers = picks
 
@@ -161,7 +161,7 @@ def instrument() -> StageClock:
     clock.wrap(knn, "knn_cells", "candidate search")
     clock.wrap(knn.KnnScores, "make_exact", "exact rows")
     clock.wrap(ranking, "_ads_scores", "ads")
-    clock.wrap(ranking, "dedup_order", "order + dedup")
+    clock.wrap(moments.Grouper, "group", "moments")
     clock.wrap(ranking, "nearest_neighbours", "neighbours")
     build = knn.KnnScores.build.__func__
 
@@ -347,7 +347,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    stages = ["pca", "candidate search", "exact rows", "ads", "order + dedup", "neighbours", "other"]
+    stages = ["pca", "candidate search", "exact rows", "ads", "moments", "neighbours", "other"]
     lines = [
         "| N | method | planted found | wall s | CPU s | "
         + " | ".join(stages)

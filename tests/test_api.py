@@ -40,10 +40,15 @@ def test_api_and_cli_give_the_same_ranking(library, fake_extractor, tmp_path, me
     from_cli = json.loads(cli_json.stdout)
     result = novelfind.scan(library["root"], 6, method=method, cache=False, seed=3)
     assert result.to_text("tsv") == cli_tsv.stdout
-    assert [(Path(p["path"]), p["score"], p["neighbour"], p["distance"]) for p in from_cli["picks"]] == [
-        (p.path, p.score, str(p.neighbour), p.distance) for p in result.picks
+    assert [
+        (Path(p["path"]), p["score"], p["neighbour"], p["distance"], p["members"]) for p in from_cli["picks"]
+    ] == [
+        (p.path, p.score, str(p.neighbour), p.distance, [str(m.path) for m in p.members])
+        for p in result.picks
     ]
-    assert [p.rank for p in result.picks] == list(range(1, 7))
+    # the 30 near-identical ordinary photos are one moment: 4 moments in all, every photo listed
+    assert [p.rank for p in result.picks] == [1, 2, 3, 4]
+    assert sum(1 + len(p.members) for p in result.picks) == 33
     assert {p.path for p in result.picks[:3]} == set(library["odd"])
     # the run record is the same, but for the time it took
     record = result.record()
@@ -131,7 +136,9 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"batch_size": 5000}, "batch_size must be at most 4096, got 5000"),
         ({"workers": -1}, "workers must be at least 0, got -1"),
         ({"method": "power"}, f"method must be one of {', '.join(METHODS)}, got 'power'"),
-        ({"format": "xml"}, "format must be one of tsv, json, jsonl, csv, paths, paths0, got 'xml'"),
+        ({"format": "xml"}, (
+            "format must be one of tsv, json, jsonl, csv, paths, paths0, members, members0, got 'xml'"
+        )),
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),

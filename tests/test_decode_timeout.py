@@ -92,7 +92,7 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
     stuck = _photos(root / "sub", ["stuck.png"])[0]
     monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     cache = tmp_path / "c.sqlite"
-    args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "paths",
+    args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "members",
             "--decode-timeout", str(LIMIT_S)]
     for _ in range(2):  # the stuck photo is not cached: the next scan tries it again, with the same result
         result = CliRunner().invoke(cli, args)

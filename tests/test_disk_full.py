@@ -42,8 +42,8 @@ if prefill != "0":  # the file system is full before the scan starts
             pass
 
 def scan(name):
-    args = [sys.executable, fake_cli, "scan", library, "--k", "5", "--format", "json", "--batch-size", "16",
-            "--workers", "1", "-o", os.path.join(out, name + ".json"),
+    args = [sys.executable, fake_cli, "scan", library, "--k", "5", "--dedup", "0", "--format", "json",
+            "--batch-size", "16", "--workers", "1", "-o", os.path.join(out, name + ".json"),
             "--report", os.path.join(out, name + ".html"), "--cache", cache]
     if small == "outputs":
         args += ["--copy-to", os.path.join(out, name + "-picks")]

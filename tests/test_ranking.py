@@ -139,14 +139,15 @@ def test_default_dedup_and_bad_dedup():
         rank(x, 2, dedup=-1)
 
 
-def test_dedup_with_k_at_least_n_still_returns_everything():
+def test_dedup_with_k_at_least_n_still_lists_everything_as_picks_or_members():
     x = np.zeros((6, 4), dtype=np.float32)
     x[:, 0] = [1, 1.001, 1.002, 5, 9, 9.001]  # two groups of near-identical rows
     x[:, 1] = 1
     for method in METHODS:
         r = rank(x, 10, method=method, dedup=0.05)
-        assert sorted(r.indices.tolist()) == list(range(6))
-        assert r.duplicates_dropped == 0
+        listed = r.indices.tolist() + [int(i) for m in r.members for i in m]
+        assert sorted(listed) == list(range(6))
+        assert len(r.indices) == 6 - r.duplicates_dropped
     r = rank(x, 3, method="knn", dedup=0.05)
     assert len(r.indices) == 3
 

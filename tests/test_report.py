@@ -62,7 +62,7 @@ def picks_for(paths: list[Path]) -> list[Pick]:
 
 def test_tsv_is_rank_score_path_best_first():
     picks = [make_pick("/lib/b.jpg", rank=2, score=0.25), make_pick("/lib/a.jpg", rank=1, score=0.75)]
-    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\n2\t0.250000\t/lib/b.jpg\n"
+    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\n2\t0.250000\t/lib/b.jpg\t0\n"
     assert format_results(picks) == format_results(picks, "tsv")
 
 
@@ -75,7 +75,7 @@ def test_no_picks_is_empty_output():
 def test_tsv_escapes_separators_so_one_line_is_one_pick():
     nasty = "/lib/a\tb\nc\\d\re\x1bf.jpg"
     out = format_results([make_pick(nasty)], "tsv")
-    assert out.count("\n") == 1 and out.count("\t") == 2
+    assert out.count("\n") == 1 and out.count("\t") == 3
     field = out.rstrip("\n").split("\t")[2]
     assert field == "/lib/a\\tb\\nc\\\\d\\re\\x1bf.jpg"
     assert unescape_field(field) == nasty
@@ -118,7 +118,7 @@ def test_csv_has_schema_columns_and_parses_back():
         make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == ["rank", "score", "path", "size", "mtime", "neighbour", "distance", "also"]
+    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count".split()]
     assert rows[1] == [
         "1",
         "0.500000",
@@ -128,8 +128,9 @@ def test_csv_has_schema_columns_and_parses_back():
         "/lib/near.jpg",
         "1.250000",
         "",
+        "0",
     ]
-    assert rows[2][5:] == ["", "", ""]
+    assert rows[2][5:] == ["", "", "", "0"]
     # a photo's other files: a JSON array of paths (empty cell when there are none)
     assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
 
@@ -139,7 +140,7 @@ def test_json_document_schema():
     run = {"k": 1, "paths": [Path("/lib")], "images_found": 3}
     doc = json.loads(format_results(picks, "json", failures=[(Path("/lib/bad.jpg"), "truncated")], run=run))
     assert doc["schema"] == "novelfind/results"
-    assert doc["version"] == report.RESULT_SCHEMA_VERSION == 1
+    assert doc["version"] == report.RESULT_SCHEMA_VERSION == 2
     assert doc["run"] == {"k": 1, "paths": ["/lib"], "images_found": 3}
     assert doc["picks"] == [
         {
@@ -154,6 +155,8 @@ def test_json_document_schema():
             "also": [],
             "kind": "photo",
             "clip": None,
+            "member_count": 0,
+            "members": [],
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]
@@ -179,7 +182,7 @@ def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
     assert doc["picks"][0]["path"] == "/lib/IMG_1.JPG" and doc["picks"][0]["also"] == ["/lib/IMG_1.CR2"]
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["type"] == "pick" and line["also"] == ["/lib/IMG_1.CR2"]
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\n"
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\n"
     assert format_results([pick], "paths") == "/lib/IMG_1.JPG\n"
     assert pick.files == (Path("/lib/IMG_1.JPG"), Path("/lib/IMG_1.CR2"))
 
@@ -205,7 +208,7 @@ def test_jsonl_one_object_per_line_with_type():
     out = format_results(picks, "jsonl", failures=[("/lib/x.jpg", "bad")], run={"k": 2})
     lines = [json.loads(line) for line in out.splitlines()]
     assert [line["type"] for line in lines] == ["run", "pick", "pick", "failure"]
-    assert lines[0] == {"type": "run", "schema": "novelfind/results", "version": 1, "run": {"k": 2}}
+    assert lines[0] == {"type": "run", "schema": "novelfind/results", "version": 2, "run": {"k": 2}}
     assert [line["rank"] for line in lines[1:3]] == [1, 2]
     assert lines[3] == {"type": "failure", "path": "/lib/x.jpg", "reason": "bad"}
 

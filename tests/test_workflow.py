@@ -115,7 +115,7 @@ def test_pairs_in_the_records_summary_and_copies(library, fake_extractor, tmp_pa
     )
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["version"] == 1
+    assert doc["version"] == 2
     assert (doc["run"]["images_found"], doc["run"]["photos_found"]) == (33 + len(twins), 33)
     by_path = {Path(p["path"]): p["also"] for p in doc["picks"]}
     red = library["root"] / "trip1" / "odd_red.jpg"
@@ -128,7 +128,7 @@ def test_pairs_in_the_records_summary_and_copies(library, fake_extractor, tmp_pa
     assert f"{rank['odd_red.jpg']:03d}_odd_red.CR2" in placed
     assert len(placed) == 3 + sum(1 for also in by_path.values() if also)
     csv_out = run("scan", library["root"], "--k", "3", "--format", "csv", "--no-cache", "-q").stdout
-    assert csv_out.splitlines()[0].endswith(",also")
+    assert csv_out.splitlines()[0].endswith(",also,member_count")
 
 
 # ------------------------------------------------------------------------------------------ RAW
@@ -467,7 +467,7 @@ def test_the_weekly_cron_run(library, fake_extractor, tmp_path):
         if p.is_file():
             os.utime(p, (old, old))
     new = make_photo(root / "2026" / "IMG_9000.jpg", (250, 250, 250), seed=77)
-    newer = make_photo(root / "2026" / "IMG_9001.jpg", (5, 5, 5), seed=78)
+    newer = make_photo(root / "2026" / "IMG_9001.jpg", (250, 5, 5), seed=78)  # not of the same moment
     args = [
         "scan",
         root,

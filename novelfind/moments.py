@@ -1,0 +1,251 @@
+"""Moments: the ranking's picks grouped with the photos of their batch or burst.
+
+A library's photos come in moments: a burst of frames, a re-saved copy, a batch of scans, an evening
+of shots of one subject. Showing each frame as a pick of its own fills the top K with one scene, so a
+pick is a *moment*: a representative photo plus its *members*, the other photos of the moment, nearest
+to the representative first. A photo alone is a moment with no members. Near-duplicates (a re-saved or
+resized copy) are members too; there is no separate near-duplicate pass.
+
+How a moment is found. The ranking's candidates are read best first (``group``). A candidate that is
+already a member of an earlier moment is folded into it (``Moments.folded`` counts those). Otherwise its
+``NEIGHBOURS`` nearest photos are looked up (an exact search over all N rows, ``knn.knn_exact``, done
+for a block of candidates at once), and the moment is the single-linkage group of the candidate among
+them: every neighbour reachable from the candidate by steps shorter than ``LINK_RADIUS``. When a linked
+photo lies within the radius of the look-up's edge, the batch may go on past it: its photos are looked
+up in turn, and the group grows until nothing is added (or it holds ``GROW_MAX`` photos). When that
+group touches an earlier moment (a frame the earlier look-up did not reach links to it), the candidate
+and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
+to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
+never N^2). A candidate whose nearest other photo, as the ranking measured it in the same space, is
+beyond the radius is a moment of its own without a look-up.
+
+Distances are between feature vectors scaled to unit length (0 = same direction, sqrt(2) = unrelated),
+so the radius means the same for every feature kind and library. A moment is made of candidates only
+(the photos that may be picked): a photo on the ignore list, or older than ``--since``, is neither
+picked nor a member, so this week's new frame of an old scene does not bring last year's photos back
+into the copies, the ignore list or the sidecars (nor link two new photos through them).
+
+The representative is the moment's medoid: the photo with the least summed
+distance to the others, the most typical frame, the one a person recognises the burst by (the highest
+scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
+(for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
+
+Read from a matrix or from the cache in chunks, the look-ups read the same unit rows (``take``) and the
+exact search gives the same neighbours, so the moments are the same (tested past the memory budget and
+past ``knn.EXACT_MAX_N`` rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from novelfind.sources import FeatureSource, unit_rows
+
+# Two photos whose unit-length feature vectors are closer than this are frames of one moment (linked
+# through others, single linkage): a re-saved or resized copy is 0.01-0.05 apart, frames of one burst
+# 0.05-0.3. 0.15 is the near-duplicate threshold measured on the benchmark (it cost no set anything);
+# it is the ranking's ``dedup`` default and ``--dedup`` sets it (0: every photo is its own moment).
+LINK_RADIUS = 0.15
+# Photos looked up around each candidate: the most one look-up can add to a moment (a larger batch
+# grows by further look-ups, ``GROW_MAX``); it sets the cost (K x NEIGHBOURS rows read back,
+# NEIGHBOURS^2 distances per look-up), not the size of a moment.
+NEIGHBOURS = 64
+# A moment whose look-ups keep finding linked photos grows by further look-ups up to this many photos: a
+# bound on the cost of one moment (1,024 photos: about 16 passes over the library), far above any burst.
+GROW_MAX = 1024
+
+
+@dataclass
+class Moments:
+    """The first k moments of a ranking's order (fewer when the order runs out)."""
+
+    heads: np.ndarray  # int64 (K,) each moment's highest scored row, best moment first
+    representatives: np.ndarray  # int64 (K,) each moment's medoid (the row shown)
+    members: list[np.ndarray]  # K arrays of int64 rows: the moment's other photos, nearest first
+    distances: list[np.ndarray]  # K arrays of float32: each member's distance to the representative
+    folded: int = 0  # candidates passed over because they belong to an earlier moment
+    read: int = 0  # entries of the order read to find them
+
+
+@dataclass
+class UnitRows:
+    """A source's rows scaled to unit length as they are read (no normalised copy of the library)."""
+
+    source: FeatureSource
+    n: int = field(init=False)
+    dim: int = field(init=False)
+    matrix: None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.n, self.dim = self.source.n, self.source.dim
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        return (unit_rows(c) for c in self.source.chunks())
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        return unit_rows(self.source.take(np.asarray(rows, dtype=np.int64)))
+
+    def abs_max(self) -> float:
+        return 1.0
+
+
+def singles(order: np.ndarray, k: int) -> Moments:
+    """Every photo its own moment: the first k of ``order`` (grouping turned off)."""
+    heads = np.asarray(order, dtype=np.int64)[:k]
+    empty_i, empty_f = np.zeros(0, np.int64), np.zeros(0, np.float32)
+    return Moments(heads, heads.copy(), [empty_i] * len(heads), [empty_f] * len(heads), 0, len(heads))
+
+
+class Grouper:
+    """Groups orders of one library's rows into moments; keeps each look-up, so the ranking's certified
+    order (which may read its order a few times, as more scores become exact) never repeats one.
+
+    ``unit``: the rows scaled to unit length (a ``sources.UnitSource``, or ``UnitRows``); ``radius``:
+    the link radius (``LINK_RADIUS``); ``candidates``: bool (N,), the rows that may be picked, the only
+    rows a moment is made of (None: all)."""
+
+    def __init__(
+        self,
+        unit: FeatureSource,
+        radius: float = LINK_RADIUS,
+        *,
+        neighbours: int = NEIGHBOURS,
+        candidates: np.ndarray | None = None,
+    ) -> None:
+        self.unit, self.radius, self.neighbours, self.candidates = unit, float(radius), neighbours, candidates
+        self.looked_up: dict[int, np.ndarray] = {}  # row -> its group (int64, the row first)
+        self.open: set[int] = set()  # rows whose group may go on past the photos their look-up found
+        # each row's distance to its nearest other row in the same unit-length space where the ranking
+        # already measured it (NaN where it did not): a row farther than the radius from every other
+        # row is a moment of its own, with no look-up (most odd photos are)
+        self.nearest: np.ndarray | None = None
+        # bool (N,): the rows whose score is exact (None: all). The certified order reads its order
+        # on bounds first and again once the rows read are exact: a row read on its bound is taken as
+        # a moment of its own for that reading, without a look-up; the last reading, on exact rows
+        # only, is the answer (``novelfind.knn.certified_order``)
+        self.exact: np.ndarray | None = None
+
+    def group(self, order: np.ndarray, k: int) -> Moments:
+        """The first k moments of ``order`` (rows, best first); see the module docstring."""
+        order = np.asarray(order, dtype=np.int64)
+        if self.radius <= 0 or self.unit.n == 1:
+            return singles(order, k)
+        owner: dict[int, int] = {}  # row -> the moment it belongs to
+        moments: list[list[int]] = []  # rows of each moment, its head first
+        folded = pos = 0
+        while len(moments) < k and pos < len(order):
+            # look up the next candidates not yet in a moment, about twice as many as moments still wanted
+            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
+            while len(todo) < want and end < len(order):
+                row, end = int(order[end]), end + 1
+                if row in owner or row in self.looked_up or not self._settled(row):
+                    continue
+                if self._alone(row):
+                    self.looked_up[row] = np.asarray([row], dtype=np.int64)
+                else:
+                    todo.append(row)
+            self._look_up(todo)
+            while pos < end and len(moments) < k:
+                row, pos = int(order[pos]), pos + 1
+                if row in owner:
+                    folded += 1
+                    continue
+                group = self._closure(row) if self._settled(row) else [row]
+                earlier = [owner[r] for r in group if r in owner]
+                if earlier:  # it links to an earlier moment: it and its group join that one
+                    target, folded = min(earlier), folded + 1
+                else:
+                    target = len(moments)
+                    moments.append([])
+                for r in group:
+                    if r not in owner:
+                        owner[r] = target
+                        moments[target].append(r)
+        return self._finish(moments, folded, pos)
+
+    def _settled(self, row: int) -> bool:
+        return self.exact is None or bool(self.exact[row])
+
+    def _alone(self, row: int) -> bool:
+        """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for
+        the float rounding between that search and ``_linked``, so the answer is the look-up's)."""
+        return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
+
+    def _closure(self, row: int) -> list[int]:
+        """The row's group, grown while it may go on past the photos looked up (``open``): the group's
+        other rows are looked up, in one pass, and their groups joined, until nothing is added or the
+        group holds ``GROW_MAX`` photos."""
+        group = dict.fromkeys(self.looked_up[row].tolist())
+        merged = {row}
+        while len(group) < GROW_MAX and any(r in self.open for r in merged):
+            todo = [r for r in group if r not in merged]
+            if not todo:
+                break
+            self._look_up([r for r in todo if r not in self.looked_up])
+            for r in todo:
+                group.update(dict.fromkeys(self.looked_up[r].tolist()))
+            merged.update(todo)
+        return list(group)
+
+    def _look_up(self, rows: list[int]) -> None:
+        """The single-linkage group of each row among its ``neighbours`` nearest rows, one exact pass."""
+        if not rows:
+            return
+        from novelfind import knn  # torch code: imported where it is used, as in novelfind.ranking
+
+        query = np.asarray(rows, dtype=np.int64)
+        dist, idx = knn.knn_exact(
+            self.unit, query, self.neighbours, centre=np.zeros(self.unit.dim, np.float32)
+        )
+        hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
+        far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
+        whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row
+        for row, hood, d in zip(rows, hoods, far, strict=True):
+            keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
+            keep[0] = True
+            linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
+            self.looked_up[row] = hood[linked]
+            # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
+            # linked row j: the group may go on past the look-up only where that is under the radius
+            if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
+                self.open.add(row)
+
+    def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
+        """Each moment's representative (its medoid) and its members, nearest first."""
+        heads, reps, members, distances = [], [], [], []
+        for rows in moments:
+            ids = np.asarray(rows, dtype=np.int64)  # the head first
+            dist = _pairwise(self.unit.take(ids))  # (G, G)
+            rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
+            others = np.delete(np.arange(len(ids)), rep)
+            near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
+            heads.append(ids[0])
+            reps.append(ids[rep])
+            members.append(ids[near])
+            distances.append(dist[rep, near].astype(np.float32))
+        as_rows = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+        return Moments(as_rows(heads), as_rows(reps), members, distances, folded, read)
+
+
+def _pairwise(x: np.ndarray) -> np.ndarray:
+    """(G, G) float64 distances between the rows of x, each from the difference (exactly symmetric, so
+    equal sums compare equal), row by row: G is a moment's size, G x G x M would not fit at once."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.stack([np.linalg.norm(x - v, axis=1) for v in x]) if len(x) else np.zeros((0, 0))
+
+
+def _linked(x: np.ndarray, radius: float) -> np.ndarray:
+    """Indices of the rows of x (G, M) reachable from row 0 by steps shorter than ``radius``: its
+    single-linkage group at that height, row 0 first. A breadth-first walk on a G x G matrix (G is
+    ``NEIGHBOURS`` + 1): smaller than what calling a clustering library would take."""
+    near = _pairwise(x) < radius  # (G, G)
+    reached = np.zeros(len(x), bool)
+    reached[0] = True
+    frontier = reached.copy()
+    while frontier.any():
+        frontier = near[frontier].any(0) & ~reached
+        reached |= frontier
+    return np.flatnonzero(reached)
