@@ -348,6 +348,7 @@ class ScanParameters:
         "``copy_to`` also places the other photos of each pick's moment, as ``001m01_name.jpg``, ... "
         "(nearest first); otherwise the results list names them (``members``).",
         help="With --copy-to, also place each pick's moment members as 001m01_name.jpg, ...",
+        group="outputs",
     )
     report: Path | None = param(
         None,

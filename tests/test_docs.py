@@ -16,8 +16,10 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import make_photo
+from PIL import Image
 
 from novelfind.cli import scan as scan_command
 
@@ -57,12 +59,22 @@ def shim(tmp_path) -> Path:
     return folder
 
 
+def distinct_photo(path: Path, seed: int, size=(64, 48)) -> Path:
+    """A photo of 8 x 8 cells of random colours: unlike the others, so it is a moment of its own (photos
+    of one colour are near-duplicates, members of one moment, for the test extractor)."""
+    rng = np.random.default_rng(seed)
+    cells = rng.integers(0, 256, (8, 8, 3)).astype(np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(cells).resize(size, Image.Resampling.NEAREST).save(path)
+    return path
+
+
 def home_with_pictures(tmp_path: Path) -> Path:
     home = tmp_path / "home"
     pictures = home / "Pictures"
     for i in range(48):  # enough for the README's "20 other photos" after 20 are ignored
         path = pictures / f"trip{i % 2}" / f"IMG_{i:04d}.jpg"
-        make_photo(path, (40, 60 + i % 5, 200), seed=i, size=(64, 48))
+        distinct_photo(path, seed=i)
     make_photo(pictures / "2019" / "cat.jpg", (220, 30, 30), seed=101)
     make_photo(pictures / "screenshots" / "shot.png", (250, 250, 250), seed=102)
     (home / "example-photos").symlink_to(pictures, target_is_directory=True)
@@ -137,7 +149,7 @@ def test_the_cron_lines_work_as_copied_across_a_week(tmp_path, shim):
         p = make_photo(photos / "2026" / f"IMG_{i:04d}.jpg", (40, 60 + i % 5, 200), seed=i)
         os.utime(p, (old, old))
     two_days_ago = time.time() - 2 * 86400
-    week = [make_photo(photos / "week" / f"NEW_{i}.jpg", (30 * i, 200, 40), seed=50 + i) for i in range(4)]
+    week = [distinct_photo(photos / "week" / f"NEW_{i}.jpg", seed=50 + i) for i in range(4)]
     for p in week:
         os.utime(p, (two_days_ago, two_days_ago))
     env = {"PATH": CRON_PATH, "HOME": os.environ.get("HOME", str(tmp_path)), "SHELL": "/bin/sh"}
@@ -158,7 +170,7 @@ def test_the_cron_lines_work_as_copied_across_a_week(tmp_path, shim):
     tagged = (out / "tagged.tsv").read_text().splitlines()
     assert len(tagged) == 4
     assert all(Path(str(p) + ".xmp").exists() for p in week)
-    later = [make_photo(photos / "week" / f"LATER_{i}.jpg", (200, 40 * i, 90), seed=70 + i) for i in range(2)]
+    later = [distinct_photo(photos / "week" / f"LATER_{i}.jpg", seed=70 + i) for i in range(2)]
     run_line(nightly)  # Monday night: Sunday's picks are still new photos of the week
     assert week_list() == {p.name for p in week + later}
     run_line(sunday)  # the next Sunday: only the photos not yet tagged and ignored

@@ -172,7 +172,7 @@ def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
     )
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\n"  # the line formats unchanged
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"  # the line formats: no clip fields
 
 
 def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
