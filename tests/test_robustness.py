@@ -583,8 +583,6 @@ def test_output_file_is_written_atomically(library, fake_extractor, tmp_path, mo
     assert len(good.splitlines()) == 3
     assert os.listdir(out.parent) == ["picks.tsv"]
 
-    import novelfind.report
-
     real_replace = os.replace
 
     def disk_full_on_rename(src, dst, *args, **kwargs):
@@ -592,9 +590,9 @@ def test_output_file_is_written_atomically(library, fake_extractor, tmp_path, mo
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_replace(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(novelfind.report.os, "replace", disk_full_on_rename)
+    monkeypatch.setattr(os, "replace", disk_full_on_rename)
     failed = run("scan", library["root"], "--k", "5", "-o", out, "-q")
-    monkeypatch.setattr(novelfind.report.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert failed.exit_code == 1
     assert failed.stderr.startswith("error: ") and "No space left on device" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1
