@@ -109,8 +109,6 @@ class Failure(NamedTuple):
     reason: str
 
 
-
-
 def utc_datetime(mtime_ns: int) -> datetime:
     """An aware UTC datetime for a nanosecond timestamp (microsecond precision)."""
     seconds, rest = divmod(int(mtime_ns), 1_000_000_000)
