@@ -39,9 +39,9 @@ _API = {
     "ScanParameters": ("novelfind.params", "ScanParameters"),
     "Counts": ("novelfind.results", "Counts"),
     "Progress": ("novelfind.results", "Progress"),
-    "Pick": ("novelfind.report", "Pick"),
-    "Member": ("novelfind.report", "Member"),
-    "Failure": ("novelfind.report", "Failure"),
+    "Pick": ("novelfind.picks", "Pick"),
+    "Member": ("novelfind.picks", "Member"),
+    "Failure": ("novelfind.picks", "Failure"),
     "ClipInfo": ("novelfind.video", "ClipInfo"),
     "rank": ("novelfind.ranking", "rank"),
     "Ranking": ("novelfind.ranking", "Ranking"),
@@ -89,7 +89,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
     from novelfind.params import ScanParameters
     from novelfind.ranking import Ranking, rank
-    from novelfind.report import Failure, Member, Pick
+    from novelfind.picks import Failure, Member, Pick
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
     from novelfind.solver import ADSResult, ads

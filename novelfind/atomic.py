@@ -66,7 +66,7 @@ def replacing(
 def staged(tmp: Path, target: Path) -> Iterator[Path]:
     """Yield ``tmp`` for the caller to create (a file, a copy, a link); on a clean exit it is renamed over
     ``target``, on any failure or interrupt removed. The name is the caller's, so that it can find and
-    remove what a killed run left (``report.place_picks``). Raises OSError."""
+    remove what a killed run left (``placement.place_picks``). Raises OSError."""
     try:
         yield tmp
         os.replace(tmp, target)

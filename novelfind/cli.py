@@ -37,7 +37,7 @@ from novelfind.errors import (
 )
 from novelfind.extract.engines import ENGINES
 from novelfind.ignore import IgnoreList, count_photos
-from novelfind.report import escape_field
+from novelfind.formats import escape_field
 from novelfind.safe_text import one_line
 
 EXIT_CODES_HELP = """\b

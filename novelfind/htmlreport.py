@@ -25,7 +25,7 @@ from novelfind.errors import OutputError
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, guarded
 from novelfind.raw import image_info_any, load_any
-from novelfind.report import Failure, Pick, iso_utc
+from novelfind.picks import Failure, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)

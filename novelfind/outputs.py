@@ -22,7 +22,9 @@ from novelfind.errors import InputError, MissingExtraError, OutputError
 from novelfind.htmlreport import write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
 from novelfind.atomic import write_atomic
-from novelfind.report import MANIFEST_NAME, Failure, Pick, format_results, place_picks
+from novelfind.formats import format_results
+from novelfind.picks import Failure, Pick
+from novelfind.placement import MANIFEST_NAME, place_picks
 from novelfind.safe_text import display
 from novelfind.walk import FileList, scanned_path_within
 from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks

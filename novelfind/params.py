@@ -33,7 +33,8 @@ from novelfind.features import BACKENDS
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.limits import Limit
 from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
-from novelfind.report import FORMATS, PLACE_MODES
+from novelfind.formats import FORMATS
+from novelfind.placement import PLACE_MODES
 from novelfind.weights import FEATURE_DIMS
 from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.xmp import check_keyword

@@ -15,7 +15,8 @@ import numpy as np
 
 from novelfind import __version__
 from novelfind.params import ScanParameters
-from novelfind.report import Failure, Pick, format_results
+from novelfind.formats import format_results
+from novelfind.picks import Failure, Pick
 from novelfind.video import ClipInfo
 from novelfind.walk import ImageFile
 from novelfind.xmp import SidecarSummary

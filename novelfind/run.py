@@ -37,7 +37,7 @@ from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pca import map_2d
-from novelfind.report import Failure, Pick, picks_of
+from novelfind.picks import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
 from novelfind.sources import FeatureSource
 from novelfind.walk import FileList, ImageFile

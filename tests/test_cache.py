@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import unprivileged
 
-import novelfind.cache as cache_mod
+from novelfind.cache import store as cache_store
 from novelfind.cache import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -28,7 +28,7 @@ from novelfind.cache import (
 from novelfind.errors import CacheError
 from novelfind.walk import ImageFile
 
-REPO = Path(cache_mod.__file__).resolve().parents[1]
+REPO = Path(cache_store.__file__).resolve().parents[2]
 DIM = 16
 
 
@@ -167,7 +167,7 @@ def test_get_many_lines_up_with_its_input(db):
 
 
 def test_every_batch_lookup_lines_up_across_chunks(db, monkeypatch):
-    monkeypatch.setattr(cache_mod, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
+    monkeypatch.setattr(cache_store, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
     files = [fake(i) for i in range(20)]
     with FeatureCache(db, "m1") as c:
         c.put_many([(files[i], f"d{i}", vec(i)) for i in range(0, 20, 2)])

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import make_photo
 
-from novelfind import cache as cache_module
 from novelfind.cache import FeatureCache
+from novelfind.cache import store as cache_store
 from novelfind.extract import stage
 from novelfind.extract.engines.local import extract
 from novelfind.walk import ImageFile
@@ -86,7 +86,7 @@ def test_upgrade_renames_the_same_vectors_and_keeps_what_the_new_key_has(tmp_pat
 
 
 def test_upgrade_in_several_transactions(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_module, "UPGRADE_CHUNK", 2)
+    monkeypatch.setattr(cache_store, "UPGRADE_CHUNK", 2)
     files = library(tmp_path / "lib", 5)
     path = tmp_path / "c.sqlite"
     write_old(path, OLD_POOLED, [(f, np.full(6, float(i))) for i, f in enumerate(files)])

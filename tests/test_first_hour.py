@@ -127,7 +127,7 @@ def test_cache_prune_and_clear_on_a_damaged_cache_warn_in_one_line(damaged_novel
     assert result.exit_code == 0, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"warning: the feature cache {damaged_cache} was damaged")
-    assert "CacheWarning" not in result.stderr and "cache.py" not in result.stderr
+    assert "CacheWarning" not in result.stderr and "novelfind/cache" not in result.stderr
     with sqlite3.connect(damaged_cache) as conn:  # a sound, empty cache in its place
         assert conn.execute("SELECT count(*) FROM files").fetchone()[0] == 0
     moved = [p for p in tmp_path.iterdir() if p.name.startswith("features.sqlite.corrupt-")]

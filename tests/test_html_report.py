@@ -16,7 +16,7 @@ from novelfind import htmlreport as nfhtml
 from novelfind.errors import OutputError
 from novelfind.htmlreport import write_contact_sheet, write_html_report
 from novelfind.pca import map_2d
-from novelfind.report import Pick
+from novelfind.picks import Pick
 
 # --- fixtures ----------------------------------------------------------------------------------
 

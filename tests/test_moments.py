@@ -22,7 +22,9 @@ from conftest import make_photo, missing_prerequisite
 import novelfind
 from novelfind import knn, moments, ranking, xmp
 from novelfind.cli import cli
-from novelfind.report import Member, Pick, format_results, place_picks, unescape_field
+from novelfind.formats import format_results, unescape_field
+from novelfind.picks import Member, Pick
+from novelfind.placement import place_picks
 from novelfind.sources import ChunkedSource
 
 MTIME_NS = 1_700_000_000_123_456_789

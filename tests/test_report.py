@@ -1,4 +1,4 @@
-"""Text formats, atomic writes and placing the picks (novelfind.report)."""
+"""Text formats (novelfind.formats) and placing the picks in a folder (novelfind.placement)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from novelfind import report
+from novelfind import formats, placement
 from novelfind.atomic import encode_output
 from novelfind.errors import OutputError
-from novelfind.report import (
-    MANIFEST_NAME,
-    Pick,
-    escape_field,
-    format_results,
-    iso_utc,
-    pick_filename,
-    place_picks,
-    unescape_field,
-)
+from novelfind.formats import escape_field, format_results, unescape_field
+from novelfind.picks import Pick, iso_utc
+from novelfind.placement import MANIFEST_NAME, pick_filename, place_picks
 from novelfind.video import ClipInfo
 
 MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
@@ -140,7 +133,7 @@ def test_json_document_schema():
     run = {"k": 1, "paths": [Path("/lib")], "images_found": 3}
     doc = json.loads(format_results(picks, "json", failures=[(Path("/lib/bad.jpg"), "truncated")], run=run))
     assert doc["schema"] == "novelfind/results"
-    assert doc["version"] == report.RESULT_SCHEMA_VERSION == 2
+    assert doc["version"] == formats.RESULT_SCHEMA_VERSION == 2
     assert doc["run"] == {"k": 1, "paths": ["/lib"], "images_found": 3}
     assert doc["picks"] == [
         {
@@ -373,7 +366,7 @@ def test_hardlink_across_file_systems_is_an_error(library, tmp_path, monkeypatch
             return os.stat_result(fields)
         return result
 
-    monkeypatch.setattr(report.os, "stat", fake_stat)
+    monkeypatch.setattr(os, "stat", fake_stat)
     dest = tmp_path / "d"
     with pytest.raises(OutputError, match="different file systems .use --link copy or --link symlink"):
         place_picks(picks_for(library), dest, mode="hardlink")
@@ -382,7 +375,7 @@ def test_hardlink_across_file_systems_is_an_error(library, tmp_path, monkeypatch
 
 def test_interrupted_run_takes_back_what_it_placed(library, tmp_path, monkeypatch):
     dest = tmp_path / "d"
-    real = report._place_one
+    real = placement._place_one
     calls = []
 
     def flaky(source, tmp, mode):
@@ -391,19 +384,19 @@ def test_interrupted_run_takes_back_what_it_placed(library, tmp_path, monkeypatc
             raise KeyboardInterrupt
         real(source, tmp, mode)
 
-    monkeypatch.setattr(report, "_place_one", flaky)
+    monkeypatch.setattr(placement, "_place_one", flaky)
     with pytest.raises(KeyboardInterrupt):
         place_picks(picks_for(library), dest)
     assert sorted(os.listdir(dest)) == [MANIFEST_NAME]  # the picks are all there or none are
-    monkeypatch.setattr(report, "_place_one", real)
+    monkeypatch.setattr(placement, "_place_one", real)
     created = place_picks(picks_for(library), dest)
     assert len(created) == 3
     calls.clear()
-    monkeypatch.setattr(report, "_place_one", flaky)
+    monkeypatch.setattr(placement, "_place_one", flaky)
     with pytest.raises(KeyboardInterrupt):  # a re-run stopped part-way takes back its own new copies
         place_picks(picks_for(library), dest)
     assert sorted(os.listdir(dest)) == [MANIFEST_NAME] + sorted(p.name for p in created[1:])
-    monkeypatch.setattr(report, "_place_one", real)
+    monkeypatch.setattr(placement, "_place_one", real)
     assert len(place_picks(picks_for(library), dest)) == 3  # what stayed is still known as ours
 
 

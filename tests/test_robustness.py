@@ -481,16 +481,14 @@ class _FullDisk:
 def test_full_disk_while_writing_the_cache_degrades_with_a_warning(
     library, fake_extractor, tmp_path, monkeypatch
 ):
-    import novelfind.cache
-
     cache = tmp_path / "c.sqlite"
     budget = [4]  # two batches (vectors + files each) go in, then the disk is full
     real_connect = sqlite3.connect
     monkeypatch.setattr(
-        novelfind.cache.sqlite3, "connect", lambda *a, **kw: _FullDisk(real_connect(*a, **kw), budget)
+        sqlite3, "connect", lambda *a, **kw: _FullDisk(real_connect(*a, **kw), budget)
     )
     result = run("scan", library["root"], "--k", "3", "--batch-size", "8", "--cache", cache)
-    monkeypatch.setattr(novelfind.cache.sqlite3, "connect", real_connect)
+    monkeypatch.setattr(sqlite3, "connect", real_connect)
     assert result.exit_code == 0, result.stderr
     assert len(result.stdout.splitlines()) == 3
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
@@ -583,8 +581,6 @@ def test_output_file_is_written_atomically(library, fake_extractor, tmp_path, mo
     assert len(good.splitlines()) == 3
     assert os.listdir(out.parent) == ["picks.tsv"]
 
-    import novelfind.report
-
     real_replace = os.replace
 
     def disk_full_on_rename(src, dst, *args, **kwargs):
@@ -592,9 +588,9 @@ def test_output_file_is_written_atomically(library, fake_extractor, tmp_path, mo
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real_replace(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(novelfind.report.os, "replace", disk_full_on_rename)
+    monkeypatch.setattr(os, "replace", disk_full_on_rename)
     failed = run("scan", library["root"], "--k", "5", "-o", out, "-q")
-    monkeypatch.setattr(novelfind.report.os, "replace", real_replace)
+    monkeypatch.setattr(os, "replace", real_replace)
     assert failed.exit_code == 1
     assert failed.stderr.startswith("error: ") and "No space left on device" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1

@@ -1,54 +1,52 @@
-"""The feature cache: one SQLite file that remembers every vector the model has made.
-
-Two tables do the work. ``files`` maps a path to the (size, mtime_ns) it had when read and the
-digest of its bytes; ``vectors`` maps (digest, model_key) to the vector. An unchanged file is
-found by its stat alone, without reading it; a moved or renamed file is found by its digest; a
-vector made by another model, weights or preprocessing never matches, because ``model_key``
-says what made it.
+"""The feature cache's store: :class:`FeatureCache` (lookups by stat and by digest, writes in
+batches, chunked reads, the ``rankings`` and ``clips`` records, maintenance), :class:`NullCache`
+(no cache) and :func:`open_store` (the store a scan uses).
 
 Each ``put_many`` is one transaction, so a run killed at any moment loses at most the batch in
-flight. WAL mode and a busy timeout let several runs share one cache. A damaged cache file is
-moved aside (``<name>.corrupt-<timestamp>``) and a fresh one is started, with a warning;
-:func:`damage` only looks (``novelfind cache info``) and :func:`remove_damaged` deletes one (``clear``).
-
-Any number of runs may open, create and write one new cache at the same instant (two cron jobs
-starting together). Two things make that safe. The file's identity (application id, schema
-version, tables) is always read in one statement, so a reader sees the file before or after
-another run's creating transaction, never half of it; and the schema is created in one
-``BEGIN IMMEDIATE`` transaction that checks the identity again under the write lock. The switch
-to WAL and ``BEGIN IMMEDIATE`` can answer SQLITE_BUSY at once, without waiting on the busy
-timeout (SQLite does so when waiting could deadlock), so both are retried until the timeout.
+flight. WAL mode and a busy timeout let several runs share one cache. The file's format is
+:mod:`novelfind.cache.schema`; a damaged file and a busy one are handled by
+:mod:`novelfind.cache.recovery`.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import sqlite3
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from novelfind import dirs
+from novelfind.cache.recovery import (
+    BUSY_TIMEOUT_S,
+    SQLITE_BUSY,
+    SQLITE_FULL,
+    SQLITE_LOCKED,
+    CacheWarning,
+    CacheWriteError,
+    check_health,
+    errorcode,
+    file_identity,
+    is_damage,
+    move_aside,
+    open_error,
+    retry_busy,
+)
+from novelfind.cache.schema import SCHEMA_VERSION, check_ours, create_tables, header
 from novelfind.errors import CacheError
 from novelfind.safe_text import display
 
 if TYPE_CHECKING:
     from novelfind.walk import ImageFile
 
-T = TypeVar("T")
 
-SCHEMA_VERSION = 1
-APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
-BUSY_TIMEOUT_S = 30.0  # how long a write waits for another run's transaction before giving up
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
 # Pages of a cache file created for float16 vectors. A row lives on one page unless it overflows, so
 # SQLite's 4 KiB pages hold one 2.6 KB float16 vector each (4.4 KB a photo for 10,000 photos); 16 KiB pages
@@ -66,92 +64,6 @@ FLOAT16_MAX = 65504.0  # larger values are stored in float32
 # The norm above which a vector read back is taken for damage when the model gives no bound of its own:
 # far above any image model's vector, far below where float32 sums of squares overflow (3.4e38).
 DEFAULT_MAX_NORM = 1e15
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS files (
-    path     BLOB PRIMARY KEY,      -- os.fsencode(absolute path): any file name round-trips
-    size     INTEGER NOT NULL,
-    mtime_ns INTEGER NOT NULL,
-    digest   TEXT NOT NULL          -- hash of the file's bytes (decode.read_for_model)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS files_digest ON files(digest);
-CREATE TABLE IF NOT EXISTS vectors (
-    digest    TEXT NOT NULL,
-    model_key TEXT NOT NULL,        -- weights hash + what the vector holds + preprocessing version
-    dim       INTEGER NOT NULL,
-    data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
-    PRIMARY KEY (digest, model_key)
-);
-CREATE TABLE IF NOT EXISTS models (
-    model_key  TEXT PRIMARY KEY,
-    dim        INTEGER NOT NULL,
-    first_seen TEXT NOT NULL        -- ISO 8601, UTC
-);
-"""
-# The last ranking of each library (its folders), so that a scan ranking it another way says so once. A
-# table of its own, added to older files in place: the schema version stays, and an older novelfind
-# reading the file never looks at it.
-_RANKINGS = """
-CREATE TABLE IF NOT EXISTS rankings (
-    root    BLOB PRIMARY KEY,       -- the scan's folders (ranking_root); b'' for "before this table"
-    method  TEXT NOT NULL,
-    version TEXT NOT NULL           -- the novelfind that ranked
-)"""
-# What a cache written before the rankings table was last ranked with: 0.1.0's default, ADS.
-EARLIER_RANKING = ("ads", "0.1.0")
-# What a clip's vector was made from (video.ClipInfo as JSON: the rule, the frames' times, the moment);
-# created in a cache of any age, so a clip's record is there wherever its vector is.
-_CLIPS = """
-CREATE TABLE IF NOT EXISTS clips (
-    digest    TEXT NOT NULL,
-    model_key TEXT NOT NULL,
-    info      TEXT NOT NULL,
-    PRIMARY KEY (digest, model_key)
-) WITHOUT ROWID
-"""
-
-_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 5, 6, 8
-_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL = 10, 11, 13
-_SQLITE_CANTOPEN, _SQLITE_NOTADB = 14, 26
-
-
-class CacheWarning(UserWarning):
-    """Something went wrong with the cache that the run survives (a damaged file was replaced)."""
-
-
-class CacheWriteError(CacheError):
-    """A batch could not be written (disk full, I/O error, busy for too long).
-
-    The batch is rolled back; the cache stays readable, and later ``put_many`` calls on the same
-    ``FeatureCache`` do nothing, so a scan can warn once and carry on without caching.
-    """
-
-    def __init__(self, message: str, *, disk_full: bool = False):
-        super().__init__(message)
-        self.disk_full = disk_full
-
-
-def _errorcode(err: sqlite3.Error) -> int | None:
-    code = getattr(err, "sqlite_errorcode", None)  # Python >= 3.11
-    if code is not None:
-        return code & 0xFF  # primary result code
-    message = str(err).lower()
-    for text, value in (
-        ("database or disk is full", _SQLITE_FULL),
-        ("database is locked", _SQLITE_BUSY),
-        ("readonly database", _SQLITE_READONLY),
-        ("disk i/o error", _SQLITE_IOERR),
-        ("malformed", _SQLITE_CORRUPT),
-        ("file is not a database", _SQLITE_NOTADB),
-        ("unable to open database", _SQLITE_CANTOPEN),
-    ):
-        if text in message:
-            return value
-    return None
-
-
-def _is_damage(err: sqlite3.Error) -> bool:
-    return _errorcode(err) in (_SQLITE_CORRUPT, _SQLITE_NOTADB)
 
 
 def _encode_path(path: str | os.PathLike[str]) -> bytes:
@@ -251,75 +163,6 @@ class DigestSet(Set[str]):
         return f"<DigestSet of {len(self)}>"
 
 
-def damage(path: str | os.PathLike[str]) -> str | None:
-    """Why the cache file at ``path`` is damaged, or None when it is sound (or missing). Read-only: the
-    file is opened without writing to it, and nothing is moved or created (``novelfind cache info``)."""
-    path = Path(os.fspath(path)).expanduser().absolute()
-    if not path.is_file():
-        return None
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-    except sqlite3.Error:
-        return None  # cannot be read at all: opening it says why
-    try:
-        FeatureCache._check_health(conn)
-    except sqlite3.DatabaseError as err:
-        return str(err) if _is_damage(err) else None
-    finally:
-        conn.close()
-    return None
-
-
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-_TABLES = ("files", "models", "vectors")
-
-
-def not_ours(path: str | os.PathLike[str]) -> str | None:
-    """Why the file at ``path`` is not recognisably a novelfind cache, or None when it is.
-
-    What ``cache clear`` and ``cache prune`` check before they delete or move anything: a file that
-    ``--cache`` names by mistake (``thesis.txt``, another program's database) must be left alone. A
-    novelfind cache starts with SQLite's header and carries novelfind's application id in it (bytes
-    68-71); when the database can be read, it also has novelfind's tables. A cache whose pages are
-    damaged but whose header is intact is still recognised (clearing it is what it is for).
-    """
-    path = Path(os.fspath(path)).expanduser().absolute()
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(100)
-    except OSError as err:
-        return f"cannot read it: {err.strerror or err}"
-    if not header.startswith(_SQLITE_MAGIC) or len(header) < 100:
-        return "it is not an SQLite database"
-    if int.from_bytes(header[68:72], "big") != APPLICATION_ID:
-        return "it is an SQLite database without novelfind's mark"
-    if damage(path) is not None:
-        return None
-    try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-        try:
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        finally:
-            conn.close()
-    except sqlite3.Error as err:
-        return f"cannot read it: {err}"
-    missing = [table for table in _TABLES if table not in names]
-    return f"it lacks novelfind's table '{missing[0]}'" if missing else None
-
-
-def remove_damaged(path: str | os.PathLike[str]) -> None:
-    """Delete a damaged cache file and its WAL and shared-memory files (``novelfind cache clear``)."""
-    path = Path(os.fspath(path)).expanduser().absolute()
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
-            path.with_name(path.name + suffix).unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as err:
-            reason = err.strerror or err
-            raise CacheError(f"cannot delete the damaged feature cache {path}: {reason}") from None
-
-
 class FeatureCache:
     """Vectors made by one model (``model_key``), stored in the SQLite file at ``path``.
 
@@ -402,14 +245,14 @@ class FeatureCache:
             ) from None
         if self.path.is_dir():
             raise CacheError(f"cache path is a folder: {self.path}")
-        identity = self._identity()
+        identity = file_identity(self.path)
         try:
             return self._open()
         except sqlite3.DatabaseError as err:
-            if not _is_damage(err):
-                raise self._open_error(err) from None
+            if not is_damage(err):
+                raise open_error(self.path, err) from None
             reason = str(err)
-        moved = self._move_aside(identity)
+        moved = move_aside(self.path, identity)
         if moved is not None:
             self.recovered_from = moved
             self._warn(
@@ -419,22 +262,7 @@ class FeatureCache:
         try:
             return self._open()
         except sqlite3.DatabaseError as err:
-            raise self._open_error(err) from None
-
-    def _identity(self) -> tuple[int, int] | None:
-        try:
-            st = self.path.stat()
-        except OSError:
-            return None
-        return st.st_dev, st.st_ino
-
-    def _open_error(self, err: sqlite3.Error) -> CacheError:
-        code = _errorcode(err)
-        if code == _SQLITE_FULL:
-            return CacheError(f"the disk holding the feature cache {self.path} is full")
-        if code in (_SQLITE_READONLY, _SQLITE_CANTOPEN) or not os.access(self.path.parent, os.W_OK):
-            return CacheError(f"cannot write the feature cache {self.path}: {err}")
-        return CacheError(f"cannot open the feature cache {self.path}: {err}")
+            raise open_error(self.path, err) from None
 
     def _open(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -445,100 +273,18 @@ class FeatureCache:
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache
             if self.dtype == "float16":  # takes effect on a new file only (before WAL); else a no-op
                 conn.execute(f"PRAGMA page_size = {FLOAT16_PAGE_BYTES}")
-            self._check_health(conn)
-            self._check_ours(*self._header(conn))  # before anything writes to a file that may not be ours
+            check_health(conn)
+            check_ours(self.path, *header(conn))  # before anything writes to a file that may not be ours
             # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
             # journal, which still keeps each batch atomic.
-            self._retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+            retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), self._busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
-            self._init_schema(conn)
+            with self._write(conn):
+                create_tables(conn, self.path)
         except BaseException:
             conn.close()
             raise
         return conn
-
-    @staticmethod
-    def _check_health(conn: sqlite3.Connection) -> None:
-        """Raise sqlite3.DatabaseError (CORRUPT/NOTADB) when the file is not a sound database."""
-        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # NOTADB for a foreign file
-        result = conn.execute("PRAGMA quick_check").fetchall()
-        if [tuple(r) for r in result] != [("ok",)]:
-            detail = "; ".join(str(r[0]) for r in result[:3])
-            err = sqlite3.DatabaseError(f"database disk image is malformed: {detail}")
-            err.sqlite_errorcode = _SQLITE_CORRUPT  # type: ignore[attr-defined]
-            raise err
-
-    def _check_ours(self, app_id: int, version: int, tables: int) -> None:
-        """CacheError unless the file is a novelfind cache this version reads, or still empty.
-
-        The three values must come from one snapshot (``_header``): read one at a time, a file that
-        another run creates in between looks like a database with tables and no novelfind mark.
-        """
-        if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
-            raise CacheError(f"{self.path} is an SQLite database of another program, not a novelfind cache")
-        if version > SCHEMA_VERSION:
-            raise CacheError(
-                f"the feature cache {self.path} was written by a newer novelfind (schema {version}, "
-                f"this one reads {SCHEMA_VERSION}); upgrade novelfind or use another --cache"
-            )
-
-    def _init_schema(self, conn: sqlite3.Connection) -> None:
-        """Create the tables if the file is new: one write transaction, which is also the write probe."""
-        with self._write(conn):
-            app_id, version, tables = self._header(conn)
-            self._check_ours(app_id, version, tables)  # under the write lock: no other run is mid-creation
-            if app_id != APPLICATION_ID or version < SCHEMA_VERSION:
-                # a new file (no older schema exists yet; migrations go here)
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(_RANKINGS)
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            elif not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rankings'").fetchone():
-                conn.execute(_RANKINGS)  # a file an earlier version wrote: its rankings were that version's
-                if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
-                    conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
-            conn.execute(_CLIPS)
-            # Written even when unchanged: SQLite opens a read-only file without complaint, and this
-            # write is what finds out.
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-
-    @staticmethod
-    def _header(conn: sqlite3.Connection) -> tuple[int, int, int]:
-        """(application id, schema version, number of schema objects), read in one statement."""
-        row = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id()), "
-            "(SELECT user_version FROM pragma_user_version()), "
-            "(SELECT count(*) FROM sqlite_master)"
-        ).fetchone()
-        return int(row[0]), int(row[1]), int(row[2])
-
-    def _move_aside(self, identity: tuple[int, int] | None) -> Path | None:
-        """Rename the damaged file (and its WAL) out of the way; None if another run already did."""
-        if identity is None or self._identity() != identity:
-            return None  # gone or replaced meanwhile: someone else recovered it
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-        target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        try:
-            os.replace(self.path, target)
-        except FileNotFoundError:
-            return None
-        except OSError as err:
-            raise CacheError(
-                f"the feature cache {self.path} is damaged and cannot be moved aside: {err.strerror or err}"
-            ) from None
-        for suffix in ("-wal", "-journal"):
-            side = self.path.with_name(self.path.name + suffix)
-            if side.exists():
-                try:
-                    os.replace(side, target.with_name(target.name + suffix))
-                except OSError:
-                    pass
-        try:
-            self.path.with_name(self.path.name + "-shm").unlink()  # index of the old WAL; rebuilt on open
-        except OSError:
-            pass
-        return target
 
     def _warn(self, message: str) -> None:
         if self._on_warning is not None:
@@ -552,7 +298,7 @@ class FeatureCache:
     def _write(self, conn: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
         """One write transaction (BEGIN IMMEDIATE), retried while another run holds the lock."""
         conn = conn or self._conn
-        self._retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"))
+        retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy_timeout)
         try:
             yield conn
             conn.execute("COMMIT")
@@ -563,25 +309,6 @@ class FeatureCache:
                 except sqlite3.Error:
                     pass
             raise
-
-    def _retry_busy(self, action: Callable[[], T]) -> T:
-        """``action()``, tried again while it fails with SQLITE_BUSY / LOCKED, for up to the busy timeout.
-
-        SQLite's own busy handler does not cover every case: a statement that would deadlock waiting
-        (BEGIN IMMEDIATE, a journal mode switch, against a run that holds a read lock and wants the
-        write lock) is answered SQLITE_BUSY at once, so the whole statement is tried again here.
-        """
-        deadline = time.monotonic() + self._busy_timeout
-        delay = 0.005
-        while True:
-            try:
-                return action()
-            except sqlite3.OperationalError as err:
-                if _errorcode(err) not in (_SQLITE_BUSY, _SQLITE_LOCKED) or time.monotonic() > deadline:
-                    raise
-            # jittered backoff, so runs that collided once do not collide again in step
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.25)
 
     def _require_key(self) -> str:
         if self.model_key is None:
@@ -970,12 +697,12 @@ class FeatureCache:
                 )
         except sqlite3.Error as err:
             self.writes_disabled = True
-            code = _errorcode(err)
-            if code == _SQLITE_FULL:
+            code = errorcode(err)
+            if code == SQLITE_FULL:
                 raise CacheWriteError(
                     f"the disk holding the feature cache {self.path} is full", disk_full=True
                 ) from None
-            if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            if code in (SQLITE_BUSY, SQLITE_LOCKED):
                 raise CacheWriteError(
                     f"the feature cache {self.path} stayed busy for {self._busy_timeout:g} s"
                 ) from None

@@ -1,0 +1,149 @@
+"""The feature cache's file format: its tables, the application id and schema version in the SQLite
+header that mark a file as a novelfind cache, and the tables added in place to files an older
+novelfind wrote.
+
+Two tables do the work. ``files`` maps a path to the (size, mtime_ns) it had when read and the
+digest of its bytes; ``vectors`` maps (digest, model_key) to the vector. The file's identity
+(application id, schema version, tables) is always read in one statement (:func:`header`), so a
+reader sees the file before or after another run's creating transaction, never half of it; and the
+tables are created in one ``BEGIN IMMEDIATE`` transaction that checks the identity again under the
+write lock (:func:`create_tables`).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
+from novelfind.errors import CacheError
+
+SCHEMA_VERSION = 1
+APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    path     BLOB PRIMARY KEY,      -- os.fsencode(absolute path): any file name round-trips
+    size     INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    digest   TEXT NOT NULL          -- hash of the file's bytes (decode.read_for_model)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS files_digest ON files(digest);
+CREATE TABLE IF NOT EXISTS vectors (
+    digest    TEXT NOT NULL,
+    model_key TEXT NOT NULL,        -- weights hash + what the vector holds + preprocessing version
+    dim       INTEGER NOT NULL,
+    data      BLOB NOT NULL,        -- little-endian float16 (dim * 2 bytes) or float32 (dim * 4 bytes)
+    PRIMARY KEY (digest, model_key)
+);
+CREATE TABLE IF NOT EXISTS models (
+    model_key  TEXT PRIMARY KEY,
+    dim        INTEGER NOT NULL,
+    first_seen TEXT NOT NULL        -- ISO 8601, UTC
+);
+"""
+# The last ranking of each library (its folders), so that a scan ranking it another way says so once. A
+# table of its own, added to older files in place: the schema version stays, and an older novelfind
+# reading the file never looks at it.
+_RANKINGS = """
+CREATE TABLE IF NOT EXISTS rankings (
+    root    BLOB PRIMARY KEY,       -- the scan's folders (ranking_root); b'' for "before this table"
+    method  TEXT NOT NULL,
+    version TEXT NOT NULL           -- the novelfind that ranked
+)"""
+# What a cache written before the rankings table was last ranked with: 0.1.0's default, ADS.
+EARLIER_RANKING = ("ads", "0.1.0")
+# What a clip's vector was made from (video.ClipInfo as JSON: the rule, the frames' times, the moment);
+# created in a cache of any age, so a clip's record is there wherever its vector is.
+_CLIPS = """
+CREATE TABLE IF NOT EXISTS clips (
+    digest    TEXT NOT NULL,
+    model_key TEXT NOT NULL,
+    info      TEXT NOT NULL,
+    PRIMARY KEY (digest, model_key)
+) WITHOUT ROWID
+"""
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("files", "models", "vectors")
+
+
+def not_ours(path: str | os.PathLike[str]) -> str | None:
+    """Why the file at ``path`` is not recognisably a novelfind cache, or None when it is.
+
+    What ``cache clear`` and ``cache prune`` check before they delete or move anything: a file that
+    ``--cache`` names by mistake (``thesis.txt``, another program's database) must be left alone. A
+    novelfind cache starts with SQLite's header and carries novelfind's application id in it (bytes
+    68-71); when the database can be read, it also has novelfind's tables. A cache whose pages are
+    damaged but whose header is intact is still recognised (clearing it is what it is for).
+    """
+    path = Path(os.fspath(path)).expanduser().absolute()
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(100)
+    except OSError as err:
+        return f"cannot read it: {err.strerror or err}"
+    if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
+        return "it is not an SQLite database"
+    if int.from_bytes(head[68:72], "big") != APPLICATION_ID:
+        return "it is an SQLite database without novelfind's mark"
+    if damage(path) is not None:
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error as err:
+        return f"cannot read it: {err}"
+    missing = [table for table in _TABLES if table not in names]
+    return f"it lacks novelfind's table '{missing[0]}'" if missing else None
+
+
+def check_ours(path: Path, app_id: int, version: int, tables: int) -> None:
+    """CacheError unless the file is a novelfind cache this version reads, or still empty.
+
+    The three values must come from one snapshot (:func:`header`): read one at a time, a file that
+    another run creates in between looks like a database with tables and no novelfind mark.
+    """
+    if app_id not in (0, APPLICATION_ID) or (app_id == 0 and tables):
+        raise CacheError(f"{path} is an SQLite database of another program, not a novelfind cache")
+    if version > SCHEMA_VERSION:
+        raise CacheError(
+            f"the feature cache {path} was written by a newer novelfind (schema {version}, "
+            f"this one reads {SCHEMA_VERSION}); upgrade novelfind or use another --cache"
+        )
+
+
+def create_tables(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the tables if the file is new, add the ones an older novelfind did not make, and write
+    the schema version. Call inside one write transaction: it is also the write probe."""
+    app_id, version, tables = header(conn)
+    check_ours(path, app_id, version, tables)  # under the write lock: no other run is mid-creation
+    if app_id != APPLICATION_ID or version < SCHEMA_VERSION:
+        # a new file (no older schema exists yet; migrations go here)
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute(_RANKINGS)
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    elif not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rankings'").fetchone():
+        conn.execute(_RANKINGS)  # a file an earlier version wrote: its rankings were that version's
+        if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
+            conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
+    conn.execute(_CLIPS)
+    # Written even when unchanged: SQLite opens a read-only file without complaint, and this
+    # write is what finds out.
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def header(conn: sqlite3.Connection) -> tuple[int, int, int]:
+    """(application id, schema version, number of schema objects), read in one statement."""
+    row = conn.execute(
+        "SELECT (SELECT application_id FROM pragma_application_id()), "
+        "(SELECT user_version FROM pragma_user_version()), "
+        "(SELECT count(*) FROM sqlite_master)"
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])

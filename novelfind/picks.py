@@ -1,0 +1,120 @@
+"""The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), a file
+that could not be read (``Failure``), and ``picks_of``, which turns a ranking into picks.
+
+Every output (the list formats in :mod:`novelfind.formats`, the copies in :mod:`novelfind.placement`,
+the HTML report, the XMP sidecars) reads these records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from novelfind.video import ClipInfo
+
+
+@dataclass(frozen=True)
+class Member:
+    """Another photo of a pick's moment (``novelfind.moments``): a frame of its burst or batch."""
+
+    path: Path  # absolute, as found by the walk
+    size: int
+    mtime_ns: int
+    distance: float  # to the pick, between feature vectors scaled to unit length
+    also: tuple[Path, ...] = ()  # the photo's other files (a RAW + JPEG pair)
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        return (self.path, *self.also)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One selected moment, shown by its most typical photo; ``rank`` 1 is the most novel."""
+
+    rank: int
+    score: float  # the ranking's score: higher = more novel; comparable within one run only
+    path: Path  # absolute, as found by the walk (symbolic links kept)
+    size: int  # bytes, when it was scanned
+    mtime_ns: int  # modification time when it was scanned, ns since the epoch
+    neighbour: Path | None = None  # nearest other image in the library (None when it is alone)
+    distance: float | None = None  # distance to it in the feature space: the reason it is novel
+    also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
+    clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
+    members: tuple[Member, ...] = ()  # the other photos of its moment, nearest first; () for a photo alone
+
+    @property
+    def kind(self) -> str:
+        """``"clip"`` or ``"photo"``."""
+        return "photo" if self.clip is None else "clip"
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """Every file of the photo, ``path`` first: what ``--copy-to`` places and ``--xmp`` tags."""
+        return (self.path, *self.also)
+
+    @property
+    def mtime(self) -> datetime:
+        """The modification time as an aware UTC datetime (microsecond precision)."""
+        return utc_datetime(self.mtime_ns)
+
+
+def picks_of(
+    ranking: Any, files: Sequence[Any], photos: Sequence[Any], clips: Mapping[Path, ClipInfo] | None = None
+) -> list[Pick]:
+    """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
+    best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
+    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path."""
+    clips = clips or {}
+
+    def member(row: int, distance: float) -> Member:
+        f = files[row]
+        return Member(f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also))
+
+    picks = []
+    for index, score, neighbour, distance, rows, far in zip(
+        ranking.indices,
+        ranking.scores,
+        ranking.neighbour,
+        ranking.distance,
+        ranking.members,
+        ranking.member_distance,
+        strict=True,
+    ):
+        f, found = files[int(index)], int(neighbour) >= 0
+        picks.append(
+            Pick(
+                rank=len(picks) + 1,
+                score=float(score),
+                path=f.path,
+                size=f.size,
+                mtime_ns=f.mtime_ns,
+                neighbour=files[int(neighbour)].path if found else None,
+                distance=float(distance) if found else None,
+                also=tuple(twin.path for twin in photos[int(index)].also),
+                clip=clips.get(f.path),
+                members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
+            )
+        )
+    return picks
+
+
+class Failure(NamedTuple):
+    """A file that could not be read, and why (one line)."""
+
+    path: Path
+    reason: str
+
+
+def utc_datetime(mtime_ns: int) -> datetime:
+    """An aware UTC datetime for a nanosecond timestamp (microsecond precision)."""
+    seconds, rest = divmod(int(mtime_ns), 1_000_000_000)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=rest // 1000)
+
+
+def iso_utc(mtime_ns: int) -> str:
+    """``2024-05-01T12:34:56.123456Z`` for a nanosecond timestamp (microsecond precision)."""
+    return utc_datetime(mtime_ns).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
