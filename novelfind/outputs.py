@@ -4,8 +4,8 @@ report, the contact sheet and the XMP sidecars.
 :func:`check_outputs` runs first, before the slow part, so a scan that could never write its outputs
 fails in a second; :class:`OwnOutputs` keeps what novelfind wrote out of the photos it ranks;
 :func:`write_outputs` writes what was asked for, in turn, the sidecars last. The writers themselves
-live in :mod:`novelfind.report` (lists, copies), :mod:`novelfind.htmlreport` (report, contact sheet) and
-:mod:`novelfind.xmp` (sidecars).
+live in :mod:`novelfind.formats` (lists), :mod:`novelfind.placement` (copies), :mod:`novelfind.htmlreport`
+(report, contact sheet) and :mod:`novelfind.xmp` (sidecars).
 """
 
 from __future__ import annotations
