@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from novelfind.picks import Pick, iso_utc
+from novelfind.safe_text import escaped
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments
@@ -87,15 +88,9 @@ _ESCAPE_TOKEN = re.compile(r"\\(\\|t|n|r|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4})")
 
 
 def _escape_char(match: re.Match[str]) -> str:
-    ch = match.group()
-    if ch in _ESCAPES:
-        return _ESCAPES[ch]
-    code = ord(ch)
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of the file name (surrogateescape)
-        return f"\\x{code - 0xDC00:02x}"
-    if code >= 0x80:  # C1 control, line separator, lone surrogate (\xHH from 80 up stands for a byte)
-        return f"\\u{code:04x}"
-    return f"\\x{code:02x}"
+    # from 0x80 up \uXXXX (a C1 control, a line separator, a lone surrogate): \xHH from 80 up stands for
+    # an undecodable byte of the file name
+    return escaped(match.group(), _ESCAPES, 0x80)
 
 
 def escape_field(text: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 # C0 controls, DEL, C1 controls (U+0085 among them), the Unicode line and paragraph separators, the
 # bidirectional overrides and isolates (which reorder what follows them on screen), and lone surrogates
@@ -25,14 +26,20 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\x1b": "\\e"}
 
 
-def _escape(match: re.Match[str]) -> str:
-    ch = match.group()
-    if ch in _NAMED:
-        return _NAMED[ch]
+def escaped(ch: str, named: Mapping[str, str], wide_from: int) -> str:
+    """``ch`` written as an escape: its name in ``named``; an undecodable byte of a file name
+    (surrogateescape) as ``\\xHH`` of that byte; a code point from ``wide_from`` up as ``\\uXXXX``; any
+    other as ``\\xHH``."""
+    if ch in named:
+        return named[ch]
     code = ord(ch)
-    if 0xDC80 <= code <= 0xDCFF:  # an undecodable byte of the file name (surrogateescape)
+    if 0xDC80 <= code <= 0xDCFF:
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\u{code:04x}" if code >= wide_from else f"\\x{code:02x}"
+
+
+def _escape(match: re.Match[str]) -> str:
+    return escaped(match.group(), _NAMED, 0x100)
 
 
 def one_line(text: str) -> str:
