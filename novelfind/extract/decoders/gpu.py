@@ -64,7 +64,7 @@ from novelfind.decode import (
 )
 from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
-from novelfind.extract.decoders.pillow import ProcessDecoder
+from novelfind.extract.decoders import pillow
 from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
 
 if TYPE_CHECKING:
@@ -610,14 +610,16 @@ class GpuFileDecoder:
         *,
         gpu: GpuDecoder | None = None,
         group: int = GROUP,
-        fallback: ProcessDecoder | None = None,
+        fallback: pillow.ProcessDecoder | None = None,
         **context: Any,
     ):
         self.gpu = gpu if gpu is not None else open_gpu_decoder(str(getattr(extractor, "device", "cuda")))
         self.threads = max(1, workers or available_cpus())
         if fallback is None:
             processes = max(1, workers)
-            fallback = ProcessDecoder(processes, max(window, 2 * processes), known, context.get("timeout"))
+            fallback = pillow.ProcessDecoder(
+                processes, max(window, 2 * processes), known, context.get("timeout")
+            )
         self.fallback = fallback
         self.known = known
         self.group = max(1, group)
