@@ -69,6 +69,10 @@ class Decoder(Protocol):
     ``workers`` decode processes (or threads, or streams: the decoder's choice; 0 = in this process),
     at most ``window`` files in flight, the digests in ``known`` need no pixels, ``extractor`` is the
     model the pixels go to (its device, say), ``on_warning`` takes one-line messages.
+
+    A decoder may also have ``decode_again(paths)``, like ``decode`` but for the pixels of files whose
+    digests are in ``known`` (their vectors left the cache during the scan, :meth:`Stage.run`); without
+    it such files are decoded by :func:`decode_file` in this process, with no time limit.
     """
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
