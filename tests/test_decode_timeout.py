@@ -108,7 +108,7 @@ def test_a_small_scan_stops_a_stuck_decode(tmp_path, fake_extractor, monkeypatch
     paths = _photos(root, ["IMG_0.png", "IMG_1.png", "stuck.png", "IMG_2.png", "IMG_3.png"])
     assert len(paths) < local.POOL_THRESHOLD  # the scan's own choice: one decode process, not a pool
     monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)
-    args = ["scan", str(root), "--k", "20", "--cache", str(tmp_path / "c.sqlite"), "--format", "paths",
+    args = ["scan", str(root), "--k", "20", "--cache", str(tmp_path / "c.sqlite"), "--format", "members",
             "--decode-timeout", str(LIMIT_S), *workers]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 3, result.output
