@@ -195,10 +195,9 @@ class ScanParameters:
     decode_timeout: float = param(
         DECODE_TIMEOUT_S,
         "seconds a decoding process may spend on one file (> 0); past that it is stopped and the file "
-        "reported as unreadable. Every Pillow decode of a photo runs in such a process (also with "
-        "``workers`` 0, and the thumbnails of the report and the contact sheet), so the limit holds "
-        "for each, except the GPU decoder's Pillow fallback. Not used by other engines than the "
-        "local one.",
+        "reported as unreadable. Every Pillow or PyAV decode runs in such a process (also with "
+        "``workers`` 0, the GPU decoder's fallback, and the thumbnails of the report and the contact "
+        "sheet), so the limit holds for each. Not used by other engines than the local one.",
         help="Seconds a decoding process may spend on one file before it is stopped and the file "
         "reported as unreadable.",
         limit=Limit(0, low_open=True),

@@ -174,3 +174,23 @@ def test_the_thumbnail_processes_fit_the_decode_budget(monkeypatch, budget, proc
     with decode.pixel_budget_of(budget):
         assert decode.decode_processes_within_budget() == processes
     assert decode.default_pixel_budget(3) == 250  # three workers and the scanning process: (250, 3)
+
+
+@pytest.mark.slow
+def test_a_photo_decoded_again_for_its_pixels_is_held_to_the_limit(tmp_path):
+    # Known digests are skipped by the workers; a photo whose cached vector vanished during the scan is
+    # decoded again for its pixels (stage.Stage.run) in a decode process too, where a stuck one is stopped.
+    paths = _photos(tmp_path, ["a.png", "stuck.png"])
+    known = frozenset(decode.file_digest(Path(p).read_bytes()) for p in paths)
+    decoder = StallingDecoder(workers=1, window=4, known=known, timeout=LIMIT_S)
+    try:
+        assert [r.pixels for _, r in decoder.decode(paths[:1])] == [None]  # known: not decoded
+        results = list(decoder.decode_again(paths))
+    finally:
+        decoder.terminate()
+    assert [i for i, _ in results] == [0, 1]
+    (_, again), (_, stuck) = results
+    want = decode_file(paths[0], frozenset())
+    assert again.digest == want.digest and np.array_equal(again.pixels, want.pixels)
+    assert stuck.digest is None and stuck.reason == STOPPED
+    assert pillow._gone(int(Path(paths[1] + ".pid").read_text()))

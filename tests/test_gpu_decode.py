@@ -516,3 +516,94 @@ def test_self_check_refuses_a_decoder_that_gets_pixels_wrong():
     with pytest.raises(GpuDecodeUnavailable, match="differs from Pillow"):
         gpu_decode.self_check(GpuDecoder(Dark()))
     gpu_decode.self_check(GpuDecoder(PillowBackend()))  # the honest one passes
+
+
+# --------------------------------------------------------------------------- the decode time limit
+
+LIMIT_S = 8.0  # far above a test photo's decode (milliseconds), even on a busy machine
+STOPPED = f"decoding took longer than {LIMIT_S:g} s; stopped"
+
+
+def _stalling_library(root: Path) -> tuple[list[str], bytes]:
+    """Plain JPEGs (the GPU's), a PNG, a JPEG the stand-in GPU decoder rejects and a clip, the last
+    three both stuck (tests/stalling.py) and not; and the bytes to reject."""
+    root.mkdir(parents=True, exist_ok=True)
+    rejected = jpeg(photo(300, 200, 3))
+    contents = {
+        "a.jpg": jpeg(photo(320, 240, 1)),
+        "stuck.png": png(photo(200, 160, 2)),
+        "stuck_rejected.jpg": rejected,
+        "b.png": png(photo(180, 240, 4)),
+        "stuck_clip.mp4": b"never read: the stalling decode sleeps on its name",
+        "c.jpg": jpeg(photo(256, 256, 5)),
+    }
+    for name, data in contents.items():
+        (root / name).write_bytes(data)
+    return [str(root / name) for name in contents], rejected
+
+
+def _stopped(path: str, decoded: stage.Decoded) -> bool:
+    """The decode of ``path`` was stopped by the limit and its process is gone."""
+    from stalling import NOT_STOPPED
+
+    assert decoded.reason != NOT_STOPPED, path
+    return decoded.reason == STOPPED and pillow._gone(int(Path(path + ".pid").read_text()))
+
+
+@pytest.mark.slow
+def test_what_the_gpu_does_not_decode_is_held_to_the_time_limit(tmp_path, monkeypatch):
+    """The files the GPU decoder leaves to Pillow (a PNG, a JPEG it rejects) and the clips go to decode
+    processes, also with ``workers`` 0 (the GPU decoder alone for a few files): a stuck one is stopped
+    by the limit and reported, the others are decoded."""
+    from stalling import StallingDecoder
+
+    monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)
+    paths, rejected = _stalling_library(tmp_path)
+    fd = GpuFileDecoder(0, gpu=GpuDecoder(PillowBackend(reject=[rejected])), group=3, timeout=LIMIT_S)
+    try:
+        got = list(fd.decode(paths))
+    finally:
+        fd.terminate()
+    assert [pos for pos, _ in got] == list(range(len(paths)))
+    for path, (_, decoded) in zip(paths, got, strict=True):
+        if "stuck" in path:
+            assert _stopped(path, decoded), (path, decoded.reason)
+        else:
+            assert decoded.digest == stage.decode_file(path, frozenset()).digest, path
+    assert fd.stats == {"gpu": 2, "pillow": 1, "failed": 3}
+
+
+class ForgetfulCache(MemoryCache):
+    """A cache that held the digests of ``forgotten`` files when the scan began and lost their vectors
+    before the scan reached them (a cache cleared meanwhile)."""
+
+    def __init__(self, forgotten):
+        super().__init__()
+        self.forgotten = frozenset(decode.file_digest(Path(p).read_bytes()) for p in forgotten)
+
+    def known_digests(self):
+        return self.forgotten
+
+
+@pytest.mark.slow
+def test_a_scan_with_gpu_decoding_stops_stuck_decodes_and_goes_on(tmp_path, monkeypatch):
+    """Through the pipeline, with the "gpu" decoder: the stuck files are reported as stopped by the
+    limit, every other file is extracted, and a photo whose cached vector vanished is decoded again in a
+    decode process (a stuck one is stopped there too)."""
+    from stalling import StallingDecoder
+
+    monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)
+    paths, rejected = _stalling_library(tmp_path / "lib")
+    vanishing = [paths[5], paths[1]]  # c.jpg, stuck.png
+    backend = PillowBackend(reject=[rejected])
+    monkeypatch.setattr(gpu_decode, "open_gpu_decoder", lambda device, **kw: GpuDecoder(backend))
+    recs = [File(Path(p), Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in paths]
+    failures = []
+    result = extract(recs, TensorFake(), ForgetfulCache(vanishing), batch_size=2, workers=2, decoder="gpu",
+                     decode_timeout=LIMIT_S, on_failure=lambda p, r: failures.append((str(p), r)))
+    stuck = [p for p in paths if "stuck" in p]
+    assert sorted(p for p, _ in failures) == sorted(stuck)
+    assert all(r == STOPPED for _, r in failures)
+    assert all(pillow._gone(int(Path(p + ".pid").read_text())) for p in stuck)
+    assert sorted(str(f.path) for f in result.files) == sorted(p for p in paths if "stuck" not in p)
+    assert paths[5] in {str(f.path) for f in result.files}  # vanished, decoded again, extracted

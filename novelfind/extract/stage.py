@@ -69,6 +69,10 @@ class Decoder(Protocol):
     ``workers`` decode processes (or threads, or streams: the decoder's choice; 0 = in this process),
     at most ``window`` files in flight, the digests in ``known`` need no pixels, ``extractor`` is the
     model the pixels go to (its device, say), ``on_warning`` takes one-line messages.
+
+    A decoder may also have ``decode_again(paths)``, like ``decode`` but for the pixels of files whose
+    digests are in ``known`` (their vectors left the cache during the scan, :meth:`Stage.run`); without
+    it such files are decoded by :func:`decode_file` in this process, with no time limit.
     """
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
@@ -78,7 +82,7 @@ class Decoder(Protocol):
     def stack(self, pixels: list[Any]) -> Any:
         """One batch for the extractor from the pixels of several files: (B, 224, 224, 3) uint8 (a numpy
         array, or a tensor already on the model's device). A file whose vector vanished from the cache
-        during the scan is decoded by :func:`decode_file`, so numpy pixels may come in too."""
+        during the scan is decoded again (:meth:`Stage.run`), so numpy pixels may come in too."""
         ...
 
     def terminate(self) -> None:
@@ -142,6 +146,14 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
     """
     read = video.read_clip_for_model if video.is_clip_name(path) else read_any_for_model  # RAW or not
     return guarded(lambda: read(path, _KNOWN if known is None else known))
+
+
+def _decode_again(decoder: Decoder, paths: list[str]) -> Iterator[tuple[int, Decoded]]:
+    """``paths`` decoded for their pixels although their digests are in the decoder's ``known`` set."""
+    again = getattr(decoder, "decode_again", None)
+    if again is not None:
+        return again(paths)
+    return ((pos, decode_file(p, frozenset())) for pos, p in enumerate(paths))
 
 
 def guarded(decode: Callable[[], tuple[str, Any]]) -> Decoded:
@@ -269,11 +281,21 @@ class Stage:
     # -- steps 2-4 on this machine: decode, reuse by digest, infer in batches
 
     def run(self, misses: list[int], decoder: Decoder) -> None:
+        """Decode the misses and extract their vectors. Files whose digest the cache held when the scan
+        began come back without pixels; if their vector has left the cache since (a cache cleared
+        meanwhile), they are decoded again at the end, for their pixels, by the decoder's
+        ``decode_again(paths)`` (Pillow processes under the decode time limit; a decoder of one's own
+        without it: :func:`decode_file` in this process)."""
         self.stack = decoder.stack
+        vanished: list[int] = []
         try:
             for pos, decoded in decoder.decode([self.path(i) for i in misses]):
-                self._take(misses[pos], decoded)
+                self._take(misses[pos], decoded, vanished)
                 self.progress()
+            if vanished:
+                for pos, decoded in _decode_again(decoder, [self.path(i) for i in vanished]):
+                    self._take(vanished[pos], decoded, None)
+                    self.progress()
             self._flush()
             self.progress()
         except BaseException:
@@ -281,7 +303,10 @@ class Stage:
             raise
         decoder.close()
 
-    def _take(self, i: int, decoded: Decoded) -> None:
+    def _take(self, i: int, decoded: Decoded, vanished: list[int] | None) -> None:
+        """File i's decode result: failed, a vector the cache holds, or pixels for the next batch. A file
+        the decoder did not decode because its digest was cached, whose vector is gone now, goes on
+        ``vanished`` (None: it was already decoded again)."""
         if decoded.digest is None:
             self.fail(i, decoded.reason or "cannot decode")
             return
@@ -289,11 +314,12 @@ class Stage:
             if self.moved >= MOVED_FLUSH * self.batch_size and not self.batch:
                 self._flush()
             return
-        if decoded.pixels is None:  # cached when the scan began, gone now (a cleared cache): decode it here
-            decoded = decode_file(self.path(i), frozenset())
-            if decoded.digest is None:
-                self.fail(i, decoded.reason or "cannot decode")
-                return
+        if decoded.pixels is None:
+            if vanished is None:
+                self.fail(i, "decoded again without pixels")
+            else:
+                vanished.append(i)
+            return
         if isinstance(decoded.pixels, video.ClipFrames):  # a clip's frames: a batch of their own
             encode = lambda frames: self.encode(self.stack(list(frames)))  # noqa: E731
             self.take_vector(i, decoded.digest, self.clips.take(i, decoded.digest, decoded.pixels, encode))

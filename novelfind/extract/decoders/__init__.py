@@ -55,7 +55,9 @@ def auto_decoder(
                         return pillow.ProcessDecoder(n, max(1, window), known, timeout=timeout)
 
                     return gpu_decode.both_decoder(workers, window, known, extractor, on_warning, cpu=cpu)
-                return gpu_decode.GpuFileDecoder(workers, window, known, extractor, on_warning)
+                return gpu_decode.GpuFileDecoder(
+                    workers, window, known, extractor, on_warning, timeout=timeout
+                )
             except gpu_decode.GpuDecodeUnavailable as e:
                 message = f"GPU JPEG decoding unavailable ({e}); decoding on the CPU"
                 if on_warning is not None:

@@ -47,7 +47,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -65,8 +64,8 @@ from novelfind.decode import (
 )
 from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
-from novelfind.extract.stage import Decoded, Decoder, SharedDecoder, decode_file, guarded
-from novelfind.raw import model_input_any
+from novelfind.extract.decoders import pillow
+from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
 
 if TYPE_CHECKING:
     import torch
@@ -583,20 +582,19 @@ def self_check(gpu: GpuDecoder) -> None:
 # --------------------------------------------------------------------------- the pipeline's decoders
 
 
-def _pillow_task(data: bytes, name: str) -> Decoded:
-    """The CPU path on bytes already read (reasons as in ``stage.decode_file``); never raises."""
-    return guarded(lambda: (file_digest(data), model_input_any(data, name)))  # a RAW file through LibRaw
-
-
 class GpuFileDecoder:
     """The pipeline's "gpu" decoder (``stage.Decoder``): JPEGs decoded on the model's GPU, the rest by
     Pillow; ``decode(paths)`` yields ``(position, Decoded)`` in input order.
 
     Pixels decoded on the GPU stay there (a (224, 224, 3) uint8 tensor; ``stack`` makes the batch on the
     device); Pillow's are numpy arrays. ``workers`` threads (default: one per core) read, digest and
-    inspect the files and run the Pillow fallback (all of which release the GIL), one ``group`` ahead
-    of the GPU. Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked
-    nvImageCodec decoder (tests, benchmarks).
+    inspect the files (all of which release the GIL), one ``group`` ahead of the GPU. Every file the GPU
+    does not decode (not a plain JPEG, rejected by the GPU decoder, a clip) goes to ``fallback``, Pillow
+    and PyAV in decode processes (``pillow.ProcessDecoder``, default: ``workers`` of them, at least one),
+    so that the decode time limit (``timeout``) holds there as on the CPU path: a thread cannot be
+    stopped. Such a file is read again in its process (that costs less than sending its bytes there).
+    Raises GpuDecodeUnavailable when GPU decoding cannot run. ``gpu`` replaces the checked nvImageCodec
+    decoder (tests, benchmarks).
 
     :meth:`share_with` a CPU decoder: Pillow processes take part of the files from one queue, so a scan
     can pass the GPU decoder alone (``both_decoder``); ``stats["cpu"]`` counts the files they decoded.
@@ -612,10 +610,17 @@ class GpuFileDecoder:
         *,
         gpu: GpuDecoder | None = None,
         group: int = GROUP,
+        fallback: pillow.ProcessDecoder | None = None,
         **context: Any,
     ):
         self.gpu = gpu if gpu is not None else open_gpu_decoder(str(getattr(extractor, "device", "cuda")))
         self.threads = max(1, workers or available_cpus())
+        if fallback is None:
+            processes = max(1, workers)
+            fallback = pillow.ProcessDecoder(
+                processes, max(window, 2 * processes), known, context.get("timeout")
+            )
+        self.fallback = fallback
         self.known = known
         self.group = max(1, group)
         self.pool: ThreadPoolExecutor | None = None
@@ -642,9 +647,11 @@ class GpuFileDecoder:
     def stack(pixels: list[Any]) -> Any:
         return stack_pixels(pixels)
 
-    def _read(self, path: str) -> tuple[Decoded, bytes | None, JpegInfo | str | None]:
-        if video.is_clip_name(path):  # a few keyframes through PyAV, on the CPU; never read whole
-            return decode_file(path, self.known), None, None
+    def _read(self, path: str) -> tuple[Decoded | None, bytes | None, JpegInfo | str | None]:
+        """(digest, bytes, what ``inspect_jpeg`` says), or a failure or a known digest without bytes; for a
+        clip (a few keyframes through PyAV in a decode process; never read whole here) nothing."""
+        if video.is_clip_name(path):
+            return None, None, None
         try:
             data = read_bytes(path)
         except DecodeError as e:
@@ -663,6 +670,11 @@ class GpuFileDecoder:
         finally:
             self.stats["cpu"] = self.shared.taken["cpu"]
 
+    def decode_again(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        """Files whose vectors left the cache during the scan, for their pixels: in a decode process
+        (``ProcessDecoder.decode_again``), where the time limit holds."""
+        return self.fallback.decode_again(paths)
+
     def _decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         """The GPU side alone."""
         if self.pool is None:
@@ -679,33 +691,46 @@ class GpuFileDecoder:
             yield from self._group(paths, g0, got)
 
     def _group(self, paths: Sequence[str], g0: int, got: list) -> Iterator[tuple[int, Decoded]]:
+        """Decode one group: plain JPEGs on the GPU while the decode processes take the other files,
+        then the JPEGs the GPU gave back."""
         pool = self.pool
         assert pool is not None
         results: list[Decoded | None] = [None] * len(got)
-        pillow: dict[int, Future] = {}
+        cpu: list[int] = []
         to_gpu: list[int] = []
         for j, (head, data, info) in enumerate(got):
-            if head.digest is None or data is None:  # unreadable, bytes whose vector is cached, or a clip
+            if head is not None and (head.digest is None or data is None):  # unreadable, or its vector cached
                 results[j] = head
-                kind = "failed" if head.digest is None else "known" if head.pixels is None else "clip"
-                self.stats[kind] += 1
+                self.stats["failed" if head.digest is None else "known"] += 1
             elif isinstance(info, JpegInfo):
                 to_gpu.append(j)
             else:
-                pillow[j] = pool.submit(_pillow_task, data, Path(paths[g0 + j]).name)
+                cpu.append(j)
+        first = pool.submit(self._fallback, paths, g0, cpu) if cpu else None
+        rejected: list[int] = []
         if to_gpu:
             batch = self.gpu.decode([got[j][1] for j in to_gpu], [got[j][2] for j in to_gpu])
             for k, j in enumerate(to_gpu):
                 if k in batch.fallback:
-                    pillow[j] = pool.submit(_pillow_task, got[j][1], Path(paths[g0 + j]).name)
+                    rejected.append(j)
                 else:
                     results[j] = Decoded(got[j][0].digest, batch.pixels[k])
                     self.stats["gpu"] += 1
+        done = first.result() if first is not None else []
+        if rejected:  # after the first call: a ProcessDecoder decodes one list at a time
+            done += self._fallback(paths, g0, rejected)
+        for j, decoded in done:
+            results[j] = decoded
+            if decoded.digest is None or decoded.pixels is None:
+                self.stats["failed" if decoded.digest is None else "known"] += 1
+            else:
+                self.stats["clip" if video.is_clip_name(paths[g0 + j]) else "pillow"] += 1
         for j in range(len(got)):
-            if j in pillow:
-                results[j] = pillow[j].result()
-                self.stats["pillow" if results[j].digest is not None else "failed"] += 1
             yield g0 + j, results[j]  # type: ignore[misc]
+
+    def _fallback(self, paths: Sequence[str], g0: int, js: list[int]) -> list[tuple[int, Decoded]]:
+        """Files ``g0 + j`` of ``paths``, for j in ``js``, decoded in the decode processes: (j, result)."""
+        return [(js[pos], decoded) for pos, decoded in self.fallback.decode([paths[g0 + j] for j in js])]
 
     def terminate(self) -> None:
         """Stop now: queued reads are cancelled, running ones finish on their own (and the processes
@@ -723,11 +748,13 @@ class GpuFileDecoder:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
+        self.fallback.terminate()
 
     def _close(self) -> None:
         pool, self.pool = self.pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self.fallback.close()
 
 
 class _Alone:
@@ -770,9 +797,11 @@ def both_decoder(
 ) -> GpuFileDecoder:
     """The GPU decoder and ``cpu(n)``, a CPU decoder of n processes (``pillow.ProcessDecoder``), at once,
     with n = ``workers - 1``: one core is left to the GPU side's reading threads and the model's thread.
+    The GPU side's own fallback (the files of its claims the GPU does not decode) is ``cpu(1)``, so the
+    scan runs ``workers`` decode processes in all, as the decoded-pixels budget assumes.
     Raises GpuDecodeUnavailable when GPU decoding cannot run (before any process is made)."""
     threads = workers or available_cpus()
-    decoder = GpuFileDecoder(threads, window, known, extractor, on_warning, gpu=gpu)
+    decoder = GpuFileDecoder(threads, window, known, extractor, on_warning, gpu=gpu, fallback=cpu(1))
     processes = max(1, threads - 1)
     decoder.share_with(cpu(processes), claim=max(64, 8 * processes), on_warning=on_warning)
     return decoder

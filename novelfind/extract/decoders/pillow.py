@@ -237,6 +237,18 @@ class ProcessDecoder:
                 continue
             yield i, result
 
+    def decode_again(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
+        """Decode ``paths`` for their pixels although their digests are in ``known`` (their vectors left
+        the cache during the scan: ``stage.Stage.run``), in one fresh process of this kind that knows no
+        digests (the workers of this one skip them), under the same limit."""
+        again = type(self)(1, self.window, frozenset(), self.timeout)
+        try:
+            yield from again.decode(paths)
+        except BaseException:
+            again.terminate()
+            raise
+        again.close()
+
     def decode_here(self, path: str) -> Decoded:
         """``decode_one`` in this process, where worker processes cannot start (no time limit)."""
         return decode_file(path, self.known)
