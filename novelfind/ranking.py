@@ -489,8 +489,8 @@ METHODS: dict[str, Method] = {
         Method(
             "microcluster",
             microcluster_method_scores,
-            f"distance to the {microclusters.KNN_K} nearest photos outside the photo's batch: odd batches and "
-            "single odd photos on one scale",
+            f"distance to the {microclusters.KNN_K} nearest photos outside the photo's batch: odd "
+            "batches and single odd photos on one scale",
             feature="logits",
             cosine=True,
             max_rows=MICROCLUSTER_MAX_ROWS,

@@ -17,6 +17,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -300,6 +301,29 @@ def test_cache_commands_refuse_a_file_that_is_not_a_cache(tmp_path, command, con
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.txt"]
 
 
+def test_a_cache_another_run_is_creating_is_recognised_once_it_is_written(tmp_path):
+    """A scan creates the cache file empty and marks it a moment later: ``cache prune`` started in
+    between waits for the mark instead of calling the file foreign (it stays refused if it stays empty)."""
+    import threading
+
+    from novelfind.cache import FeatureCache, not_ours
+
+    path = tmp_path / "cache.sqlite"
+    path.write_bytes(b"")
+
+    def create() -> None:
+        time.sleep(0.3)
+        with FeatureCache(path, "m"):
+            pass
+
+    creator = threading.Thread(target=create)
+    creator.start()
+    try:
+        assert not_ours(path) is None
+    finally:
+        creator.join()
+
+
 def test_another_programs_database_is_not_cleared(tmp_path):
     db = tmp_path / "notes.sqlite"
     conn = sqlite3.connect(db)
@@ -350,8 +374,8 @@ def test_a_damaged_cached_vector_is_extracted_again_with_one_warning(
 
 def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
     from novelfind.cache import FeatureCache
-    from novelfind.weights import STORED_NORM_MAX
     from novelfind.walk import ImageFile
+    from novelfind.weights import STORED_NORM_MAX
 
     warned: list[str] = []
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
@@ -69,6 +70,13 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("files", "models", "vectors")
 
 
+# A run that opens a new cache creates the file first (empty), then writes novelfind's mark and tables in
+# its first transaction, a few milliseconds later. A file seen in between is waited for this long before
+# it is judged: ``cache prune`` beside a scan that has just started must not call the cache foreign.
+CREATION_WAIT_S = 5.0
+_STILL_EMPTY = ("it is empty", "it is an SQLite database with nothing in it")
+
+
 def not_ours(path: str | os.PathLike[str]) -> str | None:
     """Why the file at ``path`` is not recognisably a novelfind cache, or None when it is.
 
@@ -76,28 +84,44 @@ def not_ours(path: str | os.PathLike[str]) -> str | None:
     ``--cache`` names by mistake (``thesis.txt``, another program's database) must be left alone. A
     novelfind cache starts with SQLite's header and carries novelfind's application id in it (bytes
     68-71); when the database can be read, it also has novelfind's tables. A cache whose pages are
-    damaged but whose header is intact is still recognised (clearing it is what it is for).
+    damaged but whose header is intact is still recognised (clearing it is what it is for). A file that
+    is still empty may be a cache another run is creating: it is looked at again for up to
+    ``CREATION_WAIT_S``, and refused only if it stays empty.
     """
     path = Path(os.fspath(path)).expanduser().absolute()
+    deadline = time.monotonic() + CREATION_WAIT_S
+    while True:
+        why = _not_ours_now(path)
+        if why not in _STILL_EMPTY or time.monotonic() >= deadline:
+            return why
+        time.sleep(0.05)
+
+
+def _not_ours_now(path: Path) -> str | None:
     try:
         with open(path, "rb") as handle:
             head = handle.read(100)
     except OSError as err:
         return f"cannot read it: {err.strerror or err}"
+    if not head:
+        return _STILL_EMPTY[0]
     if not head.startswith(_SQLITE_MAGIC) or len(head) < 100:
         return "it is not an SQLite database"
-    if int.from_bytes(head[68:72], "big") != APPLICATION_ID:
-        return "it is an SQLite database without novelfind's mark"
-    if damage(path) is not None:
+    marked = int.from_bytes(head[68:72], "big") == APPLICATION_ID
+    if marked and damage(path) is not None:
         return None
     try:
         conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
+            # through SQLite, not the file's bytes: a new cache's mark may still be in its write-ahead log
+            app_id = conn.execute("SELECT application_id FROM pragma_application_id()").fetchone()[0]
             names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             conn.close()
     except sqlite3.Error as err:
-        return f"cannot read it: {err}"
+        return f"cannot read it: {err}" if marked else "it is an SQLite database without novelfind's mark"
+    if not (marked or app_id == APPLICATION_ID):
+        return _STILL_EMPTY[1] if not names else "it is an SQLite database without novelfind's mark"
     missing = [table for table in _TABLES if table not in names]
     return f"it lacks novelfind's table '{missing[0]}'" if missing else None
 
