@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext, redirect_stdout
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +64,22 @@ Exit codes:
 
 DEFAULTS = params.parameter_defaults()
 # A date with a UTC offset (``Z``, ``+02:00``) is that moment; without one, local time.
-DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S%z",
-                "%Y-%m-%d %H:%M:%S%z"]
+class SinceType(click.DateTime):
+    """``--since``: the forms ``params.parse_since`` takes (``7d``, ``yesterday``, ISO 8601)."""
+
+    name = "date"
+
+    def __init__(self) -> None:
+        super().__init__(["%Y-%m-%d"])
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return params.parse_since(str(value))
+        except InputError as err:
+            self.fail(str(err), param, ctx)
+
 _SOURCES = "novelfind.sources"  # ctx.meta: parameter name -> ParameterSource, recorded before conversion
 _CONFIG = "novelfind.config"  # ctx.meta: (config file, {parameter name: key as written in it})
 
@@ -267,7 +282,7 @@ def _parameter_option(name: str, dest: str | None = None) -> tuple[list[str], di
     elif meta["choices"] is not None:
         kwargs["type"] = click.Choice(list(meta["choices"]))
     elif f.type == "datetime | None":
-        kwargs["type"] = click.DateTime(DATE_FORMATS)
+        kwargs["type"] = SinceType()
     elif meta["folder"]:
         kwargs["type"] = click.Path(file_okay=False, path_type=Path)
     elif "Path" in f.type:  # a file; the cache too, whose True/False are the default and --no-cache
@@ -400,7 +415,7 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     if counts.candidates == 0:
         if options["since"] is not None:
             console.note(
-                f"no photos modified since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
+                f"no photos taken since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
                 "ignored; nothing to rank"
             )
         else:
@@ -534,7 +549,7 @@ class Console:
 class ProgressBars:
     """Turns :class:`novelfind.run.Progress` events into tqdm bars on stderr, one per stage."""
 
-    LABELS = {"walk": "walking", "extract": "extracting"}
+    LABELS = {"walk": "walking", "extract": "extracting", "dates": "reading dates"}
 
     def __init__(self, *, enabled: bool, console: Console) -> None:
         self.enabled = enabled

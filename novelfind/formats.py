@@ -24,7 +24,10 @@ from novelfind.safe_text import escaped
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments
 FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0", "members", "members0")
-CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count")
+CSV_COLUMNS = (
+    "rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count", "taken",
+    "taken_source",
+)
 
 
 def format_results(
@@ -134,6 +137,10 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "clip": None if p.clip is None else p.clip.as_json(),
         "member_count": len(p.members),
         "members": [str(m.path) for m in p.members],
+        "taken": p.taken,
+        "taken_source": p.taken_source,
+        "members_taken": [m.taken for m in p.members],  # lined up with "members"
+        "members_taken_source": [m.taken_source for m in p.members],
     }
 
 
@@ -173,6 +180,8 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 "" if rec["distance"] is None else f"{rec['distance']:.6f}",
                 json.dumps(rec["also"], ensure_ascii=False) if rec["also"] else "",
                 rec["member_count"],
+                rec["taken"] or "",
+                rec["taken_source"],
             ]
         )
     return out.getvalue()

@@ -25,7 +25,8 @@ from novelfind.errors import OutputError
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, guarded
 from novelfind.raw import image_info_any, load_any
-from novelfind.picks import Failure, Pick, iso_utc
+from novelfind.dates import SOURCE_WORDS
+from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
@@ -410,7 +411,7 @@ def _pick_card(
     details = [
         ("score", f"{p.score:.6f}"),
         ("dimensions", f"{width} × {height}" if width and height else "?"),
-        ("taken", taken.replace("T", " ") if taken else "unknown (no EXIF date)"),
+        ("taken", _taken(p, taken)),
         ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
         ("size", _human_size(p.size)),
     ]
@@ -450,6 +451,16 @@ def _pick_card(
     )
 
 
+def _taken(p: Pick | Member, exif: str | None = None) -> str:
+    """When the photo was taken and where that date came from (``novelfind.dates``); a pick made
+    without the scan's dates (``picks_of`` without them) shows the EXIF date of its header."""
+    if p.taken is not None:
+        return f"{p.taken.replace('T', ' ')} ({SOURCE_WORDS.get(p.taken_source, p.taken_source)})"
+    if p.taken_source == "none" and exif:
+        return f"{exif.replace('T', ' ')} (EXIF)"
+    return f"unknown ({SOURCE_WORDS.get(p.taken_source, p.taken_source)})"
+
+
 def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str:
     """The moment's other photos, nearest first, as a strip of small thumbnails (hover: path and
     distance); nothing for a photo alone."""
@@ -457,7 +468,7 @@ def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str
         return ""
     count = len(p.members)
     items = [
-        f'<span title="{_display(m.path)} (distance {m.distance:.4f})">'
+        f'<span title="{_display(m.path)} (distance {m.distance:.4f}; taken {_display(_taken(m))})">'
         f"{_img_or_missing(thumbs.get((Path(m.path), MEMBER_THUMB_SIZE, None)), 'member')}</span>"
         for m in p.members[:MEMBERS_SHOWN]
     ]

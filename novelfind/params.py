@@ -15,10 +15,11 @@ import dataclasses
 import inspect
 import numbers
 import os
+import re
 import textwrap
 from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -303,9 +304,11 @@ class ScanParameters:
     )
     since: datetime | None = param(
         None,
-        "rank only photos modified at or after this time (a naive datetime is local time), against "
-        "the whole library.",
-        help="Rank only photos modified since DATE, against the whole library. DATE: 2026-01-01, "
+        "rank only photos taken at or after this time (their capture date when known, else their "
+        "file time; ``docs/dates.md``), against the whole library: a datetime (naive: local time) or "
+        'the text the command line takes (``"7d"``, ``"yesterday"``, ``"2026-01-01"``).',
+        help="Rank only photos taken since DATE (the capture date, else the file time), against the whole "
+        "library. DATE: 7d, 2w, 36h (ago), today, yesterday (from midnight), 2026-01-01, "
         "2026-01-01T10:00:00 (local time), or with an offset: 2026-01-01T10:00:00Z, ...+02:00.",
         metavar="DATE",
         record=True,
@@ -449,8 +452,10 @@ class ScanParameters:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if self.ray_address is not None and not isinstance(self.ray_address, str):
             raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
+        if isinstance(self.since, str):
+            self._set("since", parse_since(self.since))
         if self.since is not None and not isinstance(self.since, datetime):
-            raise InputError(f"since must be a datetime, got {self.since!r}")
+            raise InputError(f"since must be a datetime or a date's text, got {self.since!r}")
         if self.since is not None and not _is_timestamp(self.since):
             raise InputError(
                 f"since {self.since.date().isoformat()} is out of range: not a time this system can "
@@ -482,6 +487,38 @@ class ScanParameters:
     def record(self) -> dict[str, Any]:
         """The parameters in the run record of the JSON formats, as JSON values, in field order."""
         return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
+
+
+# ``since`` as people write it: an amount of time ago, or a day by name (its midnight, local time).
+SINCE_UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
+SINCE_DAYS = {"today": 0, "yesterday": 1}
+_RELATIVE = re.compile(r"(\d{1,6})\s*([hdw])", re.IGNORECASE)
+
+
+def now() -> datetime:
+    """This moment, aware, in local time: what relative ``since`` values count back from."""
+    return datetime.now().astimezone()
+
+
+def parse_since(text: str, at: datetime | None = None) -> datetime:
+    """The time ``since`` names (``at``: now): ``7d``, ``2w``, ``36h`` before ``at``; ``today`` and
+    ``yesterday`` from local midnight; else an ISO 8601 date or date-time (naive: local time, ``Z`` or
+    ``+02:00``: that offset). InputError for anything else."""
+    value = text.strip()
+    at = now() if at is None else at
+    m = _RELATIVE.fullmatch(value)
+    if m is not None:
+        return at - int(m.group(1)) * SINCE_UNITS[m.group(2).lower()]
+    if value.lower() in SINCE_DAYS:
+        midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
+        return midnight - timedelta(days=SINCE_DAYS[value.lower()])
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InputError(
+            f"since {text!r} is not a date: use 7d, 2w, 36h, today, yesterday, 2026-01-01, "
+            "2026-01-01T10:00:00 or 2026-01-01T10:00:00+02:00"
+        ) from None
 
 
 def _is_timestamp(when: datetime) -> bool:

@@ -25,6 +25,8 @@ class Member:
     mtime_ns: int
     distance: float  # to the pick, between feature vectors scaled to unit length
     also: tuple[Path, ...] = ()  # the photo's other files (a RAW + JPEG pair)
+    taken: str | None = None  # when it was taken, ISO 8601 (with its offset when known; None: unknown)
+    taken_source: str = "none"  # where that date came from (``novelfind.dates.SOURCES``)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -45,6 +47,9 @@ class Pick:
     also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
     clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
     members: tuple[Member, ...] = ()  # the other photos of its moment, nearest first; () for a photo alone
+    taken: str | None = None  # when it was taken, ISO 8601: ``2025-03-02T22:31:07+01:00`` with the offset
+    #                           when known, else local time without one; None when unknown (docs/dates.md)
+    taken_source: str = "none"  # exif, exif-local, raw, clip, xmp, file, invalid or none
 
     @property
     def kind(self) -> str:
@@ -63,16 +68,28 @@ class Pick:
 
 
 def picks_of(
-    ranking: Any, files: Sequence[Any], photos: Sequence[Any], clips: Mapping[Path, ClipInfo] | None = None
+    ranking: Any,
+    files: Sequence[Any],
+    photos: Sequence[Any],
+    clips: Mapping[Path, ClipInfo] | None = None,
+    dates: Any = None,
 ) -> list[Pick]:
     """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
     best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
-    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path."""
+    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path; ``dates`` when each
+    row was taken (``novelfind.dates.Dates``)."""
     clips = clips or {}
+
+    def taken(row: int) -> dict[str, Any]:
+        if dates is None:
+            return {}
+        return {"taken": dates.iso(row), "taken_source": dates.sources[row]}
 
     def member(row: int, distance: float) -> Member:
         f = files[row]
-        return Member(f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also))
+        return Member(
+            f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also), **taken(row)
+        )
 
     picks = []
     for index, score, neighbour, distance, rows, far in zip(
@@ -97,6 +114,7 @@ def picks_of(
                 also=tuple(twin.path for twin in photos[int(index)].also),
                 clip=clips.get(f.path),
                 members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
+                **taken(int(index)),
             )
         )
     return picks

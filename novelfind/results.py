@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.dates import Dates
 from novelfind.params import ScanParameters
 from novelfind.formats import format_results
 from novelfind.picks import Failure, Pick
@@ -66,6 +67,8 @@ class ScanResult:
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
     (``novelfind.ranking.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
+    ``taken`` / ``taken_source``: when each of ``files`` was taken and where that date came from
+    (``dates``: :class:`novelfind.dates.Dates`, with the offsets).
     """
 
     picks: list[Pick]
@@ -77,6 +80,19 @@ class ScanResult:
     features: np.ndarray | None = field(repr=False)
     sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
     clips: dict[Path, ClipInfo] = field(default_factory=dict, repr=False)  # the clips among ``files``
+    dates: Dates | None = field(default=None, repr=False)  # when each of ``files`` was taken
+
+    @property
+    def taken(self) -> np.ndarray:
+        """float64 (N,): when each of ``files`` was taken, UTC seconds since the epoch, row i for
+        ``files[i]`` (the ranking's rows); NaN where unknown. A local date (``exif-local``) is the wall
+        clock read as UTC (``docs/dates.md``)."""
+        return self.dates.taken if self.dates is not None else np.full(len(self.files), np.nan)
+
+    @property
+    def taken_source(self) -> list[str]:
+        """Where each of :attr:`taken` came from: exif, exif-local, raw, clip, xmp, file, invalid, none."""
+        return self.dates.sources if self.dates is not None else ["none"] * len(self.files)
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""

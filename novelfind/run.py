@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 import time
 import warnings
 from collections import Counter
@@ -26,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, decode, devices, features, ranking, video, walk, weights
+from novelfind import __version__, dates, decode, devices, features, ranking, video, walk, weights
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extract.engines import ENGINES
@@ -186,13 +187,22 @@ class _Scan:
             # extract
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]
+            # when each photo was taken (row i for photo i): cached beside the vectors, headers read once
+            taken = dates.scan_dates(
+                extraction.files,
+                store,
+                twins=lambda i: [os.fspath(t.path) for t in read[i].also],
+                on_progress=lambda done, total: self.progress("dates", done, total),
+                on_warning=self.warn,
+            )
             ignored = np.zeros(len(read), dtype=bool)
             if ignore_list is not None and not p.include_ignored:
                 ignored = ignore_list.ignored_in(
                     read.groups, known_digests=store.digests_by_stat, on_warning=self.warn
                 )
             # rank
-            candidates = np.flatnonzero(extraction.files.modified_since(p.since) & ~ignored)  # int64 rows
+            recent = dates.since_mask(taken, extraction.files.mtimes_ns, p.since)  # taken (else modified)
+            candidates = np.flatnonzero(recent & ~ignored)  # int64 rows
             restricted = p.since is not None or bool(ignored.any())
             vectors = (
                 extraction.features
@@ -201,7 +211,7 @@ class _Scan:
             )
             self.say_if_ranking_changed(cache)
             picks, dropped = self.rank(
-                vectors, extraction.files, read, candidates, restricted, extraction.clips
+                vectors, extraction.files, read, candidates, restricted, extraction.clips, taken
             )
             self.note_ranking(cache)
             counts = Counts(
@@ -246,6 +256,7 @@ class _Scan:
             features=extraction.features,
             sidecars=sidecars,
             clips=extraction.clips,
+            dates=taken,
         )
 
     # -- find, look up, extract
@@ -342,11 +353,13 @@ class _Scan:
         candidates: np.ndarray,
         restricted: bool,
         clips: Mapping[Path, video.ClipInfo],
+        taken: dates.Dates | None = None,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
         ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk; ``clips``: what
-        the clips among ``files`` were read as (``Extraction.clips``)."""
+        the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was taken
+        (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``)."""
         if not len(candidates):
             return [], 0
         p = self.params
@@ -364,7 +377,7 @@ class _Scan:
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        return picks_of(result, files, read, clips), int(result.duplicates_dropped)
+        return picks_of(result, files, read, clips, taken), int(result.duplicates_dropped)
 
     def say_if_ranking_changed(self, cache: Any) -> None:
         """One warning when the library was last ranked (with this cache) by another method, or by an

@@ -396,7 +396,7 @@ def test_config_since_may_be_a_toml_date(library, fake_extractor, tmp_path):
     result = run("scan", library["root"], "--config", config)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
-    assert "no photos modified since 2999-01-01" in result.stderr
+    assert "no photos taken since 2999-01-01" in result.stderr
 
 
 def test_since_before_everything_is_the_same_as_no_since(library, fake_extractor):

@@ -66,6 +66,18 @@ CREATE TABLE IF NOT EXISTS clips (
 ) WITHOUT ROWID
 """
 
+# When each photo was taken, as its bytes say (``novelfind.dates.embedded_date``): keyed by the content
+# digest like the vectors, for every model at once. Created in a cache of any age: a cache from before it
+# gets its dates on the next scan, from the photos' headers (no decode).
+_DATES = """
+CREATE TABLE IF NOT EXISTS dates (
+    digest  TEXT PRIMARY KEY,
+    taken   REAL,                   -- seconds since the epoch (a local date: the wall clock read as UTC)
+    utc_offset INTEGER,             -- seconds east of UTC; NULL for a local date or none
+    source  TEXT NOT NULL           -- exif, exif-local, raw, clip, invalid, none
+) WITHOUT ROWID
+"""
+
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("files", "models", "vectors")
 
@@ -158,6 +170,7 @@ def create_tables(conn: sqlite3.Connection, path: Path) -> None:
         if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
             conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
     conn.execute(_CLIPS)
+    conn.execute(_DATES)
     # Written even when unchanged: SQLite opens a read-only file without complaint, and this
     # write is what finds out.
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

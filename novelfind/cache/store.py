@@ -483,6 +483,48 @@ class FeatureCache:
             )
         return [key for key, _ in bad]
 
+    def dates_by_stat(
+        self, files: Sequence[ImageFile]
+    ) -> list[tuple[str | None, tuple[float | None, int | None, str] | None]]:
+        """Per file, (its digest as recorded when it was read, if it still has that size and mtime; the
+        capture date stored for those bytes as (taken, utc_offset, source), or None when none is yet):
+        what ``novelfind.dates`` needs to read only the headers of photos without a stored date."""
+        found: dict[bytes, tuple[int, int, str, Any]] = {}
+        stats = _stat_keys(files)
+        sql = (
+            "SELECT f.path, f.size, f.mtime_ns, f.digest, d.taken, d.utc_offset, d.source FROM files f "
+            "LEFT JOIN dates d ON d.digest = f.digest WHERE f.path IN ({marks})"
+        )
+        try:
+            with self._lock:
+                for path, size, mtime_ns, digest, taken, offset, source in self._select_in(
+                    sql, (), (p for p, _, _ in stats)
+                ):
+                    found[path] = (size, mtime_ns, digest, None if source is None else (taken, offset, source))
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+        out: list[tuple[str | None, tuple[float | None, int | None, str] | None]] = []
+        for path, size, mtime_ns in stats:
+            hit = found.get(path)
+            out.append((None, None) if hit is None or hit[:2] != (size, mtime_ns) else hit[2:])
+        return out
+
+    def put_dates(self, rows: Sequence[tuple[str, float | None, int | None, str]]) -> None:
+        """Store (digest, taken, utc_offset, source) rows in one transaction (a date is a property of the
+        bytes, so one row serves every path and model). CacheWriteError when they cannot be written."""
+        if self.writes_disabled or not rows:
+            return
+        try:
+            with self._lock, self._write() as conn:
+                conn.executemany(
+                    "INSERT INTO dates (digest, taken, utc_offset, source) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (digest) DO UPDATE SET taken = excluded.taken, "
+                    "utc_offset = excluded.utc_offset, source = excluded.source",
+                    rows,
+                )
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+
     def get_clips(self, digests: Sequence[str]) -> list[str | None]:
         """The records ``put_clips`` stored for this model and these digests (None where there is none)."""
         key = self._require_key()
@@ -776,6 +818,7 @@ class FeatureCache:
                     ).rowcount
                 conn.execute("DELETE FROM vectors WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute("DELETE FROM clips WHERE digest NOT IN (SELECT digest FROM files)")
+                conn.execute("DELETE FROM dates WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute(
                     "DELETE FROM models WHERE model_key NOT IN (SELECT DISTINCT model_key FROM vectors)"
                 )
@@ -790,6 +833,7 @@ class FeatureCache:
             with self._lock, self._write() as conn:
                 conn.execute("DELETE FROM vectors")
                 conn.execute("DELETE FROM clips")
+                conn.execute("DELETE FROM dates")
                 conn.execute("DELETE FROM files")
                 conn.execute("DELETE FROM models")
                 conn.execute("DELETE FROM rankings")
@@ -865,6 +909,12 @@ class NullCache:
 
     def get_clips(self, digests: Sequence[str]) -> list[str | None]:
         return [None] * len(digests)
+
+    def dates_by_stat(self, files: Sequence[ImageFile]) -> list[tuple[str | None, Any]]:
+        return [(None, None)] * len(files)
+
+    def put_dates(self, rows: Sequence[tuple[str, float | None, int | None, str]]) -> None:
+        return None
 
     def put_clips(self, rows: Sequence[tuple[str, str]]) -> None:
         return None
