@@ -443,9 +443,25 @@ def library_dates(
             if on_read is not None:
                 on_read(i, hit)
         found.append(hit)
+    listed: dict[str, frozenset[str]] = {}  # folder -> its .xmp names: one listing, not 4 opens a photo
+
+    def may_have_sidecar(path: str) -> bool:
+        folder, name = os.path.split(path)
+        if folder not in listed:
+            try:
+                names = os.listdir(folder or ".")
+            except OSError:
+                names = []
+            listed[folder] = frozenset(n.lower() for n in names if n.lower().endswith(".xmp"))
+        stem = os.path.splitext(name)[0]
+        return bool(listed[folder]) and bool({f"{name}.xmp".lower(), f"{stem}.xmp".lower()} & listed[folder])
+
     for i, hit in enumerate(found):
         if hit.source in ("none", "invalid"):
-            side = sidecar_date([paths[i], *(twins(i) if twins is not None else ())], now)
+            files = [paths[i], *(twins(i) if twins is not None else ())]
+            if not any(may_have_sidecar(os.fspath(f)) for f in files):
+                continue
+            side = sidecar_date(files, now)
             if side.known:
                 found[i] = side
     taken = np.array([t.seconds for t in found], dtype=np.float64).reshape(n)
@@ -518,7 +534,10 @@ def scan_dates(
     paths = [os.fsdecode(files.raw_path(i)) for i in range(len(files))] if hasattr(files, "raw_path") else [
         os.fspath(f.path) for f in files
     ]
-    mtimes = files.mtimes_ns if hasattr(files, "mtimes_ns") else np.array([f.mtime_ns for f in files], np.int64)
+    if hasattr(files, "mtimes_ns"):
+        mtimes = files.mtimes_ns
+    else:
+        mtimes = np.array([f.mtime_ns for f in files], np.int64)
     try:
         return library_dates(
             paths, mtimes, cached=cached, twins=twins, read=read, on_read=on_read, now=now

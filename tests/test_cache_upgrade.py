@@ -281,3 +281,39 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
         "old entries\n"
     )
     assert current not in result.stdout
+
+
+# --------------------------------------------------------------------------- capture dates
+
+
+def test_a_cache_without_the_dates_table_gets_it_in_place_and_keeps_its_vectors(tmp_path):
+    from novelfind import dates
+
+    files = library(tmp_path / "lib", 3)
+    path = tmp_path / "c.sqlite"
+    write_old(path, NEW, [(f, np.full(6, float(i))) for i, f in enumerate(files)])
+    with sqlite3.connect(path) as conn:  # as a cache written before the dates table
+        conn.execute("DROP TABLE dates")
+    reads: list[str] = []
+
+    def read(p: str) -> dates.Taken:
+        reads.append(p)
+        return dates.Taken(1.6e9 + len(reads), "exif", 3600)
+
+    with FeatureCache(path, NEW) as store:
+        assert [hit for _, hit in store.dates_by_stat(files)] == [None] * 3  # the table is back, empty
+        assert [d for d, _ in store.dates_by_stat(files)] == [digest_of(f) for f in files]
+        first = dates.scan_dates(files, store, read=read)
+        assert [v.tolist() for v in store.get_many_by_stat(files)] == [[float(i)] * 6 for i in range(3)]
+    assert len(reads) == 3 and first.sources == ["exif"] * 3
+    with FeatureCache(path, NEW) as store:  # the next scan: no header read
+        again = dates.scan_dates(files, store, read=read)
+        assert store.prune() == 0
+    assert len(reads) == 3
+    assert again.taken.tolist() == first.taken.tolist() == [1.6e9 + 1, 1.6e9 + 2, 1.6e9 + 3]
+    assert again.iso(0) == "2020-09-13T13:26:41+01:00"
+    files[0].path.unlink()
+    with FeatureCache(path, NEW) as store:  # a pruned file takes its date with it
+        assert store.prune() == 1
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM dates").fetchone()[0] == 2

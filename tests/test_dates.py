@@ -157,9 +157,12 @@ def test_clip_creation_time(tmp_path):
 @pytest.mark.parametrize(
     "packet, expected, offset",
     [
-        ('<rdf:Description photoshop:DateCreated="2019-08-01T12:00:00+02:00"/>', utc(2019, 8, 1, 10, 0, 0), 7200),
-        ("<exif:DateTimeOriginal>2019-08-01T12:00:00.5</exif:DateTimeOriginal>", utc(2019, 8, 1, 12, 0, 0) + 0.5,
-         None),
+        ('<d photoshop:DateCreated="2019-08-01T12:00:00+02:00"/>', utc(2019, 8, 1, 10, 0, 0), 7200),
+        (
+            "<exif:DateTimeOriginal>2019-08-01T12:00:00.5</exif:DateTimeOriginal>",
+            utc(2019, 8, 1, 12, 0, 0) + 0.5,
+            None,
+        ),
         ('<x photoshop:DateCreated="2019-08-01"/>', utc(2019, 8, 1, 0, 0, 0), None),
     ],
 )
@@ -255,7 +258,8 @@ def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extracto
     assert by_name["b.jpg"] == (utc(2025, 3, 3, 10, 0, 0), "exif-local")
     assert by_name["c.png"][1] in ("file", "none")
     with sqlite3.connect(cache) as conn:
-        stored = dict(conn.execute("SELECT f.path, d.source FROM files f JOIN dates d ON d.digest = f.digest"))
+        joined = "SELECT f.path, d.source FROM files f JOIN dates d ON d.digest = f.digest"
+        stored = dict(conn.execute(joined))
     assert sorted(stored.values()) == ["exif", "exif-local", "none"]
     # the next scan reads no header
     reader = CountingReader()
@@ -322,7 +326,7 @@ def test_since_relative_on_the_command_line_with_a_fixed_clock(tmp_path, fake_ex
     monkeypatch.setattr(params, "now", lambda: FIXED)
     lib = tmp_path / "lib"
     # taken 3 days before the fixed clock, but copied (file time) long ago: --since 7d keeps it
-    recent = exif_photo(lib / "recent.jpg", "2026:03:07 12:00:00", offset="+01:00", seed=1, colour=(200, 20, 20))
+    recent = exif_photo(lib / "recent.jpg", "2026:03:07 12:00:00", offset="+01:00", seed=1, colour=(200, 9, 9))
     # taken a year before, its file touched yesterday (an edit): --since 7d leaves it out
     old = exif_photo(lib / "old.jpg", "2025:03:07 12:00:00", offset="+01:00", seed=2, colour=(20, 200, 20))
     others = [make_photo(lib / f"o{i}.jpg", (40, 60, 200), seed=10 + i) for i in range(4)]
@@ -349,7 +353,7 @@ def test_since_as_text_in_the_api(tmp_path, fake_extractor, monkeypatch):
 @pytest.fixture
 def dated_library(tmp_path):
     lib = tmp_path / "lib"
-    exif_photo(lib / "red.jpg", "2025:03:02 22:31:07", subsec="400", offset="+01:00", seed=1, colour=(220, 20, 20))
+    exif_photo(lib / "red.jpg", "2025:03:02 22:31:07", subsec="400", offset="+01:00", seed=1, colour=(220, 9, 9))
     exif_photo(lib / "green.jpg", "2025:03:03 09:00:00", seed=2, colour=(20, 220, 20))
     exif_photo(lib / "reset.jpg", "2000:01:01 00:00:05", seed=3, colour=(20, 20, 220))
     return lib
@@ -375,13 +379,14 @@ def test_json_jsonl_and_csv_say_when_and_from_where(dated_library, fake_extracto
 def test_members_carry_their_dates(tmp_path, fake_extractor):
     lib = tmp_path / "lib"
     for i in range(2):  # one burst: two near-identical frames, a second apart
-        exif_photo(lib / f"burst{i}.jpg", f"2024:08:08 20:00:0{i}", offset="+02:00", seed=7, colour=(220, 20, 20))
+        exif_photo(lib / f"burst{i}.jpg", f"2024:08:08 20:00:0{i}", offset="+02:00", seed=7, colour=(220, 9, 9))
     for i in range(6):
         make_photo(lib / f"o{i}.jpg", (40, 60, 200), seed=20 + i)
     doc = json.loads(run("scan", lib, "--format", "json", "--no-cache", "--k", "1").stdout)
     pick = doc["picks"][0]
     assert pick["member_count"] == 1
-    assert {pick["taken"], *pick["members_taken"]} == {"2024-08-08T20:00:00+02:00", "2024-08-08T20:00:01+02:00"}
+    both = {"2024-08-08T20:00:00+02:00", "2024-08-08T20:00:01+02:00"}
+    assert {pick["taken"], *pick["members_taken"]} == both
     assert pick["members_taken_source"] == ["exif"]
 
 

@@ -111,7 +111,7 @@ def test_csv_has_schema_columns_and_parses_back():
         make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count".split()]
+    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count taken taken_source".split()]
     assert rows[1] == [
         "1",
         "0.500000",
@@ -122,8 +122,10 @@ def test_csv_has_schema_columns_and_parses_back():
         "1.250000",
         "",
         "0",
+        "",
+        "none",
     ]
-    assert rows[2][5:] == ["", "", "", "0"]
+    assert rows[2][5:] == ["", "", "", "0", "", "none"]
     # a photo's other files: a JSON array of paths (empty cell when there are none)
     assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
 
@@ -150,6 +152,10 @@ def test_json_document_schema():
             "clip": None,
             "member_count": 0,
             "members": [],
+            "taken": None,
+            "taken_source": "none",
+            "members_taken": [],
+            "members_taken_source": [],
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]

@@ -500,7 +500,8 @@ class FeatureCache:
                 for path, size, mtime_ns, digest, taken, offset, source in self._select_in(
                     sql, (), (p for p, _, _ in stats)
                 ):
-                    found[path] = (size, mtime_ns, digest, None if source is None else (taken, offset, source))
+                    date = None if source is None else (taken, offset, source)
+                    found[path] = (size, mtime_ns, digest, date)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         out: list[tuple[str | None, tuple[float | None, int | None, str] | None]] = []
