@@ -142,7 +142,11 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
-        ({"since": "2024-01-01"}, "since must be a datetime, got '2024-01-01'"),
+        ({"since": "last tuesday"}, (
+            "since 'last tuesday' is not a date: use 7d, 2w, 36h, today, yesterday, 2026-01-01, "
+            "2026-01-01T10:00:00 or 2026-01-01T10:00:00+02:00"
+        )),
+        ({"since": 20240101}, "since must be a datetime or a date's text, got 20240101"),
         ({"contact_sheet": "sheet.gif"}, "contact sheet sheet.gif: use a .jpg, .png or .webp name"),
         ({"xmp_keyword": "Picks|novel"}, "xmp_keyword takes effect only with xmp=True"),
         ({"ray_address": "auto"}, "ray_address takes effect only with engine='ray'"),
