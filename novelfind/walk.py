@@ -26,7 +26,6 @@ import stat
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -139,13 +138,6 @@ class FileList(Sequence[ImageFile]):
     def mtimes_ns(self) -> np.ndarray:
         """int64 (N,) modification times in nanoseconds (a copy)."""
         return np.array(self._mtimes, dtype=np.int64)
-
-    def modified_since(self, since: datetime | None) -> np.ndarray:
-        """bool (N,): the files modified at or after ``since`` (all of them for None)."""
-        if since is None:
-            return np.ones(len(self), bool)
-        threshold = since.timestamp() * 1e9  # beyond int64 nanoseconds (1677-2262): all files or none
-        return self.mtimes_ns >= int(min(max(threshold, -(2.0**63)), 2.0**63 - 1024))
 
     def nbytes(self) -> int:
         """Memory held by the records' buffers."""
