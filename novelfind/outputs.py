@@ -129,6 +129,7 @@ def write_outputs(
     points2d: Callable[[], np.ndarray],
     on_progress: Callable[[int, int], None],
     on_warning: Callable[[str], None],
+    on_failure: Callable[[Path, str], None] | None = None,
     held: HeldOutputs | None = None,
 ) -> SidecarSummary | None:
     """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
@@ -136,11 +137,19 @@ def write_outputs(
     ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
-    written; a sidecar that cannot be written, or a pick that is no longer the file ranked, goes to
-    ``on_warning``. ``held``: the folders opened for the run (:func:`held_outputs`).
+    written; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
+    that was ranked (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the
+    folders opened for the run (:func:`held_outputs`).
     """
     p = params
     writers: list[Callable[[], Any]] = []
+
+    def skipped(path: Path, reason: str) -> None:
+        if on_failure is not None:
+            on_failure(path, reason)
+        else:
+            on_warning(f"{display(path)}: {reason}")
+
     sidecars: list[SidecarSummary] = []
     if p.output is not None:
         text = format_results(picks, p.format, failures=failures, run=record)
@@ -153,7 +162,7 @@ def write_outputs(
                 p.copy_to,
                 mode=p.link,
                 members=p.copy_members,
-                on_warning=on_warning,
+                on_skipped=skipped,
                 follow_links=p.follow_symlinks,
                 dir_fd=held.picks_folder if held is not None else None,
             )

@@ -61,7 +61,7 @@ def place_picks(
     mode: str = "copy",
     *,
     members: bool = False,
-    on_warning: Callable[[str], None] | None = None,
+    on_skipped: Callable[[Path, str], None] | None = None,
     follow_links: bool = False,
     dir_fd: int | None = None,
 ) -> list[Path]:
@@ -77,17 +77,17 @@ def place_picks(
     removes) its own earlier picks when they are unchanged, and raises OutputError, before changing
     anything, if a name is taken by any other file. ``hardlink`` across file systems is an OutputError
     (no silent copy). A photo that is no longer the regular file that was ranked (a link, a FIFO, another
-    size or time) is skipped and said through ``on_warning``; a link is followed only with
-    ``follow_links`` (a scan that followed links).
+    size or time) is skipped and said through ``on_skipped(photo, reason)``; a link is followed only
+    with ``follow_links`` (a scan that followed links).
     """
     if mode not in PLACE_MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
     dest = Path(dest)
     if dir_fd is not None:
-        return _place_in(dir_fd, picks, dest, mode, members, on_warning, follow_links)
+        return _place_in(dir_fd, picks, dest, mode, members, on_skipped, follow_links)
     fd = open_picks_folder(dest, create=True)
     try:
-        return _place_in(fd, picks, dest, mode, members, on_warning, follow_links)
+        return _place_in(fd, picks, dest, mode, members, on_skipped, follow_links)
     finally:
         os.close(fd)
 
@@ -121,7 +121,7 @@ def _place_in(
     dest: Path,
     mode: str,
     members: bool,
-    on_warning: Callable[[str], None] | None,
+    on_skipped: Callable[[Path, str], None] | None,
     follow_links: bool,
 ) -> list[Path]:
     picks = sorted(picks, key=lambda p: p.rank)
@@ -182,8 +182,8 @@ def _place_in(
             try:
                 records[name] = _place_one(dir_fd, source, name, mode, ranked, follow_links)
             except _Skipped as skip:
-                if on_warning is not None:
-                    on_warning(f"not placed in the picks folder: {display(source)}: {skip}")
+                if on_skipped is not None:
+                    on_skipped(source, f"{skip}; not placed in the picks folder")
                 continue
             except OSError as err:
                 raise OutputError(

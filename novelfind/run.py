@@ -226,6 +226,7 @@ class _Scan:
                 points2d=lambda: map_2d(vectors),  # the report's map
                 on_progress=lambda done, total: self.progress("write", done, total),
                 on_warning=self.warn,
+                on_failure=self.fail,  # a pick swapped since it was ranked: not copied, exit code 3
                 held=held,
             )
             if p.ignore_picks and picks:

@@ -27,9 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from conftest import make_photo
 from PIL import Image
 
-from novelfind import atomic, xmp
+from novelfind import atomic, outputs, xmp
+from novelfind.cli import cli
 from novelfind.errors import OutputError
 from novelfind.picks import Pick
 from novelfind.placement import MANIFEST_NAME, place_picks
@@ -320,7 +323,7 @@ def test_photos_swapped_for_links_while_the_picks_are_copied_are_skipped(tmp_pat
             warnings: list[str] = []
             state["armed"] = True
             first_sync_waits(attacker)
-            placed = place_picks(picks, picks_folder, on_warning=warnings.append)
+            placed = place_picks(picks, picks_folder, on_skipped=lambda p, r: warnings.append(f"{p}: {r}"))
             assert [p.name for p in placed] == ["001_IMG_0000.jpg"]
             assert placed[0].read_bytes() == originals[0]
             assert len(warnings) == 3 and all("symbolic link" in w for w in warnings), warnings
@@ -346,7 +349,9 @@ def test_photos_swapped_before_the_copy_are_skipped_with_one_warning_each(tmp_pa
     warnings: list[str] = []
     done: list[list[Path]] = []
     worker = threading.Thread(
-        target=lambda: done.append(place_picks(picks, tmp_path / "picks", on_warning=warnings.append)),
+        target=lambda: done.append(
+            place_picks(picks, tmp_path / "picks", on_skipped=lambda p, r: warnings.append(f"{p}: {r}"))
+        ),
         daemon=True,
     )
     worker.start()
@@ -369,7 +374,9 @@ def test_a_hardlink_pick_swapped_for_a_link_is_not_linked(tmp_path):
     paths[1].unlink()
     paths[1].symlink_to(secret)
     warnings: list[str] = []
-    placed = place_picks(picks, tmp_path / "picks", mode="hardlink", on_warning=warnings.append)
+    placed = place_picks(
+        picks, tmp_path / "picks", mode="hardlink", on_skipped=lambda p, r: warnings.append(f"{p}: {r}")
+    )
     assert [p.name for p in placed] == ["001_IMG_0000.jpg"]
     assert len(warnings) == 1 and "IMG_0001.jpg" in warnings[0]
     assert os.lstat(secret).st_nlink == 1
@@ -457,3 +464,61 @@ def test_without_descriptor_calls_nothing_is_written(tmp_path, monkeypatch):
         atomic.write_atomic(tmp_path / "out.tsv", "x")
     assert "O_NOFOLLOW" in str(err.value)
     assert os.listdir(tmp_path) == []
+
+
+# --- the same through a scan: held for the whole run, said even with -q -------------------------------
+
+
+def _scan_with_swap(tmp_path, monkeypatch, swap: Callable[[list[Pick]], None]):
+    library = tmp_path / "library"
+    for i in range(4):
+        make_photo(library / f"IMG_{i:04d}.jpg", (40 + 50 * i, 90, 200 - 40 * i), seed=i, size=(64, 48))
+    picks_folder = tmp_path / "shared" / "picks"
+    picks_folder.mkdir(parents=True)
+    real = outputs.place_picks
+
+    def swapped_then_placed(picks, *args, **kwargs):  # after ranking, before the copies
+        swap(picks)
+        return real(picks, *args, **kwargs)
+
+    monkeypatch.setattr(outputs, "place_picks", swapped_then_placed)
+    result = CliRunner().invoke(
+        cli,
+        ["scan", str(library), "--k", "3", "--dedup", "0", "--copy-to", str(picks_folder), "-q",
+         "--cache", str(tmp_path / "c.sqlite")],
+    )
+    return result, picks_folder
+
+
+def test_a_scan_names_the_pick_it_did_not_copy_even_with_q(fake_extractor, tmp_path, monkeypatch):
+    secret = _private_file(tmp_path)
+
+    def swap(picks: list[Pick]) -> None:
+        picks[1].path.unlink()
+        picks[1].path.symlink_to(secret)
+
+    result, picks_folder = _scan_with_swap(tmp_path, monkeypatch, swap)
+    assert result.exit_code == 3, result.stderr  # done, one file not copied
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "symbolic link" in lines[0] and "not placed in the picks folder" in lines[0]
+    placed = [p for p in picks_folder.iterdir() if not p.name.startswith(".")]
+    assert len(placed) == 2 and all(SECRET not in p.read_bytes() for p in placed)
+
+
+def test_a_scan_keeps_the_picks_folder_it_opened_when_it_is_swapped_before_the_copies(
+    fake_extractor, tmp_path, monkeypatch
+):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def swap(picks: list[Pick]) -> None:
+        shared = tmp_path / "shared"
+        os.rename(shared / "picks", shared / "moved")
+        (shared / "picks").symlink_to(elsewhere)
+
+    result, _ = _scan_with_swap(tmp_path, monkeypatch, swap)
+    assert result.exit_code == 0, result.stderr
+    assert os.listdir(elsewhere) == []
+    moved = tmp_path / "shared" / "moved"
+    assert len([p for p in moved.iterdir() if not p.name.startswith(".")]) == 3
+    assert (moved / MANIFEST_NAME).is_file()
