@@ -75,7 +75,8 @@ def require_descriptors() -> None:
     ]
     if missing:
         raise OSError(
-            errno.ENOTSUP, f"this system lacks {', '.join(missing)}, which safe writes need (see docs/security.md)"
+            errno.ENOTSUP,
+            f"this system lacks {', '.join(missing)}, which safe writes need (see docs/security.md)",
         )
     _checked = True
 
@@ -201,7 +202,9 @@ def rename_checked(fd: int, tmp: str, dir_fd: int, name: str, shown: str | os.Pa
     mine, there = os.fstat(fd), lstat_at(dir_fd, name)
     if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
         raise OSError(
-            errno.EAGAIN, "it was changed by someone else while it was written (not written)", os.fspath(shown)
+            errno.EAGAIN,
+            "it was changed by someone else while it was written (not written)",
+            os.fspath(shown),
         )
 
 
@@ -298,7 +301,9 @@ def replacing(
             try:
                 st = os.fstat(fd)
                 if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-                    raise OSError(errno.EAGAIN, "its temporary file was replaced (not written)", os.fspath(target))
+                    raise OSError(
+                        errno.EAGAIN, "its temporary file was replaced (not written)", os.fspath(target)
+                    )
                 finish_file(fd, mode=mode, owner=owner)
                 rename_checked(fd, tmp, dir_fd, target.name, target)
             finally:

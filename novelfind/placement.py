@@ -220,7 +220,9 @@ def _lstat(dir_fd: int, name: str, shown: Path) -> os.stat_result | None:
         raise OutputError(f"cannot use {display(shown)}: {describe(err)}") from None
 
 
-def _open_source(source: Path, ranked: tuple[int, int] | None, follow_links: bool) -> tuple[int, os.stat_result]:
+def _open_source(
+    source: Path, ranked: tuple[int, int] | None, follow_links: bool
+) -> tuple[int, os.stat_result]:
     """The photo ``source`` opened for reading (``O_NOFOLLOW | O_NONBLOCK``), checked to be the regular
     file that was ranked (``ranked``: its size and modification time then). Raises _Skipped, OSError."""
     try:

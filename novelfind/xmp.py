@@ -58,8 +58,13 @@ no properties, which written back would empty the sidecar); python-exiv2 routes 
 A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``),
 and so is a sidecar that is a symbolic link: anyone who can write into the library's folders could point
 one at another file of the user's, which a write through it would turn into an XMP packet.
-Writes are atomic (a temporary file in the same folder, then a rename) and keep the file's mode and,
-where allowed, its owner; a new sidecar made by a root cron job belongs to the photo's owner.
+Writes are atomic (a temporary file in the same folder, then a rename) and keep the sidecar's read and
+write bits (never setuid, setgid or sticky) and, where allowed, its owner; a new sidecar made by a root
+cron job belongs to the photo's owner. Others may write to the library's folders, so each sidecar's
+folder is opened once (below a scanned folder, each level without following a link) and everything in
+it, reading, writing, setting the mode and the owner, renaming, deleting, goes through descriptors
+(:mod:`novelfind.atomic`): a link swapped in at any moment is never written through or handed to
+anyone.
 """
 
 from __future__ import annotations
@@ -423,8 +428,8 @@ def _write(
     Its mode is the old sidecar's read and write bits (0o666 at most: never setuid, setgid or sticky),
     or for a new sidecar the usual mode of a new file (0o666 less the umask). It keeps its owner; a new
     one made by root is given to the owner and group of ``photo`` (its name in the same folder), so a
-    root cron job does not leave files the user cannot edit. Mode and owner are set on the new file's descriptor, never by name
-    (:func:`novelfind.atomic.replacing_at`).
+    root cron job does not leave files the user cannot edit. Mode and owner are set on the new file's
+    descriptor, never by name (:func:`novelfind.atomic.replacing_at`).
     """
     if old is not None:
         try:

@@ -58,8 +58,8 @@ def _inotify():
 
 class Attacker(threading.Thread):
     """Watches ``folder``; for each name created there, once, calls ``act(name)``, which returns True
-    when it made its move. ``moved`` is set after each move (the victim's first sync waits for it), ``moves`` counts
-    them."""
+    when it made its move. ``moved`` is set after each move (the victim's first sync waits for it),
+    ``moves`` counts them."""
 
     def __init__(self, folder: Path, act: Callable[[str], bool]):
         super().__init__(daemon=True)
