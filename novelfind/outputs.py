@@ -164,6 +164,7 @@ def write_outputs(
                 members=p.copy_members,
                 on_skipped=skipped,
                 follow_links=p.follow_symlinks,
+                roots=p.paths,
                 dir_fd=held.picks_folder if held is not None else None,
             )
         )

@@ -22,6 +22,7 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ def place_picks(
     members: bool = False,
     on_skipped: Callable[[Path, str], None] | None = None,
     follow_links: bool = False,
+    roots: Sequence[str | os.PathLike[str]] = (),
     dir_fd: int | None = None,
 ) -> list[Path]:
     """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
@@ -78,16 +80,19 @@ def place_picks(
     anything, if a name is taken by any other file. ``hardlink`` across file systems is an OutputError
     (no silent copy). A photo that is no longer the regular file that was ranked (a link, a FIFO, another
     size or time) is skipped and said through ``on_skipped(photo, reason)``; a link is followed only
-    with ``follow_links`` (a scan that followed links).
+    with ``follow_links`` (a scan that followed links). ``roots``: the scanned folders; a photo under one
+    is opened from it one folder at a time without following a link (``atomic.open_below``), so a
+    folder of the library swapped for a link cannot lead the copy elsewhere.
     """
     if mode not in PLACE_MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
     dest = Path(dest)
+    reading = _Reading(follow_links, tuple(os.path.abspath(os.fspath(r)) for r in roots))
     if dir_fd is not None:
-        return _place_in(dir_fd, picks, dest, mode, members, on_skipped, follow_links)
+        return _place_in(dir_fd, picks, dest, mode, members, on_skipped, reading)
     fd = open_picks_folder(dest, create=True)
     try:
-        return _place_in(fd, picks, dest, mode, members, on_skipped, follow_links)
+        return _place_in(fd, picks, dest, mode, members, on_skipped, reading)
     finally:
         os.close(fd)
 
@@ -122,7 +127,7 @@ def _place_in(
     mode: str,
     members: bool,
     on_skipped: Callable[[Path, str], None] | None,
-    follow_links: bool,
+    reading: _Reading,
 ) -> list[Path]:
     picks = sorted(picks, key=lambda p: p.rank)
     manifest_path = dest / MANIFEST_NAME
@@ -180,7 +185,7 @@ def _place_in(
         for (_, _, source, ranked), name in zip(sources, names, strict=True):
             target = dest / name
             try:
-                records[name] = _place_one(dir_fd, source, name, mode, ranked, follow_links)
+                records[name] = _place_one(dir_fd, source, name, mode, ranked, reading)
             except _Skipped as skip:
                 if on_skipped is not None:
                     on_skipped(source, f"{skip}; not placed in the picks folder")
@@ -220,13 +225,39 @@ def _lstat(dir_fd: int, name: str, shown: Path) -> os.stat_result | None:
         raise OutputError(f"cannot use {display(shown)}: {describe(err)}") from None
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """How the photos are opened: following links (a scan that followed them), and from which scanned
+    folders (absolute paths)."""
+
+    follow_links: bool
+    roots: tuple[str, ...]
+
+    def root_of(self, source: Path) -> str | None:
+        """The innermost scanned folder holding ``source``, unless links are followed."""
+        if self.follow_links:
+            return None
+        path = os.path.abspath(source)
+        inside = [r for r in self.roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+        return max(inside, key=len) if inside else None
+
+
 def _open_source(
-    source: Path, ranked: tuple[int, int] | None, follow_links: bool
+    source: Path, ranked: tuple[int, int] | None, reading: _Reading
 ) -> tuple[int, os.stat_result]:
-    """The photo ``source`` opened for reading (``O_NOFOLLOW | O_NONBLOCK``), checked to be the regular
-    file that was ranked (``ranked``: its size and modification time then). Raises _Skipped, OSError."""
+    """The photo ``source`` opened for reading (``O_NOFOLLOW | O_NONBLOCK``; below a scanned folder each
+    folder on the way opened without following a link too), checked to be the regular file that was
+    ranked (``ranked``: its size and modification time then). Raises _Skipped, OSError."""
+    root = reading.root_of(source)
     try:
-        fd, st = atomic.open_regular(source, follow_link=follow_links)
+        if root is None:
+            fd, st = atomic.open_regular(source, follow_link=reading.follow_links)
+        else:
+            parent = atomic.open_below(root, os.path.dirname(os.path.abspath(source)))
+            try:
+                fd, st = atomic.open_regular(source.name, dir_fd=parent)
+            finally:
+                os.close(parent)
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.EINVAL, errno.ENXIO):
             raise _Skipped(describe(err)) from None
@@ -238,13 +269,13 @@ def _open_source(
 
 
 def _place_one(
-    dir_fd: int, source: Path, name: str, mode: str, ranked: tuple[int, int] | None, follow_links: bool
+    dir_fd: int, source: Path, name: str, mode: str, ranked: tuple[int, int] | None, reading: _Reading
 ) -> dict[str, Any]:
     """Make ``name`` (in the picks folder ``dir_fd``) a copy of, or a link to, ``source``, and return its
     manifest record. It is made under a new random name first (created exclusively: a link planted
     under a name guessed in advance is never opened), then renamed; a failure removes it. Raises
     _Skipped, OSError."""
-    src, src_st = _open_source(source, ranked, follow_links)
+    src, src_st = _open_source(source, ranked, reading)
     tmp = f"{_TMP_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
     try:
         if mode == "copy":
@@ -271,7 +302,7 @@ def _place_one(
             target = os.path.abspath(source)
             os.symlink(target, tmp, dir_fd=dir_fd)
         else:
-            os.link(source, tmp, dst_dir_fd=dir_fd, follow_symlinks=follow_links)
+            os.link(source, tmp, dst_dir_fd=dir_fd, follow_symlinks=reading.follow_links)
         try:
             made = atomic.lstat_at(dir_fd, tmp)
             if mode == "hardlink" and (

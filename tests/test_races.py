@@ -367,6 +367,27 @@ def test_photos_swapped_before_the_copy_are_skipped_with_one_warning_each(tmp_pa
         assert SECRET not in entry.read_bytes()
 
 
+def test_a_folder_of_the_library_swapped_for_a_link_leads_no_copy_elsewhere(tmp_path):
+    """Below a scanned folder, a photo is opened one folder at a time without following a link: the
+    photo's folder swapped for a link to a folder holding a file of the same name, size and time (a
+    private one of root's) is not copied."""
+    library = tmp_path / "library"
+    (photo,) = _photos(library / "2019", 1)
+    picks = _picks([photo])
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    twin = private / photo.name
+    twin.write_bytes(photo.read_bytes())
+    os.utime(twin, ns=(photo.stat().st_atime_ns, photo.stat().st_mtime_ns))
+    os.rename(library / "2019", tmp_path / "moved")
+    (library / "2019").symlink_to(private)
+    skipped: list[tuple[Path, str]] = []
+    placed = place_picks(
+        picks, tmp_path / "picks", roots=[library], on_skipped=lambda p, r: skipped.append((p, r))
+    )
+    assert placed == [] and len(skipped) == 1 and "symbolic link" in skipped[0][1]
+
+
 def test_a_hardlink_pick_swapped_for_a_link_is_not_linked(tmp_path):
     secret = _private_file(tmp_path)
     paths = _photos(tmp_path / "library", 2)
