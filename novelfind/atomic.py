@@ -30,8 +30,6 @@ Where the system lacks one of these calls (``dir_fd`` support, ``O_NOFOLLOW``, `
 
 from __future__ import annotations
 
-from __future__ import annotations
-
 import errno
 import os
 import secrets

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from novelfind import atomic
+from novelfind.atomic import write_atomic
 from novelfind.errors import InputError, MissingExtraError, OutputError
+from novelfind.formats import format_results
 from novelfind.htmlreport import write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
-from novelfind.atomic import write_atomic
-from novelfind.formats import format_results
 from novelfind.picks import Failure, Pick
 from novelfind.placement import MANIFEST_NAME, open_picks_folder, place_picks
 from novelfind.safe_text import display

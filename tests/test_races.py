@@ -323,7 +323,9 @@ def test_photos_swapped_for_links_while_the_picks_are_copied_are_skipped(tmp_pat
             warnings: list[str] = []
             state["armed"] = True
             first_sync_waits(attacker)
-            placed = place_picks(picks, picks_folder, on_skipped=lambda p, r: warnings.append(f"{p}: {r}"))
+            placed = place_picks(
+                picks, picks_folder, on_skipped=lambda p, r, said=warnings: said.append(f"{p}: {r}")
+            )
             assert [p.name for p in placed] == ["001_IMG_0000.jpg"]
             assert placed[0].read_bytes() == originals[0]
             assert len(warnings) == 3 and all("symbolic link" in w for w in warnings), warnings
