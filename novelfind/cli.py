@@ -642,7 +642,11 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
         ignore_file = Path(configured) if configured is not None else None
     ignored = IgnoreList(ignore_file)
     if show:
-        lines = [f"{entry.added}\t{escape_field(str(entry.path))}\n" for entry in ignored.entries()]
+        # both fields escaped: the list is a file someone may have edited (an ESC or a newline in
+        # ``added`` would forge a line or speak to the terminal)
+        lines = [
+            f"{escape_field(entry.added)}\t{escape_field(str(entry.path))}\n" for entry in ignored.entries()
+        ]
         _write_stdout(encode_output("".join(lines)))
         return int(ExitCode.OK)
     if clear:

@@ -11,20 +11,22 @@ live in :mod:`novelfind.formats` (lists), :mod:`novelfind.placement` (copies), :
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from novelfind import atomic
+from novelfind.atomic import write_atomic
 from novelfind.errors import InputError, MissingExtraError, OutputError
+from novelfind.formats import format_results
 from novelfind.htmlreport import write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
-from novelfind.atomic import write_atomic
-from novelfind.formats import format_results
 from novelfind.picks import Failure, Pick
-from novelfind.placement import MANIFEST_NAME, place_picks
+from novelfind.placement import MANIFEST_NAME, open_picks_folder, place_picks
 from novelfind.safe_text import display
 from novelfind.walk import FileList, scanned_path_within
 from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks
@@ -60,6 +62,8 @@ def check_outputs(params: ScanParameters) -> None:
                 "picks folder is left out of the walk, so nothing would be ranked; choose a folder "
                 "outside it"
             )
+        if p.copy_to.is_symlink():  # opened O_NOFOLLOW: a link there could be swapped to point anywhere
+            raise OutputError(f"cannot place the picks in {display(p.copy_to)}: {atomic.LINK_REFUSED}")
         if p.copy_to.exists() and not p.copy_to.is_dir():
             raise OutputError(f"cannot place the picks in {p.copy_to}: it is not a folder")
         manifest = p.copy_to / MANIFEST_NAME
@@ -72,6 +76,30 @@ def check_outputs(params: ScanParameters) -> None:
             raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not a folder")
         if not os.access(existing, os.W_OK):
             raise OutputError(f"cannot place the picks in {p.copy_to}: {existing} is not writable")
+
+
+@contextmanager
+def held_outputs(params: ScanParameters) -> Iterator[HeldOutputs]:
+    """Open, for the whole run, the folders the outputs go into that someone else may write: the picks
+    folder (``O_DIRECTORY | O_NOFOLLOW``). Whatever its parent folder does to it during the scan (swap it
+    for a link, rename it), the picks go into the folder opened here. A picks folder that does not exist
+    yet is created and opened when the picks are placed. Raises OutputError."""
+    held = HeldOutputs()
+    if params.copy_to is not None and os.path.lexists(params.copy_to):
+        held.picks_folder = open_picks_folder(params.copy_to, create=False)
+    try:
+        yield held
+    finally:
+        if held.picks_folder is not None:
+            os.close(held.picks_folder)
+            held.picks_folder = None
+
+
+@dataclass
+class HeldOutputs:
+    """Descriptors :func:`held_outputs` holds for :func:`write_outputs`."""
+
+    picks_folder: int | None = None
 
 
 class OwnOutputs:
@@ -101,23 +129,45 @@ def write_outputs(
     points2d: Callable[[], np.ndarray],
     on_progress: Callable[[int, int], None],
     on_warning: Callable[[str], None],
+    on_failure: Callable[[Path, str], None] | None = None,
+    held: HeldOutputs | None = None,
 ) -> SidecarSummary | None:
     """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
 
     ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
-    written; a sidecar that cannot be written goes to ``on_warning`` and into the summary.
+    written; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
+    that was ranked (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the
+    folders opened for the run (:func:`held_outputs`).
     """
     p = params
     writers: list[Callable[[], Any]] = []
+
+    def skipped(path: Path, reason: str) -> None:
+        if on_failure is not None:
+            on_failure(path, reason)
+        else:
+            on_warning(f"{display(path)}: {reason}")
+
     sidecars: list[SidecarSummary] = []
     if p.output is not None:
         text = format_results(picks, p.format, failures=failures, run=record)
         # The one output written through a link: -o names one file, and a link there is the user's.
         writers.append(lambda: write_atomic(p.output, text, follow_link=True))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
-        writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link, members=p.copy_members))
+        writers.append(
+            lambda: place_picks(
+                picks,
+                p.copy_to,
+                mode=p.link,
+                members=p.copy_members,
+                on_skipped=skipped,
+                follow_links=p.follow_symlinks,
+                roots=p.paths,
+                dir_fd=held.picks_folder if held is not None else None,
+            )
+        )
     if p.report is not None:
         writers.append(
             lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)

@@ -34,7 +34,7 @@ from novelfind.extract.engines import ENGINES
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.ignore import IgnoreList
 from novelfind.lock import output_lock
-from novelfind.outputs import OwnOutputs, check_outputs, write_outputs
+from novelfind.outputs import OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.pairs import PhotoList
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pca import map_2d
@@ -153,6 +153,7 @@ class _Scan:
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
+            held = stack.enter_context(held_outputs(p))  # the picks folder, opened once for the run
             if self.on_warning is not None:
                 stack.enter_context(warnings_to(self.on_warning))
             for target in p.outputs():
@@ -235,6 +236,8 @@ class _Scan:
                 points2d=lambda: map_2d(vectors),  # the report's map
                 on_progress=lambda done, total: self.progress("write", done, total),
                 on_warning=self.warn,
+                on_failure=self.fail,  # a pick swapped since it was ranked: not copied, exit code 3
+                held=held,
             )
             if p.ignore_picks and picks:
                 files = [  # the whole moment: the pick and its members

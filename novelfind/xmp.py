@@ -58,12 +58,18 @@ no properties, which written back would empty the sidecar); python-exiv2 routes 
 A sidecar that is not well-formed XML or that the toolkit rejects is left as it is (``SidecarError``),
 and so is a sidecar that is a symbolic link: anyone who can write into the library's folders could point
 one at another file of the user's, which a write through it would turn into an XMP packet.
-Writes are atomic (a temporary file in the same folder, then a rename) and keep the file's mode and,
-where allowed, its owner; a new sidecar made by a root cron job belongs to the photo's owner.
+Writes are atomic (a temporary file in the same folder, then a rename) and keep the sidecar's read and
+write bits (never setuid, setgid or sticky) and, where allowed, its owner; a new sidecar made by a root
+cron job belongs to the photo's owner. Others may write to the library's folders, so each sidecar's
+folder is opened once (below a scanned folder, each level without following a link) and everything in
+it, reading, writing, setting the mode and the owner, renaming, deleting, goes through descriptors
+(:mod:`novelfind.atomic`): a link swapped in at any moment is never written through or handed to
+anyone.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -167,22 +173,42 @@ def sidecar_for(photo: str | os.PathLike[str], twins: Iterable[str | os.PathLike
     ``twins`` are the other files of the same photo (a RAW + JPEG pair); ``NAME.xmp`` is skipped when
     another file of the folder may own it (see the module doc).
     """
-    candidates = sidecar_candidates(photo)
-    own = [c for c in candidates[:2] if os.path.lexists(c)]
+    photo = Path(photo)
+    try:
+        dir_fd = atomic.open_folder(photo.parent, follow_link=True)
+    except OSError:
+        return sidecar_candidates(photo)[0]
+    try:
+        return photo.parent / _sidecar_name(dir_fd, photo, twins)
+    finally:
+        os.close(dir_fd)
+
+
+def _sidecar_name(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[str]]) -> str:
+    """:func:`sidecar_for`, looked up in the photo's folder opened as ``dir_fd``; the sidecar's name."""
+
+    def exists(name: str) -> bool:
+        try:
+            return atomic.lstat_at(dir_fd, name) is not None
+        except OSError:
+            return False
+
+    candidates = [c.name for c in sidecar_candidates(photo)]
+    own = [c for c in candidates[:2] if exists(c)]
     if own:
         return own[0]
-    shared = [c for c in candidates[2:] if os.path.lexists(c)]
-    if shared and _owns_name_xmp(Path(photo), twins):
+    shared = [c for c in candidates[2:] if exists(c)]
+    if shared and _owns_name_xmp(dir_fd, photo, twins):
         return shared[0]
     return candidates[0]
 
 
-def _owns_name_xmp(photo: Path, twins: Iterable[str | os.PathLike[str]]) -> bool:
+def _owns_name_xmp(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[str]]) -> bool:
     """Whether ``NAME.xmp`` can be ``photo``'s: no other file of that name, but its twins, may own it."""
     stem = os.path.splitext(photo.name)[0].casefold()
     mine = {photo.name, *(Path(t).name for t in twins)}
     try:
-        names = os.listdir(photo.parent)
+        names = os.listdir(dir_fd)
     except OSError:
         return False
     others = [
@@ -346,57 +372,91 @@ def _exiv2_reason(err: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------- files
 
 
-def _read(sidecar: Path) -> bytes | None:
-    """The sidecar's bytes, None when there is none. Raises SidecarError."""
+@contextmanager
+def _folder(folder: Path, root: str | None, shown: Path) -> Iterator[int]:
+    """The folder of a sidecar, opened once; every call on the sidecar is relative to it.
+
+    Under a scanned folder ``root``, each folder below it is opened with ``O_NOFOLLOW``
+    (:func:`novelfind.atomic.open_below`): a folder of the library swapped for a link during the scan
+    is refused, never entered. Raises SidecarError (``shown``: the sidecar named in it).
+    """
     try:
-        st = os.lstat(sidecar)
-    except FileNotFoundError:
-        return None
+        if root is not None and _under(str(folder), [root]):
+            fd = atomic.open_below(root, folder)
+        else:
+            fd = atomic.open_folder(folder, follow_link=True)
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise SidecarError(shown, f"cannot open its folder: {reason}") from None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _read(dir_fd: int, name: str, sidecar: Path) -> tuple[bytes | None, os.stat_result | None]:
+    """The sidecar's bytes and its ``fstat`` (None, None when there is none). Raises SidecarError."""
+    try:
+        st = atomic.lstat_at(dir_fd, name)
     except OSError as e:
         raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
+    if st is None:
+        return None, None
     if stat.S_ISLNK(st.st_mode):
         raise SidecarError(sidecar, atomic.LINK_REFUSED)
     if not stat.S_ISREG(st.st_mode):
         raise SidecarError(sidecar, "not a regular file")
     try:
-        return atomic.read_limited(sidecar, _SIDECAR_LIMIT)
+        fd, st = atomic.open_regular(name, dir_fd=dir_fd)
+        with open(fd, "rb") as handle:
+            data = handle.read(_SIDECAR_LIMIT + 1)
     except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SidecarError(sidecar, atomic.LINK_REFUSED) from None
         raise SidecarError(sidecar, f"cannot read: {e.strerror or e}") from None
+    if len(data) > _SIDECAR_LIMIT:
+        raise SidecarError(sidecar, f"cannot read: larger than {_SIDECAR_LIMIT} bytes")
+    return data, st
 
 
-def _write(sidecar: Path, data: bytes, photo: Path) -> None:
-    """Replace (or create) ``sidecar`` atomically, keeping its mode and owner. Raises SidecarError.
+def _write(
+    dir_fd: int, name: str, data: bytes, photo: str | None, old: os.stat_result | None, sidecar: Path
+) -> None:
+    """Replace (or create) the sidecar ``name`` atomically, through the folder's descriptor.
+    Raises SidecarError.
 
-    A new sidecar gets the usual mode of a new file (0o666 less the umask); when run as root it is given
-    to the photo's owner and group, so a root cron job does not leave files the user cannot edit.
+    Its mode is the old sidecar's read and write bits (0o666 at most: never setuid, setgid or sticky),
+    or for a new sidecar the usual mode of a new file (0o666 less the umask). It keeps its owner; a new
+    one made by root is given to the owner and group of ``photo`` (its name in the same folder), so a
+    root cron job does not leave files the user cannot edit. Mode and owner are set on the new file's
+    descriptor, never by name (:func:`novelfind.atomic.replacing_at`).
     """
-    target = Path(sidecar)
-    try:
-        old = os.lstat(target)
-    except FileNotFoundError:
-        old = None
-    except OSError as e:
-        raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
-    if old is not None and not os.access(target, os.W_OK):
-        raise SidecarError(sidecar, "cannot write: the sidecar is read-only")
-    owner = (old.st_uid, old.st_gid) if old is not None else None
-    if old is None:
+    if old is not None:
         try:
-            st = os.stat(photo)
-            owner = (st.st_uid, st.st_gid)
+            writable = os.access(name, os.W_OK, dir_fd=dir_fd, follow_symlinks=False)
+        except (OSError, NotImplementedError):
+            writable = True  # the write itself says no
+        if not writable:
+            raise SidecarError(sidecar, "cannot write: the sidecar is read-only")
+    owner = (old.st_uid, old.st_gid) if old is not None else None
+    if old is None and photo is not None:
+        try:
+            st = atomic.lstat_at(dir_fd, photo)
+            owner = (st.st_uid, st.st_gid) if st is not None else None
         except OSError:
             pass
     if owner is not None and not (os.geteuid() == 0 or owner[0] == os.geteuid()):
         owner = None
+    mode = old.st_mode & 0o666 if old is not None else atomic.new_file_mode(0o666)
     try:
-        atomic.write_bytes(target, data, owner=owner)
+        atomic.write_bytes_at(dir_fd, name, data, mode=mode, owner=owner, shown=sidecar)
     except OSError as e:
         raise SidecarError(sidecar, f"cannot write: {e.strerror or e}") from None
 
 
-def _delete(sidecar: Path) -> None:
+def _delete(dir_fd: int, name: str, sidecar: Path) -> None:
     try:
-        os.unlink(sidecar)
+        os.unlink(name, dir_fd=dir_fd)
     except FileNotFoundError:
         pass
     except OSError as e:
@@ -406,19 +466,26 @@ def _delete(sidecar: Path) -> None:
 # ---------------------------------------------------------------------------------------------- edits
 
 
-def _paths(
-    photo: str | os.PathLike[str],
-    sidecar: str | os.PathLike[str] | None,
-    twins: Iterable[str | os.PathLike[str]] = (),
-) -> tuple[Path, Path]:
-    """(photo, its sidecar); ValueError when the photo is a sidecar or the sidecar is not one."""
+def _paths(photo: str | os.PathLike[str], sidecar: str | os.PathLike[str] | None) -> tuple[Path, Path]:
+    """(photo, the folder of its sidecar); ValueError when the photo is a sidecar or the sidecar is not
+    one."""
     photo = Path(photo)
     if photo.suffix.lower() == ".xmp":
         raise ValueError(f"expected a photo, got a sidecar: {photo}")
-    path = Path(sidecar) if sidecar is not None else sidecar_for(photo, twins)
+    if sidecar is None:
+        return photo, photo.parent
+    path = Path(sidecar)
     if path.suffix.lower() != ".xmp" or os.path.abspath(path) == os.path.abspath(photo):
         raise ValueError(f"a sidecar's name ends in .xmp, got {path}")
-    return photo, path
+    return photo, path.parent
+
+
+def _sidecar_in(
+    dir_fd: int, folder: Path, photo: Path, sidecar: str | os.PathLike[str] | None, twins
+) -> tuple[str, Path]:
+    """(name in the folder, path) of the sidecar to use."""
+    name = Path(sidecar).name if sidecar is not None else _sidecar_name(dir_fd, photo, twins)
+    return name, folder / name
 
 
 def _levels(keyword: str) -> list[str]:
@@ -473,19 +540,37 @@ def tag(
     keyword: str = DEFAULT_KEYWORD,
     sidecar: str | os.PathLike[str] | None = None,
     twins: Iterable[str | os.PathLike[str]] = (),
+    root: str | os.PathLike[str] | None = None,
 ) -> SidecarChange:
     """Mark ``photo`` as a pick in its sidecar (see the module doc). Idempotent.
 
     ``sidecar`` names the sidecar to write; by default ``sidecar_for(photo, twins)``, ``twins`` being the
-    photo's other files (a RAW + JPEG pair).
+    photo's other files (a RAW + JPEG pair). ``root``: the scanned folder the photo was found in; the
+    folders below it are opened without following links (:func:`_folder`).
 
     A keyword a previous run added and that differs from ``keyword`` is taken back. Nothing is written
     when the sidecar already says all this ("unchanged"). Raises SidecarError (the sidecar is left as
     it was) and ValueError for an empty keyword or a photo named ``*.xmp``.
     """
     levels = _levels(keyword)
-    photo, path = _paths(photo, sidecar, twins)
-    data = _read(path)
+    photo, folder = _paths(photo, sidecar)
+    shown = sidecar_candidates(photo)[0] if sidecar is None else Path(sidecar)
+    with _folder(folder, _root(root), shown) as fd:
+        name, path = _sidecar_in(fd, folder, photo, sidecar, twins)
+        data, old = _read(fd, name, path)
+        out = _tagged(path, data, levels, rank, score)
+        if out is None:
+            return SidecarChange(photo, path, "unchanged")
+        _write(fd, name, out, photo.name if photo.parent == folder else None, old, path)
+    return SidecarChange(photo, path, "created" if data is None else "updated")
+
+
+def _root(root: str | os.PathLike[str] | None) -> str | None:
+    return None if root is None else os.path.abspath(os.fspath(root))
+
+
+def _tagged(path: Path, data: bytes | None, levels: list[str], rank: int, score: float) -> bytes | None:
+    """The sidecar ``data`` with the pick's keyword, rank and score; None when it says all that already."""
     with _exiv2() as (exiv2, collect):
         packet = _Packet(exiv2, collect, path, data)
         before = packet.snapshot()
@@ -499,22 +584,39 @@ def tag(
         if not data:
             packet.set_text(CREATED, "True" if data is None else _WAS_EMPTY)
         if packet.snapshot() == before:
-            return SidecarChange(photo, path, "unchanged")
-        out = packet.serialise()
-    _write(path, out, photo)
-    return SidecarChange(photo, path, "created" if data is None else "updated")
+            return None
+        return packet.serialise()
 
 
-def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | None = None) -> SidecarChange:
+def untag(
+    photo: str | os.PathLike[str],
+    *,
+    sidecar: str | os.PathLike[str] | None = None,
+    root: str | os.PathLike[str] | None = None,
+) -> SidecarChange:
     """Take back what ``tag`` wrote into ``photo``'s sidecar, and nothing else.
 
     "removed" when something was taken out, "deleted" when the sidecar was novelfind's own and is now
-    empty, "unchanged" when it held nothing of novelfind's (or there is no sidecar). Raises SidecarError.
+    empty, "unchanged" when it held nothing of novelfind's (or there is no sidecar). ``root``: as for
+    :func:`tag`. Raises SidecarError.
     """
-    photo, path = _paths(photo, sidecar)
-    data = _read(path)
-    if data is None:
-        return SidecarChange(photo, path, "unchanged")
+    photo, folder = _paths(photo, sidecar)
+    shown = sidecar_candidates(photo)[0] if sidecar is None else Path(sidecar)
+    with _folder(folder, _root(root), shown) as fd:
+        name, path = _sidecar_in(fd, folder, photo, sidecar, ())
+        data, old = _read(fd, name, path)
+        if data is None:
+            return SidecarChange(photo, path, "unchanged")
+        action, out = _untagged(path, data)
+        if action == "deleted":
+            _delete(fd, name, path)
+        elif action == "removed":
+            _write(fd, name, out, photo.name if photo.parent == folder else None, old, path)
+    return SidecarChange(photo, path, action)
+
+
+def _untagged(path: Path, data: bytes) -> tuple[Action, bytes]:
+    """What taking back novelfind's tags from ``data`` does, and the bytes to write then."""
     with _exiv2() as (exiv2, collect):
         packet = _Packet(exiv2, collect, path, data)
         before = packet.snapshot()
@@ -524,17 +626,13 @@ def untag(photo: str | os.PathLike[str], *, sidecar: str | os.PathLike[str] | No
         for key in _OURS:
             packet.erase(key)
         if packet.snapshot() == before:
-            return SidecarChange(photo, path, "unchanged")
+            return "unchanged", b""
         empty = packet.data.count() == 0
         if empty and created == _WAS_EMPTY:
-            out = b""  # the empty file it was, to the byte
-        else:
-            out = None if (created == "True" and empty) else packet.serialise()
-    if out is None:
-        _delete(path)
-        return SidecarChange(photo, path, "deleted")
-    _write(path, out, photo)
-    return SidecarChange(photo, path, "removed")
+            return "removed", b""  # the empty file it was, to the byte
+        if created == "True" and empty:
+            return "deleted", b""
+        return "removed", packet.serialise()
 
 
 # ---------------------------------------------------------------------------------------------- runs
@@ -575,6 +673,12 @@ class SidecarSummary:
 
 def _under(path: str, roots: Sequence[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
+def _root_of(path: str, roots: Sequence[str]) -> str | None:
+    """The scanned folder ``path`` was found under (the innermost), None when there is none."""
+    inside = [r for r in roots if _under(path, [r]) and path != r]
+    return max(inside, key=len) if inside else None
 
 
 def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
@@ -647,7 +751,14 @@ def apply_picks(
             photo = os.path.abspath(os.fspath(pick.path))
             picked.add(photo)
             try:
-                change = tag(photo, rank=pick.rank, score=pick.score, keyword=keyword, twins=pick.twins)
+                change = tag(
+                    photo,
+                    rank=pick.rank,
+                    score=pick.score,
+                    keyword=keyword,
+                    twins=pick.twins,
+                    root=_root_of(photo, flat_roots),
+                )
             except SidecarError as e:
                 problem(e.path, e.reason)
                 continue
@@ -662,7 +773,7 @@ def apply_picks(
                 del entries[photo]  # shared with a file picked now: its tag stays
                 continue
             try:
-                change = untag(photo, sidecar=sidecar)
+                change = untag(photo, sidecar=sidecar, root=_root_of(photo, flat_roots))
             except SidecarError as e:
                 problem(e.path, e.reason)
                 continue

@@ -15,7 +15,11 @@ def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:
     Keys are libexiv2's (``Xmp.dc.subject``, ``Xmp.novelfind.Rank``, ...). Raises SidecarError.
     """
     path = Path(sidecar)
-    data = xmp._read(path)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        data, _ = xmp._read(fd, path.name, path)
+    finally:
+        os.close(fd)
     if data is None:
         raise xmp.SidecarError(path, "no such file")
     with xmp._exiv2() as (exiv2, collect):

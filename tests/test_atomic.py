@@ -66,10 +66,10 @@ def test_write_atomic_failure_leaves_no_temp_and_keeps_old(tmp_path, monkeypatch
     target = tmp_path / "out.txt"
     target.write_text("old")
 
-    def broken_replace(src, dst):
+    def broken_rename(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(atomic.os, "replace", broken_replace)
+    monkeypatch.setattr(atomic.os, "rename", broken_rename)
     with pytest.raises(OutputError, match="No space left on device"):
         write_atomic(target, "new")
     assert os.listdir(tmp_path) == ["out.txt"] and target.read_text() == "old"

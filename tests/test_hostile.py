@@ -418,6 +418,39 @@ def test_line_formats_keep_one_pick_per_line_with_unicode_separators(fake_extrac
         assert paths == {str(p) for p in root.iterdir()}
 
 
+def test_members0_is_exact_for_xargs_and_members_escapes(fake_extractor, tmp_path):
+    """``members0`` is the format for ``xargs -0``: the exact bytes of every name (a backslash and a
+    newline included); ``members`` escapes them, for reading line by line."""
+    root = tmp_path / "lib"
+    names = ["back\\slash.jpg", "new\nline.jpg", "plain.jpg"]
+    for i, name in enumerate(names):
+        make_photo(root / name, (40 + 80 * i, 90, 200 - 70 * i), seed=i, size=(64, 48))
+    args = ("scan", root, "--k", 3, "--dedup", 0, "--cache", tmp_path / "c.sqlite")
+    exact = nf(*args, "--format", "members0")
+    assert exact.exit_code == 0, exact.stderr
+    listed = subprocess.run(
+        ["xargs", "-0", "printf", "%s\\0"], input=exact.stdout_bytes, capture_output=True, check=True
+    ).stdout
+    assert sorted(listed.split(b"\0")[:-1]) == sorted(os.fsencode(root / n) for n in names)
+    escaped = nf(*args, "--format", "members")
+    assert "back\\\\slash.jpg" in escaped.stdout and "new\\nline.jpg" in escaped.stdout
+    assert len(escaped.stdout.splitlines()) == 3
+
+
+def test_ignore_list_escapes_a_planted_added_field_and_path(tmp_path):
+    """``ignore --list`` prints what a file says: an ESC or a newline in it is escaped, one entry a line."""
+    listfile = tmp_path / "ignored.json"
+    listfile.write_text(json.dumps({"version": 1, "ignored": {
+        "d1": {"path": "/p/a\x1b]0;owned\x07.jpg", "added": "2024-01-01\nwarning: forged\x1b[2J", "size": 1},
+    }}))
+    result = nf("ignore", "--list", "--ignore-file", listfile)
+    assert result.exit_code == 0, result.stderr
+    assert "\x1b" not in result.stdout and len(result.stdout.splitlines()) == 1
+    added, path = result.stdout.rstrip("\n").split("\t")
+    assert added == "2024-01-01\\nwarning: forged\\x1b[2J"
+    assert path == "/p/a\\x1b]0;owned\\x07.jpg"
+
+
 def test_one_line_escapes_what_a_terminal_or_splitlines_would_act_on():
     from novelfind.safe_text import one_line
 

@@ -195,13 +195,17 @@ def test_paths_lists_the_picks_and_members_every_photo_escaped():
 def test_copy_to_places_the_pick_and_with_copy_members_its_moment(tmp_path):
     lib = tmp_path / "lib"
     paths = [make_photo(lib / f"IMG_{i}.jpg", (200, 40 * i, 30), seed=i) for i in range(3)]
+    st = [p.stat() for p in paths]  # as ranked: a file of another size or time is not copied
     pick = Pick(
         rank=1,
         score=1.0,
         path=paths[0],
-        size=1,
-        mtime_ns=1,
-        members=tuple(Member(p, 1, 1, 0.1 * j) for j, p in enumerate(paths[1:], 1)),
+        size=st[0].st_size,
+        mtime_ns=st[0].st_mtime_ns,
+        members=tuple(
+            Member(p, s.st_size, s.st_mtime_ns, 0.1 * j)
+            for j, (p, s) in enumerate(zip(paths[1:], st[1:], strict=True), 1)
+        ),
     )
     dest = tmp_path / "picks"
     assert [p.name for p in place_picks([pick], dest)] == ["001_IMG_0.jpg"]

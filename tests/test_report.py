@@ -384,11 +384,11 @@ def test_interrupted_run_takes_back_what_it_placed(library, tmp_path, monkeypatc
     real = placement._place_one
     calls = []
 
-    def flaky(source, tmp, mode):
+    def flaky(dir_fd, source, *args):
         calls.append(source)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        real(source, tmp, mode)
+        return real(dir_fd, source, *args)
 
     monkeypatch.setattr(placement, "_place_one", flaky)
     with pytest.raises(KeyboardInterrupt):
