@@ -117,7 +117,9 @@ def write_outputs(
         # The one output written through a link: -o names one file, and a link there is the user's.
         writers.append(lambda: write_atomic(p.output, text, follow_link=True))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
-        writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link, members=p.copy_members))
+        writers.append(
+            lambda: place_picks(picks, p.copy_to, mode=p.link, members=p.copy_members, on_warning=on_warning)
+        )
     if p.report is not None:
         writers.append(
             lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)

@@ -4,15 +4,14 @@ files there novelfind made (so that a re-run replaces only its own, never a file
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from novelfind import atomic
+from novelfind import atomic, safe_load
 from novelfind.atomic import describe, unlink_quietly, write_atomic
 from novelfind.errors import OutputError
 from novelfind.formats import dumps_json
@@ -43,7 +42,12 @@ def pick_filename(rank: int, source: Path, width: int, member: str = "") -> str:
 
 
 def place_picks(
-    picks: Sequence[Pick], dest: Path | str, mode: str = "copy", *, members: bool = False
+    picks: Sequence[Pick],
+    dest: Path | str,
+    mode: str = "copy",
+    *,
+    members: bool = False,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
 
@@ -54,7 +58,8 @@ def place_picks(
     ``dest`` is created when missing. Files novelfind created there are listed in
     ``.novelfind-picks.json``; a re-run replaces (or removes) its own earlier picks when they are
     unchanged, and raises OutputError, before changing anything, if a name is taken by any other
-    file. ``hardlink`` across file systems is an OutputError (no silent copy).
+    file. ``hardlink`` across file systems is an OutputError (no silent copy). A manifest that cannot be
+    read counts as empty (nothing there is taken for novelfind's), with one line to ``on_warning``.
     """
     if mode not in PLACE_MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
@@ -76,7 +81,7 @@ def place_picks(
         atomic.refuse_link(manifest_path)
     except OSError as err:
         raise OutputError(f"cannot use {display(manifest_path)}: {describe(err)}") from None
-    previous = _read_manifest(manifest_path)
+    previous = _read_manifest(manifest_path, on_warning)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dest / name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
     sources = [(p.rank, "", Path(source)) for p in picks for source in p.files]
@@ -191,11 +196,16 @@ def _still_ours(path: Path, rec: Mapping[str, Any]) -> bool:
     return mode == "hardlink"
 
 
-def _read_manifest(path: Path) -> dict[str, dict[str, Any]]:
+def _read_manifest(path: Path, on_warning: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
     """Entries of an earlier run; an unreadable or foreign manifest counts as empty (safe side)."""
     try:
-        doc = json.loads(atomic.read_limited(path, _MANIFEST_LIMIT).decode("utf-8", "surrogateescape"))
-    except (OSError, ValueError):
+        doc = safe_load.load_json(atomic.read_limited(path, _MANIFEST_LIMIT), max_bytes=_MANIFEST_LIMIT)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        if on_warning is not None:
+            reason = describe(err) if isinstance(err, OSError) else str(err)
+            on_warning(f"the picks manifest {display(path)} cannot be read ({reason}); counted as empty")
         return {}
     files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == MANIFEST_SCHEMA else None
     if not isinstance(files, dict):
