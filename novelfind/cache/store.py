@@ -39,7 +39,15 @@ from novelfind.cache.recovery import (
     open_error,
     retry_busy,
 )
-from novelfind.cache.schema import SCHEMA_VERSION, check_ours, create_tables, header
+from novelfind.cache import guard
+from novelfind.cache.schema import (
+    SCHEMA_VERSION,
+    check_ours,
+    check_schema,
+    create_tables,
+    header,
+    schema_cookie,
+)
 from novelfind.errors import CacheError
 from novelfind.safe_text import display
 
@@ -64,6 +72,18 @@ FLOAT16_MAX = 65504.0  # larger values are stored in float32
 # The norm above which a vector read back is taken for damage when the model gives no bound of its own:
 # far above any image model's vector, far below where float32 sums of squares overflow (3.4e38).
 DEFAULT_MAX_NORM = 1e15
+# The longest vector read: far above any image model's (MobileNet-V2's pooled vector has 1,280 values). A
+# row claiming more, or a blob whose length is not its dimension's, is left in the file, unread: lookups
+# check the lengths in SQL, so a planted 200 MB blob is never loaded.
+MAX_DIM = 1 << 16
+# The rows a lookup reads as vectors: a blob of float16 or float32 values of a plausible dimension.
+_SOUND_ROW = (
+    f"typeof(v.data) = 'blob' AND typeof(v.dim) = 'integer' AND v.dim BETWEEN 1 AND {MAX_DIM} "
+    "AND length(v.data) IN (2 * v.dim, 4 * v.dim)"
+)
+# The rows of ``files`` whose path is one novelfind writes: bytes (os.fsencode), no longer than a path can be.
+_PATH_ROW = "typeof(path) = 'blob' AND length(path) <= 4096"
+MAX_CLIP_RECORD = 1 << 16  # bytes of a clip's record (video.ClipInfo as JSON: some hundred)
 
 
 def _encode_path(path: str | os.PathLike[str]) -> bytes:
@@ -89,8 +109,11 @@ def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
     return _storable(vector, dtype).tobytes()
 
 
-def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
-    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm``.
+def _sound(
+    blobs: Sequence[tuple[bytes, int]], max_norm: float, min_value: float | None = None
+) -> np.ndarray:
+    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm`` and,
+    given ``min_value``, no value below it.
 
     One pass over each group of equal layout: the squared norms in float32, where a NaN fails the
     comparison and an infinite value (or one so large that its square overflows) exceeds
@@ -107,7 +130,10 @@ def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
         vectors = np.frombuffer(b"".join(blobs[i][0] for i in rows), layout).reshape(len(rows), dim)
         vectors = vectors.astype(np.float32, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):
-            sound[rows] = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+            ok = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+            if min_value is not None:
+                ok &= vectors.min(axis=1) >= min_value
+            sound[rows] = ok
     return sound
 
 
@@ -180,8 +206,8 @@ class FeatureCache:
     read back, so a scan ranks the same values the first time as when it reads them again.
 
     Vectors read back are checked (the file can be edited by anyone who can write it, or damaged on
-    disk): one with a NaN or infinite value, or a norm above ``max_norm`` (the model's bound, say), is
-    treated as a damaged row. Lookups do not find it, it is deleted from the cache so that the photo is
+    disk): one with a NaN or infinite value, a norm above ``max_norm`` (the model's bound, say), or a value
+    below ``min_value`` (MobileNet-V2's pooled values are never negative) is treated as a damaged row. Lookups do not find it, it is deleted from the cache so that the photo is
     extracted again, and ``on_warning`` names the photo once.
     """
 
@@ -194,6 +220,7 @@ class FeatureCache:
         busy_timeout: float = BUSY_TIMEOUT_S,
         dtype: str = DEFAULT_DTYPE,
         max_norm: float = DEFAULT_MAX_NORM,
+        min_value: float | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -201,6 +228,8 @@ class FeatureCache:
         self.model_key = model_key
         self.dtype = dtype
         self.max_norm = float(max_norm)
+        self.min_value = None if min_value is None else float(min_value)
+        self._cookie: int | None = None  # the schema version check_schema last passed
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -218,6 +247,7 @@ class FeatureCache:
         on_warning: Callable[[str], None] | None = None,
         dtype: str = DEFAULT_DTYPE,
         max_norm: float = DEFAULT_MAX_NORM,
+        min_value: float | None = None,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -232,7 +262,9 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
+        return cls(
+            path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm, min_value=min_value
+        )
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -265,7 +297,7 @@ class FeatureCache:
             raise open_error(self.path, err) from None
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
+        conn = guard.connect(
             str(self.path), timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
         try:
@@ -275,12 +307,15 @@ class FeatureCache:
                 conn.execute(f"PRAGMA page_size = {FLOAT16_PAGE_BYTES}")
             check_health(conn)
             check_ours(self.path, *header(conn))  # before anything writes to a file that may not be ours
+            check_schema(conn, self.path)  # and before a trigger planted in it could fire
             # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
             # journal, which still keeps each batch atomic.
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), self._busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
-            with self._write(conn):
+            self._cookie = None
+            with self._write(conn):  # checks the schema again, under the write lock
                 create_tables(conn, self.path)
+                self._cookie = schema_cookie(conn)  # what we made: the schema later writes expect
         except BaseException:
             conn.close()
             raise
@@ -300,6 +335,11 @@ class FeatureCache:
         conn = conn or self._conn
         retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy_timeout)
         try:
+            # Another process may have changed the schema since it was checked (a trigger added to a
+            # cache in a shared folder): checked again, under the lock, before anything here fires it.
+            if self._cookie is None or schema_cookie(conn) != self._cookie:
+                check_schema(conn, self.path)
+                self._cookie = schema_cookie(conn)
             yield conn
             conn.execute("COMMIT")
         except BaseException:
@@ -326,7 +366,8 @@ class FeatureCache:
         unique = list(dict.fromkeys(values))
         for start in range(0, len(unique), _CHUNK):
             chunk = unique[start : start + _CHUNK]
-            yield from self._conn.execute(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk))
+            marks = ",".join("?" * len(chunk))
+            yield from self._conn.execute(sql.format(marks=marks), (*params, *chunk)).fetchall()
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -341,7 +382,7 @@ class FeatureCache:
         stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data, v.dim FROM files f JOIN vectors v "
-            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+            f"ON v.digest = f.digest AND v.model_key = ? WHERE {_SOUND_ROW} AND f.path IN ({{marks}})"
         )
         try:
             with self._lock:
@@ -367,7 +408,7 @@ class FeatureCache:
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? "
-            "WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
+            "WHERE v.dim = ? AND typeof(v.data) = 'blob' AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
         )
         try:
             with self._lock:
@@ -407,7 +448,7 @@ class FeatureCache:
         mtime (else None), without reading the file: the ignore list matches a library by these."""
         found: dict[bytes, tuple[int, int, str]] = {}
         encoded = [_encode_path(f.path) for f in files]
-        sql = "SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})"
+        sql = "SELECT path, size, mtime_ns, digest FROM files WHERE typeof(digest) = 'text' AND path IN ({marks})"
         try:
             with self._lock:
                 for path, size, mtime_ns, digest in self._select_in(sql, (), encoded):
@@ -425,8 +466,10 @@ class FeatureCache:
         key = self._require_key()
         try:
             with self._lock:
-                rows = self._conn.execute("SELECT digest FROM vectors WHERE model_key = ?", (key,))
-                return DigestSet(digest for (digest,) in rows)
+                rows = self._conn.execute(
+                    "SELECT digest FROM vectors WHERE model_key = ? AND typeof(digest) = 'text'", (key,)
+                )
+                return DigestSet(digest for batch in iter(lambda: rows.fetchmany(65536), []) for (digest,) in batch)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -438,7 +481,7 @@ class FeatureCache:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
         found: dict[str, tuple[bytes, int]] = {}
-        sql = "SELECT digest, data, dim FROM vectors WHERE model_key = ? AND digest IN ({marks})"
+        sql = f"SELECT digest, data, dim FROM vectors v WHERE model_key = ? AND {_SOUND_ROW} AND digest IN ({{marks}})"
         try:
             with self._lock:
                 for digest, data, dim in self._select_in(sql, (key,), digests):
@@ -459,7 +502,7 @@ class FeatureCache:
         """
         if not hits:
             return []
-        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm)
+        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm, self.min_value)
         if sound.all():
             return []
         bad = [(key, digest) for (key, digest, _, _), ok in zip(hits, sound, strict=True) if not ok]
@@ -467,7 +510,9 @@ class FeatureCache:
         try:
             with self._lock:
                 for _, digest in bad if by_digest else ():  # a file with those bytes, to name
-                    row = self._conn.execute("SELECT path FROM files WHERE digest = ?", (digest,)).fetchone()
+                    row = self._conn.execute(
+                        "SELECT path FROM files WHERE digest = ? AND typeof(path) = 'blob'", (digest,)
+                    ).fetchone()
                     names.append(os.fsdecode(row[0]) if row is not None else f"the file with digest {digest}")
             with self._lock, self._write() as conn:
                 conn.executemany(
@@ -478,7 +523,7 @@ class FeatureCache:
             pass  # read-only or busy: the vector stays, unused, until a scan can replace it
         for name in names:
             self._warn(
-                f"the cached vector of {display(name)} is damaged (not finite, or too large); "
+                f"the cached vector of {display(name)} is damaged (not finite, or out of the model's range); "
                 "extracting it again"
             )
         return [key for key, _ in bad]
@@ -487,7 +532,10 @@ class FeatureCache:
         """The records ``put_clips`` stored for this model and these digests (None where there is none)."""
         key = self._require_key()
         found: dict[str, str] = {}
-        sql = "SELECT digest, info FROM clips WHERE model_key = ? AND digest IN ({marks})"
+        sql = (
+            "SELECT digest, info FROM clips WHERE model_key = ? AND typeof(info) = 'text' "
+            f"AND length(info) <= {MAX_CLIP_RECORD} AND digest IN ({{marks}})"
+        )
         try:
             with self._lock:
                 found.update(self._select_in(sql, (key,), digests))
@@ -516,7 +564,12 @@ class FeatureCache:
         """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
         try:
             with self._lock:
-                return dict(self._conn.execute("SELECT model_key, dim FROM models").fetchall())
+                return dict(
+                    self._conn.execute(
+                        "SELECT model_key, dim FROM models "
+                        "WHERE typeof(model_key) = 'text' AND typeof(dim) = 'integer'"
+                    ).fetchall()
+                )
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -526,7 +579,7 @@ class FeatureCache:
         stats = _stat_keys(files)
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest FROM files f JOIN vectors v "
-            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+            "ON v.digest = f.digest AND v.model_key = ? WHERE typeof(f.digest) = 'text' AND f.path IN ({marks})"
         )
         try:
             with self._lock:
@@ -719,7 +772,7 @@ class FeatureCache:
                 models = dict(
                     self._conn.execute(
                         "SELECT m.model_key, count(v.digest) FROM models m "
-                        "LEFT JOIN vectors v ON v.model_key = m.model_key "
+                        "LEFT JOIN vectors v ON v.model_key = m.model_key WHERE typeof(m.model_key) = 'text' "
                         "GROUP BY m.model_key ORDER BY m.first_seen, m.model_key"
                     ).fetchall()
                 )
@@ -744,12 +797,15 @@ class FeatureCache:
         """Forget files that are gone or changed since they were read, and vectors no file uses.
 
         Returns the number of file entries dropped. A file on a drive that is not mounted counts
-        as gone. Files that cannot be checked (permission denied) are kept.
+        as gone. Files that cannot be checked (permission denied) are kept. A row whose path is no path
+        novelfind wrote (not bytes, longer than any path, holding a NUL) is damaged, and dropped.
         """
         stale: list[tuple[bytes, int, int]] = []
         try:
             with self._lock:
-                rows = self._conn.execute("SELECT path, size, mtime_ns FROM files").fetchall()
+                rows = self._conn.execute(
+                    f"SELECT path, size, mtime_ns FROM files WHERE {_PATH_ROW}"
+                ).fetchall()
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         for path, size, mtime_ns in rows:
@@ -760,11 +816,14 @@ class FeatureCache:
                 continue
             except OSError:
                 continue
+            except ValueError:  # a NUL in it: not a path novelfind wrote, a damaged row
+                stale.append((path, size, mtime_ns))
+                continue
             if st.st_size != size or st.st_mtime_ns != mtime_ns:
                 stale.append((path, size, mtime_ns))
         try:
             with self._lock, self._write() as conn:
-                dropped = 0
+                dropped = conn.execute(f"DELETE FROM files WHERE NOT ({_PATH_ROW})").rowcount
                 for (
                     path,
                     size,
@@ -914,6 +973,7 @@ def open_store(
     streamed: bool = False,
     on_warning: Callable[[str], None] | None = None,
     max_norm: float = DEFAULT_MAX_NORM,
+    min_value: float | None = None,
 ) -> Iterator[FeatureCache | NullCache]:
     """The feature store a scan uses, as a context manager that closes it.
 
@@ -922,7 +982,7 @@ def open_store(
     through ``on_warning`` and a :class:`NullCache` stands in. With ``streamed`` (the vectors are read
     back from the store, the library being too large to hold them) there must be a real store: without
     a cache it is a temporary file, deleted afterwards, and one that cannot be opened is a CacheError.
-    ``max_norm``: the model's bound on a vector's norm (see :class:`FeatureCache`).
+    ``max_norm``, ``min_value``: the model's bounds on a vector's norm and values (see :class:`FeatureCache`).
     """
     import tempfile
 
@@ -932,7 +992,9 @@ def open_store(
             return
         with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
             temporary = Path(folder) / "features.sqlite"
-            with FeatureCache(temporary, model_key, dtype=dtype, max_norm=max_norm) as store:
+            with FeatureCache(
+                temporary, model_key, dtype=dtype, max_norm=max_norm, min_value=min_value
+            ) as store:
                 yield store
         return
     path = None
@@ -941,7 +1003,9 @@ def open_store(
     elif choice is not True:
         path = choice
     try:
-        store = FeatureCache.open(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
+        store = FeatureCache.open(
+            path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm, min_value=min_value
+        )
     except CacheError as err:
         if streamed:
             raise CacheError(f"{err}; a library this large is ranked from the cache") from None
