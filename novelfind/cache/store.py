@@ -338,7 +338,11 @@ class FeatureCache:
             # Another process may have changed the schema since it was checked (a trigger added to a
             # cache in a shared folder): checked again, under the lock, before anything here fires it.
             if self._cookie is None or schema_cookie(conn) != self._cookie:
-                check_schema(conn, self.path)
+                try:
+                    check_schema(conn, self.path)
+                except CacheError as err:
+                    self.writes_disabled = True  # as for any batch that cannot be written
+                    raise CacheWriteError(str(err)) from None
                 self._cookie = schema_cookie(conn)
             yield conn
             conn.execute("COMMIT")
