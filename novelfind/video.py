@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from novelfind import extras
+from novelfind import extras, safe_load
 from novelfind.decode import RESIZE_SIZE, pixel_budget, to_model_input
 from novelfind.errors import DecodeError
 
@@ -60,6 +60,7 @@ RULE = f"farthest-of-{FRAMES}-keyframes/1"  # changes whenever the frames or the
 HEAD_BYTES = 1 << 20  # the digest reads the first and the last MiB (the container's index lives there)
 SAMPLES = 16  # and this many blocks between them
 SAMPLE_BYTES = 1 << 16
+CLIP_RECORD_BYTES = 1 << 16  # a clip's record in the cache (info_to_text): some hundred bytes
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,7 @@ def info_from_text(text: str | None) -> ClipInfo | None:
     are out of range (a time or duration not finite or negative, a moment that is not one of the times):
     the clip is then read again, as for a cached vector that fails its checks."""
     try:
-        d = json.loads(text) if text else None
+        d = safe_load.load_json(text, max_bytes=CLIP_RECORD_BYTES) if text else None
         info = ClipInfo(
             float(d["duration"]), tuple(float(t) for t in d["times"]), int(d["moment"]), str(d["rule"])
         )
