@@ -125,7 +125,8 @@ def test_a_trigger_added_while_the_cache_is_open_is_refused_before_the_next_writ
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(2)]
     with FeatureCache(path, "m") as c:
         c.put_many([(files[0], "d0", vec(0))])
-        plant(path, "CREATE TRIGGER fire AFTER INSERT ON files BEGIN SELECT raise(FAIL, 'the trigger ran'); END")
+        plant(path, "CREATE TRIGGER fire AFTER INSERT ON files "
+                    "BEGIN SELECT raise(FAIL, 'the trigger ran'); END")
         with pytest.raises(CacheWriteError) as refused:
             c.put_many([(files[1], "d1", vec(1))])
         assert "a trigger 'fire'" in str(refused.value) and "the trigger ran" not in str(refused.value)
@@ -241,11 +242,10 @@ def test_a_negative_pooled_value_is_damage_with_one_warning(tmp_path):
 
     warned: list[str] = []
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
-    with FeatureCache(
-        tmp_path / "c.sqlite", "m", max_norm=STORED_NORM_MAX, min_value=STORED_VALUE_MIN, on_warning=warned.append
-    ) as c:
+    bounds = {"max_norm": STORED_NORM_MAX, "min_value": STORED_VALUE_MIN}
+    with FeatureCache(tmp_path / "c.sqlite", "m", **bounds, on_warning=warned.append) as c:
         c.put_many([(files[0], "d0", np.full(1280, 0.0, np.float32)),  # the smallest the model makes
-                    (files[1], "d1", np.full(1280, -5.0, np.float32)),  # a norm ReLU6 could give, but negative
+                    (files[1], "d1", np.full(1280, -5.0, np.float32)),  # a norm ReLU6 gives, but negative
                     (files[2], "d2", np.full(1280, 0.5, np.float32))])
         assert [v is not None for v in c.get_many_by_stat(files)] == [True, False, True]
         assert len(warned) == 1 and "/lib/1.jpg" in warned[0] and "damaged" in warned[0]
@@ -306,7 +306,9 @@ def test_cache_info_escapes_a_model_key(scanned):
 DEEP = 100_000
 
 
-def test_a_deeply_nested_picks_manifest_counts_as_empty_with_one_warning(fake_extractor, small_library, tmp_path):
+def test_a_deeply_nested_picks_manifest_counts_as_empty_with_one_warning(
+    fake_extractor, small_library, tmp_path
+):
     picks = tmp_path / "picks"
     picks.mkdir()
     (picks / ".novelfind-picks.json").write_text("[" * DEEP)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from novelfind import dirs
+from novelfind.cache import guard
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     SQLITE_BUSY,
@@ -39,7 +40,6 @@ from novelfind.cache.recovery import (
     open_error,
     retry_busy,
 )
-from novelfind.cache import guard
 from novelfind.cache.schema import (
     SCHEMA_VERSION,
     check_ours,
@@ -83,6 +83,14 @@ _SOUND_ROW = (
 )
 # The rows of ``files`` whose path is one novelfind writes: bytes (os.fsencode), no longer than a path can be.
 _PATH_ROW = "typeof(path) = 'blob' AND length(path) <= 4096"
+MAX_TEXT = 4096  # characters of a digest, model key or version read (theirs are under 200)
+
+
+def _short_text(column: str) -> str:
+    """The SQL condition that ``column`` holds text of a plausible length (a 200 MB key is never read)."""
+    return f"typeof({column}) = 'text' AND length({column}) <= {MAX_TEXT}"
+
+
 MAX_CLIP_RECORD = 1 << 16  # bytes of a clip's record (video.ClipInfo as JSON: some hundred)
 
 
@@ -207,8 +215,9 @@ class FeatureCache:
 
     Vectors read back are checked (the file can be edited by anyone who can write it, or damaged on
     disk): one with a NaN or infinite value, a norm above ``max_norm`` (the model's bound, say), or a value
-    below ``min_value`` (MobileNet-V2's pooled values are never negative) is treated as a damaged row. Lookups do not find it, it is deleted from the cache so that the photo is
-    extracted again, and ``on_warning`` names the photo once.
+    below ``min_value`` (MobileNet-V2's pooled values are never negative) is treated as a damaged row.
+    Lookups do not find it, it is deleted from the cache so that the photo is extracted again, and
+    ``on_warning`` names the photo once.
     """
 
     def __init__(
@@ -452,7 +461,10 @@ class FeatureCache:
         mtime (else None), without reading the file: the ignore list matches a library by these."""
         found: dict[bytes, tuple[int, int, str]] = {}
         encoded = [_encode_path(f.path) for f in files]
-        sql = "SELECT path, size, mtime_ns, digest FROM files WHERE typeof(digest) = 'text' AND path IN ({marks})"
+        sql = (
+            f"SELECT path, size, mtime_ns, digest FROM files WHERE {_short_text('digest')} "
+            "AND path IN ({marks})"
+        )
         try:
             with self._lock:
                 for path, size, mtime_ns, digest in self._select_in(sql, (), encoded):
@@ -471,9 +483,10 @@ class FeatureCache:
         try:
             with self._lock:
                 rows = self._conn.execute(
-                    "SELECT digest FROM vectors WHERE model_key = ? AND typeof(digest) = 'text'", (key,)
+                    f"SELECT digest FROM vectors WHERE model_key = ? AND {_short_text('digest')}", (key,)
                 )
-                return DigestSet(digest for batch in iter(lambda: rows.fetchmany(65536), []) for (digest,) in batch)
+                batches = iter(lambda: rows.fetchmany(65536), [])  # not row by row: millions of rows
+                return DigestSet(digest for batch in batches for (digest,) in batch)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -485,7 +498,10 @@ class FeatureCache:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
         found: dict[str, tuple[bytes, int]] = {}
-        sql = f"SELECT digest, data, dim FROM vectors v WHERE model_key = ? AND {_SOUND_ROW} AND digest IN ({{marks}})"
+        sql = (
+            f"SELECT digest, data, dim FROM vectors v WHERE model_key = ? AND {_SOUND_ROW} "
+            "AND digest IN ({marks})"
+        )
         try:
             with self._lock:
                 for digest, data, dim in self._select_in(sql, (key,), digests):
@@ -571,7 +587,7 @@ class FeatureCache:
                 return dict(
                     self._conn.execute(
                         "SELECT model_key, dim FROM models "
-                        "WHERE typeof(model_key) = 'text' AND typeof(dim) = 'integer'"
+                        f"WHERE {_short_text('model_key')} AND typeof(dim) = 'integer'"
                     ).fetchall()
                 )
         except sqlite3.Error as err:
@@ -583,7 +599,8 @@ class FeatureCache:
         stats = _stat_keys(files)
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest FROM files f JOIN vectors v "
-            "ON v.digest = f.digest AND v.model_key = ? WHERE typeof(f.digest) = 'text' AND f.path IN ({marks})"
+            f"ON v.digest = f.digest AND v.model_key = ? WHERE {_short_text('f.digest')} "
+            "AND f.path IN ({marks})"
         )
         try:
             with self._lock:
@@ -619,7 +636,9 @@ class FeatureCache:
                 rows = dict(
                     (bytes(r[0]), r[1:])
                     for r in self._conn.execute(
-                        "SELECT root, method, version FROM rankings WHERE root IN (?, ?)", (root, b"")
+                        "SELECT root, method, version FROM rankings WHERE root IN (?, ?) "
+                        f"AND {_short_text('method')} AND {_short_text('version')}",
+                        (root, b""),
                     )
                 )
         except sqlite3.Error as err:
@@ -776,7 +795,8 @@ class FeatureCache:
                 models = dict(
                     self._conn.execute(
                         "SELECT m.model_key, count(v.digest) FROM models m "
-                        "LEFT JOIN vectors v ON v.model_key = m.model_key WHERE typeof(m.model_key) = 'text' "
+                        "LEFT JOIN vectors v ON v.model_key = m.model_key "
+                        f"WHERE {_short_text('m.model_key')} "
                         "GROUP BY m.model_key ORDER BY m.first_seen, m.model_key"
                     ).fetchall()
                 )
