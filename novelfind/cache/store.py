@@ -10,6 +10,7 @@ flight. WAL mode and a busy timeout let several runs share one cache. The file's
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -881,10 +882,17 @@ class FeatureCache:
         self._compact()
 
     def _compact(self) -> None:
-        """Shrink the file after deletions; skipped quietly while another run is using the cache."""
+        """Shrink the file after deletions; skipped quietly while another run is using the cache.
+
+        The one statement without a time limit: VACUUM copies pages and runs nothing of the schema, and a
+        large cache takes minutes (Ctrl-C still stops it)."""
         try:
             with self._lock:
-                self._conn.execute("VACUUM")
+                limit, self._conn.query_timeout = self._conn.query_timeout, math.inf
+                try:
+                    self._conn.execute("VACUUM")
+                finally:
+                    self._conn.query_timeout = limit
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
             pass
