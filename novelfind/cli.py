@@ -25,7 +25,7 @@ import cloup
 
 from novelfind import __version__, dirs, params, run, weights
 from novelfind.atomic import encode_output
-from novelfind.cache import FeatureCache, damage, not_ours, remove_damaged
+from novelfind.cache import FeatureCache, damage, foreign_schema, not_ours, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import (
     CacheError,
@@ -752,15 +752,15 @@ def cache_info(cache_path: Path | None) -> int:
     click.echo(f"vectors\t{info['entries']}")
     click.echo(f"files\t{info['files']}")
     click.echo(f"bytes\t{info['size_bytes']}")
-    for key, count in models:
-        click.echo(f"model\t{key}\t{count}")
+    for key, count in models:  # a key is text anyone who can write the cache may have written
+        click.echo(f"model\t{escape_field(key)}\t{count}")
     for key, count in models:
         if key in former.same:
-            click.echo(f"upgrade\t{key}\t{count}\tthe next scan renames these in place; nothing is read "
-                       "again")
+            click.echo(f"upgrade\t{escape_field(key)}\t{count}\tthe next scan renames these in place; "
+                       "nothing is read again")
         elif key in stale:
-            click.echo(f"stale\t{key}\t{count}\tthis version cannot use them; {plural(stale[key], 'photo')} "
-                       "to extract again")
+            click.echo(f"stale\t{escape_field(key)}\t{count}\tthis version cannot use them; "
+                       f"{plural(stale[key], 'photo')} to extract again")
     again = sum(stale.values())
     if again:
         Console(False).note(
@@ -798,7 +798,9 @@ def cache_clear(cache_path: Path | None) -> int:
     """
     path = _cache_path(cache_path)
     _refuse_foreign(path)
-    reason = damage(path)
+    # a schema novelfind did not make (a planted trigger) is damage here: the file is not opened for use
+    foreign = foreign_schema(path)
+    reason = damage(path) or (f"it holds {foreign} that novelfind did not create" if foreign else None)
     if reason is not None:  # nothing in it is worth keeping: delete it rather than move it aside
         remove_damaged(path)
         Console(False).problem(f"the feature cache {path} was damaged ({reason}); deleted it")

@@ -8,21 +8,14 @@ defaults. Click implements the first, second and last; this module turns a TOML 
 from __future__ import annotations
 
 import datetime
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
-from novelfind import atomic, dirs
+from novelfind import atomic, dirs, safe_load
 from novelfind.errors import InputError
 from novelfind.safe_text import display
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
-
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file sets a few dozen keys: some kilobytes
 
@@ -36,15 +29,14 @@ def read_config(path: Path) -> dict[str, Any]:
     """
     path = Path(path).expanduser()
     try:
-        text = atomic.read_limited(path, MAX_CONFIG_BYTES, follow_link=True).decode("utf-8")
-        data = tomllib.loads(text)
+        data = safe_load.load_toml(
+            atomic.read_limited(path, MAX_CONFIG_BYTES, follow_link=True), max_bytes=MAX_CONFIG_BYTES
+        )
     except FileNotFoundError:
         raise InputError(f"config file not found: {display(path)}") from None
     except OSError as err:
         raise InputError(f"cannot read config file {display(path)}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"config file {display(path)} is not valid TOML: not UTF-8 text") from None
-    except tomllib.TOMLDecodeError as err:
+    except safe_load.UnreadableError as err:
         raise InputError(f"config file {display(path)} is not valid TOML: {err}") from None
     if "scan" in data and isinstance(data["scan"], dict):
         extra = sorted(set(data) - {"scan"})

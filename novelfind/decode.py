@@ -55,6 +55,13 @@ ImageFile.LOAD_TRUNCATED_IMAGES = False
 # could be (a sparse multi-gigabyte file costs its size in memory).
 BYTES_PER_PIXEL = 8
 MEMORY_SHARE = 0.5
+# A decode process may not grow its address space by more than its share of that memory (the larger of
+# the default budget's and the scan's, at BYTES_PER_PIXEL a pixel) plus this, above the size it had when it
+# started: room for the libraries loaded on first use (PyAV adds about 115 MB of address space, LibRaw
+# and libheif less), thread stacks and malloc arenas. A decoder that allocates past it (a clip whose
+# frames are larger than its stream says, a codec's own tables) gets MemoryError, one failure line for
+# its file, instead of taking the machine (:func:`limit_address_space`).
+ADDRESS_SPACE_HEADROOM = 1 << 30
 # A progressive JPEG decodes every scan over the whole image: 8,000 scans of 16000 x 16000 took two
 # minutes in a 2.7 MB file. Encoders write at most a few dozen (libjpeg's progressive script: 10).
 MAX_JPEG_SCANS = 256
@@ -117,6 +124,49 @@ def decode_processes_within_budget() -> int:
     if shared is None:  # pragma: no cover
         return 1
     return max(1, int(shared // pixel_budget()) - 1)
+
+
+def decode_memory_share(workers: int) -> int:
+    """Bytes of memory one of ``workers`` decode processes may use for pixels: the larger of the default
+    budget's share and this process's budget (``--max-decode-pixels`` may ask for more), at
+    :data:`BYTES_PER_PIXEL` a pixel."""
+    return max(default_pixel_budget(workers), pixel_budget()) * BYTES_PER_PIXEL
+
+
+def _address_space() -> int | None:
+    """This process's address space in bytes (``VmSize``), None where /proc does not say."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def limit_address_space(share: int) -> int | None:
+    """In a decode process: limit its address space (``RLIMIT_AS``) to what it has now plus ``share`` and
+    :data:`ADDRESS_SPACE_HEADROOM`; a tighter limit already set is kept. Returns the limit in bytes, or
+    None where it cannot be set (no /proc or no ``resource``: the pixel budget alone holds there)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not a Unix
+        return None
+    baseline = _address_space()
+    if baseline is None:  # pragma: no cover - not Linux
+        return None
+    limit = baseline + int(share) + ADDRESS_SPACE_HEADROOM
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    if soft != resource.RLIM_INFINITY and soft <= limit:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    except (OSError, ValueError):  # pragma: no cover
+        return None
+    return limit
 
 
 _pixel_budget = MAX_IMAGE_PIXELS  # this process's; set for a scan by set_pixel_budget

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic, dirs, video, walk
+from novelfind import atomic, dirs, safe_load, video, walk
 from novelfind.atomic import write_atomic
 from novelfind.decode import file_digest
 from novelfind.errors import DecodeError, NovelfindError
@@ -134,7 +134,7 @@ class IgnoreList:
         if not text.strip():
             return {}
         try:
-            doc = json.loads(text)
+            doc = safe_load.load_json(text, max_bytes=_LIST_LIMIT)
             if not isinstance(doc, dict):
                 raise ValueError("not a JSON object")
             version = doc.get("version")

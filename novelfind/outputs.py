@@ -166,6 +166,7 @@ def write_outputs(
                 follow_links=p.follow_symlinks,
                 roots=p.paths,
                 dir_fd=held.picks_folder if held is not None else None,
+                on_warning=on_warning,
             )
         )
     if p.report is not None:

@@ -24,7 +24,6 @@ fsynced before too, are unchanged within the noise (20 ms a photo). ``scripts/be
 from __future__ import annotations
 
 import errno
-import json
 import os
 import secrets
 import stat
@@ -33,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from novelfind import atomic
+from novelfind import atomic, safe_load
 from novelfind.atomic import describe
 from novelfind.errors import OutputError
 from novelfind.formats import dumps_json
@@ -73,6 +72,7 @@ def place_picks(
     follow_links: bool = False,
     roots: Sequence[str | os.PathLike[str]] = (),
     dir_fd: int | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Copy or link the picks into ``dest`` as ``001_name.jpg`` ... and return the new paths.
 
@@ -89,17 +89,18 @@ def place_picks(
     size or time) is skipped and said through ``on_skipped(photo, reason)``; a link is followed only
     with ``follow_links`` (a scan that followed links). ``roots``: the scanned folders; a photo under one
     is opened from it one folder at a time without following a link (``atomic.open_below``), so a
-    folder of the library swapped for a link cannot lead the copy elsewhere.
+    folder of the library swapped for a link cannot lead the copy elsewhere. A manifest that cannot be
+    read counts as empty (nothing there is taken for novelfind's), with one line to ``on_warning``.
     """
     if mode not in PLACE_MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
     dest = Path(dest)
     reading = _Reading(follow_links, tuple(os.path.abspath(os.fspath(r)) for r in roots))
     if dir_fd is not None:
-        return _place_in(dir_fd, picks, dest, mode, members, on_skipped, reading)
+        return _place_in(dir_fd, picks, dest, mode, members, on_skipped, reading, on_warning)
     fd = open_picks_folder(dest, create=True)
     try:
-        return _place_in(fd, picks, dest, mode, members, on_skipped, reading)
+        return _place_in(fd, picks, dest, mode, members, on_skipped, reading, on_warning)
     finally:
         os.close(fd)
 
@@ -135,6 +136,7 @@ def _place_in(
     members: bool,
     on_skipped: Callable[[Path, str], None] | None,
     reading: _Reading,
+    on_warning: Callable[[str], None] | None = None,
 ) -> list[Path]:
     picks = sorted(picks, key=lambda p: p.rank)
     manifest_path = dest / MANIFEST_NAME
@@ -142,7 +144,7 @@ def _place_in(
         atomic.refuse_link_at(dir_fd, MANIFEST_NAME, manifest_path)
     except OSError as err:
         raise OutputError(f"cannot use {display(manifest_path)}: {describe(err)}") from None
-    previous = _read_manifest(dir_fd)
+    previous = _read_manifest(dir_fd, manifest_path, on_warning)
     ours = {name: rec for name, rec in previous.items() if _still_ours(dir_fd, name, rec)}
     width = max(3, len(str(max((p.rank for p in picks), default=0))))
     # (rank, member label, file, (size, mtime_ns) when ranked: known for the file each photo was read from)
@@ -378,12 +380,19 @@ def _still_ours(dir_fd: int, name: str, rec: Mapping[str, Any]) -> bool:
     return mode == "hardlink"
 
 
-def _read_manifest(dir_fd: int) -> dict[str, dict[str, Any]]:
+def _read_manifest(
+    dir_fd: int, path: Path, on_warning: Callable[[str], None] | None = None
+) -> dict[str, dict[str, Any]]:
     """Entries of an earlier run; an unreadable or foreign manifest counts as empty (safe side)."""
     try:
         data = atomic.read_limited(MANIFEST_NAME, _MANIFEST_LIMIT, dir_fd=dir_fd)
-        doc = json.loads(data.decode("utf-8", "surrogateescape"))
-    except (OSError, ValueError, RecursionError):
+        doc = safe_load.load_json(data, max_bytes=_MANIFEST_LIMIT)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        if on_warning is not None:
+            reason = describe(err) if isinstance(err, OSError) else str(err)
+            on_warning(f"the picks manifest {display(path)} cannot be read ({reason}); counted as empty")
         return {}
     files = doc.get("files") if isinstance(doc, dict) and doc.get("schema") == MANIFEST_SCHEMA else None
     if not isinstance(files, dict):

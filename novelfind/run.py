@@ -174,7 +174,11 @@ class _Scan:
             streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
             # a cached vector beyond what the model can make is damage (extractors that store what they
             # return, without ``encode``, give no such bound)
-            bound = {"max_norm": weights.STORED_NORM_MAX} if hasattr(extractor, "encode") else {}
+            bound = (
+                {"max_norm": weights.STORED_NORM_MAX, "min_value": weights.STORED_VALUE_MIN}
+                if hasattr(extractor, "encode")
+                else {}
+            )
             opened = open_store(
                 p.cache,
                 extractor.model_key,

@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from novelfind import extras
-from novelfind.decode import RESIZE_SIZE, to_model_input
+from novelfind import extras, safe_load
+from novelfind.decode import RESIZE_SIZE, pixel_budget, to_model_input
 from novelfind.errors import DecodeError
 
 # What the walk offers as clips: what phones, cameras and camcorders write (.mts/.m2ts: AVCHD).
@@ -60,6 +60,7 @@ RULE = f"farthest-of-{FRAMES}-keyframes/1"  # changes whenever the frames or the
 HEAD_BYTES = 1 << 20  # the digest reads the first and the last MiB (the container's index lives there)
 SAMPLES = 16  # and this many blocks between them
 SAMPLE_BYTES = 1 << 16
+CLIP_RECORD_BYTES = 1 << 16  # a clip's record in the cache (info_to_text): some hundred bytes
 
 
 @dataclass(frozen=True)
@@ -169,10 +170,20 @@ def _av() -> Any:
 @contextmanager
 def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
     """(container, its first video stream) of the clip at ``path``, closed afterwards; FFmpeg's and the
-    file system's errors become DecodeError with the reason."""
+    file system's errors become DecodeError with the reason.
+
+    The decoded-pixels budget (``--max-decode-pixels``, :func:`novelfind.decode.pixel_budget`) holds for
+    clips as for photos, before a frame is decoded: FFmpeg's ``max_pixels`` is set for the decoding that
+    opening the file does (``avformat_find_stream_info`` decodes a frame of a stream that does not say its
+    size: a 16000 x 16000 PNG named ``clip.mp4`` took 0.77 GB there), the frame size the stream and its
+    codec give is checked against the budget, and the decoder itself refuses a frame larger than the
+    budget (a stream that claims a small size and holds large frames).
+    """
     av = _av()
+    budget = pixel_budget()
+    limit = {"max_pixels": str(budget)}
     try:
-        container = av.open(os.fspath(path), metadata_errors="ignore")
+        container = av.open(os.fspath(path), metadata_errors="ignore", options=limit)
     except av.FFmpegError as e:
         raise DecodeError(_reason(e, "not a clip FFmpeg can read")) from None
     except OSError as e:
@@ -183,6 +194,16 @@ def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
         stream = container.streams.video[0]
         if stream.codec_context is None:
             raise DecodeError("a codec FFmpeg cannot decode")
+        w, h = stream.codec_context.width, stream.codec_context.height
+        if w <= 0 or h <= 0:  # the decoding on opening gave no size: refused by max_pixels, or none
+            raise DecodeError(
+                f"refused: no frame size within the budget of {budget} pixels (max_decode_pixels)"
+            )
+        if w * h > budget:
+            raise DecodeError(
+                f"refused: {w} x {h} pixels a frame, over the budget of {budget} (max_decode_pixels)"
+            )
+        stream.codec_context.options = limit  # applied when the decoder opens, at the first frame
         stream.thread_type = "NONE"  # one keyframe at a time: threads only add start-up cost
         yield container, stream
     except av.FFmpegError as e:
@@ -335,7 +356,7 @@ def info_from_text(text: str | None) -> ClipInfo | None:
     are out of range (a time or duration not finite or negative, a moment that is not one of the times):
     the clip is then read again, as for a cached vector that fails its checks."""
     try:
-        d = json.loads(text) if text else None
+        d = safe_load.load_json(text, max_bytes=CLIP_RECORD_BYTES) if text else None
         info = ClipInfo(
             float(d["duration"]), tuple(float(t) for t in d["times"]), int(d["moment"]), str(d["rule"])
         )

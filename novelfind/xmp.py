@@ -75,14 +75,13 @@ import logging
 import os
 import stat
 import threading
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind import atomic, dirs, extras
+from novelfind import atomic, dirs, extras, safe_load
 from novelfind.atomic import write_atomic
 from novelfind.errors import NovelfindError, OutputError
 from novelfind.lock import RunLock
@@ -105,6 +104,7 @@ CREATED = f"Xmp.{PREFIX}.CreatedSidecar"
 _OURS = (RANK, SCORE, ADDED_SUBJECT, ADDED_HIERARCHICAL, ADDED_DIGIKAM, CREATED)
 _WAS_EMPTY = "Empty"  # CREATED's value for a sidecar that was an empty (0-byte) file
 _SIDECAR_LIMIT = 64 << 20  # bytes: a sidecar with face regions and history is some kilobytes
+_LEDGER_LIMIT = 256 << 20  # bytes: the record of tagged sidecars, about 200 bytes a tagged photo
 
 
 @dataclass(frozen=True)
@@ -284,9 +284,10 @@ class _Packet:
         if data is None or not data.strip():
             self.image = exiv2.ImageFactory.create(exiv2.ImageType.xmp)
         else:
-            try:
-                ElementTree.fromstring(data)  # well-formed XML at all? (libexiv2 only logs when not)
-            except ElementTree.ParseError as e:
+            try:  # well-formed XML at all (libexiv2 only logs when not), and not nested past what its
+                # XMP toolkit's recursive parser survives
+                safe_load.check_xml(data, max_bytes=_SIDECAR_LIMIT)
+            except safe_load.UnreadableError as e:
                 raise SidecarError(path, f"cannot parse: {e}") from None
             try:
                 self.image = exiv2.ImageFactory.open(data)
@@ -690,7 +691,7 @@ def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
     except OSError as e:
         return {}, f"cannot read the record of tagged sidecars: {e.strerror or e}"
     try:
-        doc = json.loads(text)
+        doc = safe_load.load_json(text, max_bytes=_LEDGER_LIMIT)
         entries = doc["sidecars"]
         if not isinstance(entries, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("sidecar"), str) for v in entries.values()

@@ -81,3 +81,35 @@ def write_audio_only(path: Path) -> Path:
         for packet in stream.encode():
             container.mux(packet)
     return path
+
+
+def claiming_png(w: int, h: int, rows: int = 8) -> bytes:
+    """A PNG whose header claims ``w`` x ``h`` RGB pixels, holding only ``rows`` rows of them: a few hundred
+    bytes that a decoder sizes its frame by (16000 x 16000: 768 MB) before it finds the data short."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    packer = zlib.compressobj(9)
+    data = b"".join(packer.compress(b"\0" * (3 * w + 1)) for _ in range(rows)) + packer.flush()
+    header = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def write_png_clip(path: Path, size: tuple[int, int], frame: bytes, n: int = 3) -> Path:
+    """A .mov of ``n`` PNG frames (the bytes ``frame``, as they are: not encoded here) whose stream says its
+    frames are ``size`` (w, h): the container and the frames may disagree."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(path), "w", format="mov") as container:
+        stream = container.add_stream("png", rate=1)
+        stream.width, stream.height = size
+        stream.pix_fmt = "rgb24"
+        stream.time_base = Fraction(1, 1)
+        for i in range(n):
+            packet = av.Packet(frame)
+            packet.stream, packet.pts, packet.dts, packet.duration = stream, i, i, 1
+            packet.time_base, packet.is_keyframe = stream.time_base, True
+            container.mux(packet)
+    return path

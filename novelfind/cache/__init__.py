@@ -18,7 +18,13 @@ from novelfind.cache.recovery import (
     damage,
     remove_damaged,
 )
-from novelfind.cache.schema import APPLICATION_ID, EARLIER_RANKING, SCHEMA_VERSION, not_ours
+from novelfind.cache.schema import (
+    APPLICATION_ID,
+    EARLIER_RANKING,
+    SCHEMA_VERSION,
+    foreign_schema,
+    not_ours,
+)
 from novelfind.cache.store import (
     DEFAULT_DTYPE,
     DEFAULT_MAX_NORM,
@@ -44,6 +50,7 @@ __all__ = [
     "FeatureCache",
     "NullCache",
     "damage",
+    "foreign_schema",
     "not_ours",
     "open_store",
     "ranking_root",

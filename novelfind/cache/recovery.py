@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TypeVar
 
+from novelfind.cache import guard
 from novelfind.errors import CacheError
 
 T = TypeVar("T")
@@ -86,7 +87,7 @@ def damage(path: str | os.PathLike[str]) -> str | None:
     if not path.is_file():
         return None
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
     except sqlite3.Error:
         return None  # cannot be read at all: opening it says why
     try:

@@ -8,17 +8,26 @@ digest of its bytes; ``vectors`` maps (digest, model_key) to the vector. The fil
 reader sees the file before or after another run's creating transaction, never half of it; and the
 tables are created in one ``BEGIN IMMEDIATE`` transaction that checks the identity again under the
 write lock (:func:`create_tables`).
+
+The file is data, never code: :func:`check_schema` refuses a file whose schema holds anything novelfind
+did not create (a trigger, a view, another table or index, a table whose columns differ), comparing
+``sqlite_master`` with the schema made here, statement by statement, comments and spacing aside (the
+comments of older versions' statements differ; their tables and columns do not).
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 import sqlite3
 import time
 from pathlib import Path
 
+from novelfind.cache import guard
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
 from novelfind.errors import CacheError
+from novelfind.safe_text import display
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
@@ -123,7 +132,7 @@ def _not_ours_now(path: Path) -> str | None:
     if marked and damage(path) is not None:
         return None
     try:
-        conn = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
         try:
             # through SQLite, not the file's bytes: a new cache's mark may still be in its write-ahead log
             app_id = conn.execute("SELECT application_id FROM pragma_application_id()").fetchone()[0]
@@ -184,3 +193,89 @@ def header(conn: sqlite3.Connection) -> tuple[int, int, int]:
         "(SELECT count(*) FROM sqlite_master)"
     ).fetchone()
     return int(row[0]), int(row[1]), int(row[2])
+
+
+# What SQLite itself adds to a file novelfind made: ANALYZE's statistics (``PRAGMA optimize`` on close).
+_SQLITE_OWN = {
+    "sqlite_stat1": ("table", "sqlite_stat1", "CREATE TABLE sqlite_stat1(tbl,idx,stat)"),
+    "sqlite_stat4": ("table", "sqlite_stat4", "CREATE TABLE sqlite_stat4(tbl,idx,neq,nlt,ndlt,sample)"),
+}
+# SQL's lexemes: a quoted name or string, a comment, spacing, a word, any other character
+_LEXEME = re.compile(
+    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|\[[^\]]*\]|(--[^\n]*|/\*.*?(?:\*/|\Z)|\s+)|\w+|.""",
+    re.S,
+)
+MAX_SCHEMA_OBJECTS = 64  # more rows than that in sqlite_master are not read: the file is refused
+
+
+def _normal(sql: str | None) -> str | None:
+    """``sql`` as its lexemes, comments and spacing left out: what the statement does, not how it reads."""
+    if sql is None:
+        return None
+    return " ".join(m.group() for m in _LEXEME.finditer(sql) if m.group(1) is None)
+
+
+@functools.cache
+def _expected() -> dict[str, tuple[str, str, str | None]]:
+    """name -> (type, table, statement) of every schema object novelfind creates, as SQLite records them."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for statement in (*_SCHEMA.split(";"), _RANKINGS, _CLIPS):
+            if statement.strip():
+                conn.execute(statement)
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    finally:
+        conn.close()
+    objects = {name: (kind, table, _normal(sql)) for kind, name, table, sql in rows}
+    objects.update((name, (kind, table, _normal(sql))) for name, (kind, table, sql) in _SQLITE_OWN.items())
+    return objects
+
+
+def foreign_object(conn: sqlite3.Connection) -> str | None:
+    """What in the file's schema novelfind did not create ("a trigger 'x'", "a changed table 'files'"),
+    or None. Tables it adds to older files may be missing; nothing else may be there or differ."""
+    rows = conn.execute(
+        f"SELECT type, name, tbl_name, sql FROM sqlite_master LIMIT {MAX_SCHEMA_OBJECTS + 1}"
+    ).fetchall()
+    if len(rows) > MAX_SCHEMA_OBJECTS:
+        return f"more than {MAX_SCHEMA_OBJECTS} tables, indexes, views or triggers"
+    expected = _expected()
+    for kind, name, table, sql in rows:
+        want = expected.get(name) if isinstance(name, str) else None
+        if want is None:
+            return f"a {kind} '{name}'"
+        if (kind, table, _normal(sql) if isinstance(sql, str) else sql) != want:
+            return f"a changed {kind} '{name}'"
+    return None
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """CacheError, naming the cache and what to do, when its schema holds anything novelfind did not
+    create (:func:`foreign_object`); nothing in the file is used then."""
+    what = foreign_object(conn)
+    if what is not None:
+        raise CacheError(
+            f"the feature cache {display(path)} holds {display(what)} that novelfind did not create; "
+            f"not used: move it aside, or delete it with `novelfind cache clear --cache {display(path)}`"
+        )
+
+
+def foreign_schema(path: str | os.PathLike[str]) -> str | None:
+    """What in the schema of the cache file at ``path`` novelfind did not create, or None (also when it
+    cannot be read: opening it says why). Read-only, like :func:`~novelfind.cache.recovery.damage`."""
+    path = Path(os.fspath(path)).expanduser().absolute()
+    if not path.is_file():
+        return None
+    try:
+        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            return foreign_object(conn)
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
+def schema_cookie(conn: sqlite3.Connection) -> int:
+    """SQLite's schema version: changes whenever anything alters the schema (another process included)."""
+    return int(conn.execute("PRAGMA schema_version").fetchone()[0])

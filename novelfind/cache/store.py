@@ -10,6 +10,7 @@ flight. WAL mode and a busy timeout let several runs share one cache. The file's
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from novelfind import dirs
+from novelfind.cache import guard
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     SQLITE_BUSY,
@@ -39,7 +41,14 @@ from novelfind.cache.recovery import (
     open_error,
     retry_busy,
 )
-from novelfind.cache.schema import SCHEMA_VERSION, check_ours, create_tables, header
+from novelfind.cache.schema import (
+    SCHEMA_VERSION,
+    check_ours,
+    check_schema,
+    create_tables,
+    header,
+    schema_cookie,
+)
 from novelfind.errors import CacheError
 from novelfind.safe_text import display
 
@@ -64,6 +73,26 @@ FLOAT16_MAX = 65504.0  # larger values are stored in float32
 # The norm above which a vector read back is taken for damage when the model gives no bound of its own:
 # far above any image model's vector, far below where float32 sums of squares overflow (3.4e38).
 DEFAULT_MAX_NORM = 1e15
+# The longest vector read: far above any image model's (MobileNet-V2's pooled vector has 1,280 values). A
+# row claiming more, or a blob whose length is not its dimension's, is left in the file, unread: lookups
+# check the lengths in SQL, so a planted 200 MB blob is never loaded.
+MAX_DIM = 1 << 16
+# The rows a lookup reads as vectors: a blob of float16 or float32 values of a plausible dimension.
+_SOUND_ROW = (
+    f"typeof(v.data) = 'blob' AND typeof(v.dim) = 'integer' AND v.dim BETWEEN 1 AND {MAX_DIM} "
+    "AND length(v.data) IN (2 * v.dim, 4 * v.dim)"
+)
+# The rows of ``files`` whose path is one novelfind writes: bytes (os.fsencode), no longer than a path can be.
+_PATH_ROW = "typeof(path) = 'blob' AND length(path) <= 4096"
+MAX_TEXT = 4096  # characters of a digest, model key or version read (theirs are under 200)
+
+
+def _short_text(column: str) -> str:
+    """The SQL condition that ``column`` holds text of a plausible length (a 200 MB key is never read)."""
+    return f"typeof({column}) = 'text' AND length({column}) <= {MAX_TEXT}"
+
+
+MAX_CLIP_RECORD = 1 << 16  # bytes of a clip's record (video.ClipInfo as JSON: some hundred)
 
 
 def _encode_path(path: str | os.PathLike[str]) -> bytes:
@@ -89,8 +118,11 @@ def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
     return _storable(vector, dtype).tobytes()
 
 
-def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
-    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm``.
+def _sound(
+    blobs: Sequence[tuple[bytes, int]], max_norm: float, min_value: float | None = None
+) -> np.ndarray:
+    """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm`` and,
+    given ``min_value``, no value below it.
 
     One pass over each group of equal layout: the squared norms in float32, where a NaN fails the
     comparison and an infinite value (or one so large that its square overflows) exceeds
@@ -107,7 +139,10 @@ def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float) -> np.ndarray:
         vectors = np.frombuffer(b"".join(blobs[i][0] for i in rows), layout).reshape(len(rows), dim)
         vectors = vectors.astype(np.float32, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):
-            sound[rows] = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+            ok = np.einsum("ij,ij->i", vectors, vectors) <= max_norm * max_norm
+            if min_value is not None:
+                ok &= vectors.min(axis=1) >= min_value
+            sound[rows] = ok
     return sound
 
 
@@ -180,9 +215,10 @@ class FeatureCache:
     read back, so a scan ranks the same values the first time as when it reads them again.
 
     Vectors read back are checked (the file can be edited by anyone who can write it, or damaged on
-    disk): one with a NaN or infinite value, or a norm above ``max_norm`` (the model's bound, say), is
-    treated as a damaged row. Lookups do not find it, it is deleted from the cache so that the photo is
-    extracted again, and ``on_warning`` names the photo once.
+    disk): one with a NaN or infinite value, a norm above ``max_norm`` (the model's bound, say), or a value
+    below ``min_value`` (MobileNet-V2's pooled values are never negative) is treated as a damaged row.
+    Lookups do not find it, it is deleted from the cache so that the photo is extracted again, and
+    ``on_warning`` names the photo once.
     """
 
     def __init__(
@@ -194,6 +230,7 @@ class FeatureCache:
         busy_timeout: float = BUSY_TIMEOUT_S,
         dtype: str = DEFAULT_DTYPE,
         max_norm: float = DEFAULT_MAX_NORM,
+        min_value: float | None = None,
     ):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -201,6 +238,8 @@ class FeatureCache:
         self.model_key = model_key
         self.dtype = dtype
         self.max_norm = float(max_norm)
+        self.min_value = None if min_value is None else float(min_value)
+        self._cookie: int | None = None  # the schema version check_schema last passed
         self.writes_disabled = False
         self.recovered_from: Path | None = None
         self._busy_timeout = busy_timeout
@@ -218,6 +257,7 @@ class FeatureCache:
         on_warning: Callable[[str], None] | None = None,
         dtype: str = DEFAULT_DTYPE,
         max_norm: float = DEFAULT_MAX_NORM,
+        min_value: float | None = None,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
         ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
@@ -232,7 +272,9 @@ class FeatureCache:
         path = Path(os.fspath(path)).expanduser() if path is not None else dirs.feature_cache_path()
         if not create and not path.exists():
             raise CacheError(f"no cache at {path}")
-        return cls(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
+        return cls(
+            path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm, min_value=min_value
+        )
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -265,7 +307,7 @@ class FeatureCache:
             raise open_error(self.path, err) from None
 
     def _open(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(
+        conn = guard.connect(
             str(self.path), timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
         )
         try:
@@ -275,12 +317,15 @@ class FeatureCache:
                 conn.execute(f"PRAGMA page_size = {FLOAT16_PAGE_BYTES}")
             check_health(conn)
             check_ours(self.path, *header(conn))  # before anything writes to a file that may not be ours
+            check_schema(conn, self.path)  # and before a trigger planted in it could fire
             # Where WAL is not possible (a file system without shared memory) SQLite keeps the rollback
             # journal, which still keeps each batch atomic.
             retry_busy(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone(), self._busy_timeout)
             conn.execute("PRAGMA synchronous = NORMAL")  # WAL + NORMAL: safe against crashes of the process
-            with self._write(conn):
+            self._cookie = None
+            with self._write(conn):  # checks the schema again, under the write lock
                 create_tables(conn, self.path)
+                self._cookie = schema_cookie(conn)  # what we made: the schema later writes expect
         except BaseException:
             conn.close()
             raise
@@ -300,6 +345,15 @@ class FeatureCache:
         conn = conn or self._conn
         retry_busy(lambda: conn.execute("BEGIN IMMEDIATE"), self._busy_timeout)
         try:
+            # Another process may have changed the schema since it was checked (a trigger added to a
+            # cache in a shared folder): checked again, under the lock, before anything here fires it.
+            if self._cookie is None or schema_cookie(conn) != self._cookie:
+                try:
+                    check_schema(conn, self.path)
+                except CacheError as err:
+                    self.writes_disabled = True  # as for any batch that cannot be written
+                    raise CacheWriteError(str(err)) from None
+                self._cookie = schema_cookie(conn)
             yield conn
             conn.execute("COMMIT")
         except BaseException:
@@ -326,7 +380,8 @@ class FeatureCache:
         unique = list(dict.fromkeys(values))
         for start in range(0, len(unique), _CHUNK):
             chunk = unique[start : start + _CHUNK]
-            yield from self._conn.execute(sql.format(marks=",".join("?" * len(chunk))), (*params, *chunk))
+            marks = ",".join("?" * len(chunk))
+            yield from self._conn.execute(sql.format(marks=marks), (*params, *chunk)).fetchall()
 
     # -- lookups -------------------------------------------------------------------------------
 
@@ -341,7 +396,7 @@ class FeatureCache:
         stats = _stat_keys(files)  # [(path bytes, size, mtime_ns)]
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data, v.dim FROM files f JOIN vectors v "
-            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+            f"ON v.digest = f.digest AND v.model_key = ? WHERE {_SOUND_ROW} AND f.path IN ({{marks}})"
         )
         try:
             with self._lock:
@@ -367,7 +422,7 @@ class FeatureCache:
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest, v.data FROM files f JOIN vectors v "
             "ON v.digest = f.digest AND v.model_key = ? "
-            "WHERE v.dim = ? AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
+            "WHERE v.dim = ? AND typeof(v.data) = 'blob' AND length(v.data) IN (?, ?) AND f.path IN ({marks})"
         )
         try:
             with self._lock:
@@ -407,7 +462,10 @@ class FeatureCache:
         mtime (else None), without reading the file: the ignore list matches a library by these."""
         found: dict[bytes, tuple[int, int, str]] = {}
         encoded = [_encode_path(f.path) for f in files]
-        sql = "SELECT path, size, mtime_ns, digest FROM files WHERE path IN ({marks})"
+        sql = (
+            f"SELECT path, size, mtime_ns, digest FROM files WHERE {_short_text('digest')} "
+            "AND path IN ({marks})"
+        )
         try:
             with self._lock:
                 for path, size, mtime_ns, digest in self._select_in(sql, (), encoded):
@@ -425,8 +483,11 @@ class FeatureCache:
         key = self._require_key()
         try:
             with self._lock:
-                rows = self._conn.execute("SELECT digest FROM vectors WHERE model_key = ?", (key,))
-                return DigestSet(digest for (digest,) in rows)
+                rows = self._conn.execute(
+                    f"SELECT digest FROM vectors WHERE model_key = ? AND {_short_text('digest')}", (key,)
+                )
+                batches = iter(lambda: rows.fetchmany(65536), [])  # not row by row: millions of rows
+                return DigestSet(digest for batch in batches for (digest,) in batch)
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -438,7 +499,10 @@ class FeatureCache:
         """``get_by_digest`` for many digests; the result lines up with ``digests``."""
         key = self._require_key()
         found: dict[str, tuple[bytes, int]] = {}
-        sql = "SELECT digest, data, dim FROM vectors WHERE model_key = ? AND digest IN ({marks})"
+        sql = (
+            f"SELECT digest, data, dim FROM vectors v WHERE model_key = ? AND {_SOUND_ROW} "
+            "AND digest IN ({marks})"
+        )
         try:
             with self._lock:
                 for digest, data, dim in self._select_in(sql, (key,), digests):
@@ -459,7 +523,7 @@ class FeatureCache:
         """
         if not hits:
             return []
-        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm)
+        sound = _sound([(blob, dim) for _, _, blob, dim in hits], self.max_norm, self.min_value)
         if sound.all():
             return []
         bad = [(key, digest) for (key, digest, _, _), ok in zip(hits, sound, strict=True) if not ok]
@@ -467,7 +531,9 @@ class FeatureCache:
         try:
             with self._lock:
                 for _, digest in bad if by_digest else ():  # a file with those bytes, to name
-                    row = self._conn.execute("SELECT path FROM files WHERE digest = ?", (digest,)).fetchone()
+                    row = self._conn.execute(
+                        "SELECT path FROM files WHERE digest = ? AND typeof(path) = 'blob'", (digest,)
+                    ).fetchone()
                     names.append(os.fsdecode(row[0]) if row is not None else f"the file with digest {digest}")
             with self._lock, self._write() as conn:
                 conn.executemany(
@@ -478,7 +544,7 @@ class FeatureCache:
             pass  # read-only or busy: the vector stays, unused, until a scan can replace it
         for name in names:
             self._warn(
-                f"the cached vector of {display(name)} is damaged (not finite, or too large); "
+                f"the cached vector of {display(name)} is damaged (not finite, or out of the model's range); "
                 "extracting it again"
             )
         return [key for key, _ in bad]
@@ -530,7 +596,10 @@ class FeatureCache:
         """The records ``put_clips`` stored for this model and these digests (None where there is none)."""
         key = self._require_key()
         found: dict[str, str] = {}
-        sql = "SELECT digest, info FROM clips WHERE model_key = ? AND digest IN ({marks})"
+        sql = (
+            "SELECT digest, info FROM clips WHERE model_key = ? AND typeof(info) = 'text' "
+            f"AND length(info) <= {MAX_CLIP_RECORD} AND digest IN ({{marks}})"
+        )
         try:
             with self._lock:
                 found.update(self._select_in(sql, (key,), digests))
@@ -559,7 +628,12 @@ class FeatureCache:
         """The model keys the cache has vectors for, with their dimension (the small ``models`` table)."""
         try:
             with self._lock:
-                return dict(self._conn.execute("SELECT model_key, dim FROM models").fetchall())
+                return dict(
+                    self._conn.execute(
+                        "SELECT model_key, dim FROM models "
+                        f"WHERE {_short_text('model_key')} AND typeof(dim) = 'integer'"
+                    ).fetchall()
+                )
         except sqlite3.Error as err:
             raise self._read_error(err) from None
 
@@ -569,7 +643,8 @@ class FeatureCache:
         stats = _stat_keys(files)
         sql = (
             "SELECT f.path, f.size, f.mtime_ns, f.digest FROM files f JOIN vectors v "
-            "ON v.digest = f.digest AND v.model_key = ? WHERE f.path IN ({marks})"
+            f"ON v.digest = f.digest AND v.model_key = ? WHERE {_short_text('f.digest')} "
+            "AND f.path IN ({marks})"
         )
         try:
             with self._lock:
@@ -605,7 +680,9 @@ class FeatureCache:
                 rows = dict(
                     (bytes(r[0]), r[1:])
                     for r in self._conn.execute(
-                        "SELECT root, method, version FROM rankings WHERE root IN (?, ?)", (root, b"")
+                        "SELECT root, method, version FROM rankings WHERE root IN (?, ?) "
+                        f"AND {_short_text('method')} AND {_short_text('version')}",
+                        (root, b""),
                     )
                 )
         except sqlite3.Error as err:
@@ -763,6 +840,7 @@ class FeatureCache:
                     self._conn.execute(
                         "SELECT m.model_key, count(v.digest) FROM models m "
                         "LEFT JOIN vectors v ON v.model_key = m.model_key "
+                        f"WHERE {_short_text('m.model_key')} "
                         "GROUP BY m.model_key ORDER BY m.first_seen, m.model_key"
                     ).fetchall()
                 )
@@ -787,12 +865,15 @@ class FeatureCache:
         """Forget files that are gone or changed since they were read, and vectors no file uses.
 
         Returns the number of file entries dropped. A file on a drive that is not mounted counts
-        as gone. Files that cannot be checked (permission denied) are kept.
+        as gone. Files that cannot be checked (permission denied) are kept. A row whose path is no path
+        novelfind wrote (not bytes, longer than any path, holding a NUL) is damaged, and dropped.
         """
         stale: list[tuple[bytes, int, int]] = []
         try:
             with self._lock:
-                rows = self._conn.execute("SELECT path, size, mtime_ns FROM files").fetchall()
+                rows = self._conn.execute(
+                    f"SELECT path, size, mtime_ns FROM files WHERE {_PATH_ROW}"
+                ).fetchall()
         except sqlite3.Error as err:
             raise self._read_error(err) from None
         for path, size, mtime_ns in rows:
@@ -803,11 +884,14 @@ class FeatureCache:
                 continue
             except OSError:
                 continue
+            except ValueError:  # a NUL in it: not a path novelfind wrote, a damaged row
+                stale.append((path, size, mtime_ns))
+                continue
             if st.st_size != size or st.st_mtime_ns != mtime_ns:
                 stale.append((path, size, mtime_ns))
         try:
             with self._lock, self._write() as conn:
-                dropped = 0
+                dropped = conn.execute(f"DELETE FROM files WHERE NOT ({_PATH_ROW})").rowcount
                 for (
                     path,
                     size,
@@ -843,10 +927,17 @@ class FeatureCache:
         self._compact()
 
     def _compact(self) -> None:
-        """Shrink the file after deletions; skipped quietly while another run is using the cache."""
+        """Shrink the file after deletions; skipped quietly while another run is using the cache.
+
+        The one statement without a time limit: VACUUM copies pages and runs nothing of the schema, and a
+        large cache takes minutes (Ctrl-C still stops it)."""
         try:
             with self._lock:
-                self._conn.execute("VACUUM")
+                limit, self._conn.query_timeout = self._conn.query_timeout, math.inf
+                try:
+                    self._conn.execute("VACUUM")
+                finally:
+                    self._conn.query_timeout = limit
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error:
             pass
@@ -965,6 +1056,7 @@ def open_store(
     streamed: bool = False,
     on_warning: Callable[[str], None] | None = None,
     max_norm: float = DEFAULT_MAX_NORM,
+    min_value: float | None = None,
 ) -> Iterator[FeatureCache | NullCache]:
     """The feature store a scan uses, as a context manager that closes it.
 
@@ -973,7 +1065,7 @@ def open_store(
     through ``on_warning`` and a :class:`NullCache` stands in. With ``streamed`` (the vectors are read
     back from the store, the library being too large to hold them) there must be a real store: without
     a cache it is a temporary file, deleted afterwards, and one that cannot be opened is a CacheError.
-    ``max_norm``: the model's bound on a vector's norm (see :class:`FeatureCache`).
+    ``max_norm``, ``min_value``: the model's bounds on a vector's norm and values (see :class:`FeatureCache`).
     """
     import tempfile
 
@@ -983,7 +1075,9 @@ def open_store(
             return
         with tempfile.TemporaryDirectory(prefix="novelfind-") as folder:
             temporary = Path(folder) / "features.sqlite"
-            with FeatureCache(temporary, model_key, dtype=dtype, max_norm=max_norm) as store:
+            with FeatureCache(
+                temporary, model_key, dtype=dtype, max_norm=max_norm, min_value=min_value
+            ) as store:
                 yield store
         return
     path = None
@@ -992,7 +1086,9 @@ def open_store(
     elif choice is not True:
         path = choice
     try:
-        store = FeatureCache.open(path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm)
+        store = FeatureCache.open(
+            path, model_key, on_warning=on_warning, dtype=dtype, max_norm=max_norm, min_value=min_value
+        )
     except CacheError as err:
         if streamed:
             raise CacheError(f"{err}; a library this large is ranked from the cache") from None

@@ -48,9 +48,17 @@ def _decode_in_worker(decode: Callable[[str], Decoded], path: str, slot: int) ->
 
 
 def _worker_init(
-    parent_pid: int, known: frozenset[str], started: Any = None, pixel_budget: int | None = None
+    parent_pid: int,
+    known: frozenset[str],
+    started: Any = None,
+    pixel_budget: int | None = None,
+    memory_share: int | None = None,
 ) -> None:
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
+
+    With ``memory_share`` (bytes), the worker's address space is limited to its size now plus that share
+    (:func:`novelfind.decode.limit_address_space`): a decoder that tries to hold more fails with
+    MemoryError, reported as its file's failure.
 
     A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe
     reading the scan must see its end when the scan ends), and it exits by itself when the scan is gone
@@ -61,6 +69,8 @@ def _worker_init(
     _STARTED = started
     if pixel_budget is not None:  # the scan's, set in its process: a worker starts with the default
         decode.set_pixel_budget(pixel_budget)
+    if memory_share is not None:
+        decode.limit_address_space(memory_share)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
@@ -148,7 +158,13 @@ class ProcessDecoder:
                 self.workers,
                 mp_context=_mp_context(),
                 initializer=_worker_init,
-                initargs=(os.getpid(), self.known, self._started(), decode.pixel_budget()),
+                initargs=(
+                    os.getpid(),
+                    self.known,
+                    self._started(),
+                    decode.pixel_budget(),
+                    decode.decode_memory_share(self.workers),
+                ),
             )
         return self.pool
 
