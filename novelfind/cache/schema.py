@@ -87,6 +87,10 @@ CREATE TABLE IF NOT EXISTS dates (
 ) WITHOUT ROWID
 """
 
+# Tables created in a cache of any age when it is opened: the schema check expects each of them too,
+# so a table added here is never taken for a foreign one.
+ADDED_TABLES = (_CLIPS, _DATES)
+
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("files", "models", "vectors")
 
@@ -178,8 +182,8 @@ def create_tables(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute(_RANKINGS)  # a file an earlier version wrote: its rankings were that version's
         if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
             conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
-    conn.execute(_CLIPS)
-    conn.execute(_DATES)
+    for statement in ADDED_TABLES:
+        conn.execute(statement)
     # Written even when unchanged: SQLite opens a read-only file without complaint, and this
     # write is what finds out.
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -220,7 +224,7 @@ def _expected() -> dict[str, tuple[str, str, str | None]]:
     """name -> (type, table, statement) of every schema object novelfind creates, as SQLite records them."""
     conn = sqlite3.connect(":memory:")
     try:
-        for statement in (*_SCHEMA.split(";"), _RANKINGS, _CLIPS):
+        for statement in (*_SCHEMA.split(";"), _RANKINGS, *ADDED_TABLES):
             if statement.strip():
                 conn.execute(statement)
         rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
