@@ -37,6 +37,7 @@ class Counts:
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
     newly_ignored: int = 0  # photos of this run's moments added to the ignore list (``ignore_picks``)
     clips: int = 0  # of the photos found, the clips (video files; ``video.VIDEO_EXTENSIONS``)
+    known_failed: int = 0  # of the failed files, those an earlier scan reported, unchanged since
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,11 @@ class ScanResult:
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
     (``novelfind.ranking.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
+    ``known_failures``: of ``failures``, the files an earlier scan with the same cache already reported
+    and that have not changed since (not passed to ``on_failure`` again). ``notices``: what the user
+    should know about the result, one line each (a library of one photo cannot be ranked; nothing new
+    to rank). ``outputs_kept``: nothing was left to rank but photos on the ignore list, so the outputs
+    (results file, copies, report, sidecars) were left as the last run wrote them.
     """
 
     picks: list[Pick]
@@ -77,6 +83,9 @@ class ScanResult:
     features: np.ndarray | None = field(repr=False)
     sidecars: SidecarSummary | None = None  # with ``xmp``: the sidecars changed, and those that failed
     clips: dict[Path, ClipInfo] = field(default_factory=dict, repr=False)  # the clips among ``files``
+    known_failures: list[Failure] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    outputs_kept: bool = False
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""

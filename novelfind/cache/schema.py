@@ -17,6 +17,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from novelfind.cache import failures
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
 from novelfind.errors import CacheError
 
@@ -158,6 +159,7 @@ def create_tables(conn: sqlite3.Connection, path: Path) -> None:
         if conn.execute("SELECT 1 FROM vectors LIMIT 1").fetchone():
             conn.execute("INSERT INTO rankings VALUES (?, ?, ?)", (b"", *EARLIER_RANKING))
     conn.execute(_CLIPS)
+    failures.create(conn)  # the unreadable files, each reported once (cache/failures.py)
     # Written even when unchanged: SQLite opens a read-only file without complaint, and this
     # write is what finds out.
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from novelfind import dirs
+from novelfind.cache import failures
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     SQLITE_BUSY,
@@ -579,6 +580,38 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
 
+    # -- unreadable files (cache/failures.py) ----------------------------------------------------
+
+    def known_failures(self) -> dict[bytes, failures.KnownFailure]:
+        """The files earlier scans could not read, by path (``os.fsencode``)."""
+        try:
+            with self._lock:
+                return failures.load(self._conn)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+
+    def record_failures(
+        self, rows: Sequence[tuple[bytes, int, int, str]], forget: Sequence[bytes] = ()
+    ) -> None:
+        """Remember (path, size, mtime_ns, reason) of files that could not be read, and forget the
+        failures of ``forget`` (files read since, or gone), in one transaction."""
+        if not rows and not forget:
+            return
+        try:
+            with self._lock, self._write() as conn:
+                failures.forget(conn, forget)
+                failures.record(conn, rows)
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+
+    def forget_failures(self, paths: Sequence[bytes] | None = None) -> int:
+        """Forget the failures of ``paths`` (None: all); the next scan reports those files again."""
+        try:
+            with self._lock, self._write() as conn:
+                return failures.forget(conn, paths)
+        except sqlite3.Error as err:
+            raise CacheError(f"cannot write the feature cache {self.path}: {err}") from None
+
     # -- writes --------------------------------------------------------------------------------
 
     def upgrade(self, former: str) -> int:
@@ -716,6 +749,7 @@ class FeatureCache:
             with self._lock:
                 entries = self._conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
                 files = self._conn.execute("SELECT count(*) FROM files").fetchone()[0]
+                unreadable = len(failures.load(self._conn))
                 models = dict(
                     self._conn.execute(
                         "SELECT m.model_key, count(v.digest) FROM models m "
@@ -735,6 +769,7 @@ class FeatureCache:
             "path": str(self.path),
             "entries": entries,
             "files": files,
+            "failures": unreadable,
             "size_bytes": size,
             "models": models,
             "schema_version": SCHEMA_VERSION,
@@ -793,6 +828,7 @@ class FeatureCache:
                 conn.execute("DELETE FROM files")
                 conn.execute("DELETE FROM models")
                 conn.execute("DELETE FROM rankings")
+                failures.forget(conn)
         except sqlite3.Error as err:
             raise CacheError(f"cannot clear the feature cache {self.path}: {err}") from None
         self._compact()
@@ -882,6 +918,12 @@ class NullCache:
         return None
 
     def last_ranking(self, root: bytes) -> tuple[str, str, bool] | None:
+        return None
+
+    def known_failures(self) -> dict:
+        return {}  # without a cache every unreadable file is new
+
+    def record_failures(self, rows, forget=()) -> None:
         return None
 
     def note_ranking(self, root: bytes, method: str, version: str) -> None:
