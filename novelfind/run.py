@@ -207,9 +207,11 @@ class _Scan:
             # rank
             in_window = extraction.files.modified_since(p.since)
             candidates = np.flatnonzero(in_window & ~ignored)  # int64 rows
-            # Photos this run would rank but for the ignore list (last run's picks, with ``ignore_picks``):
-            # their tags stay, and with nothing else to rank the outputs stay as they were
-            held = np.flatnonzero(in_window & ignored)
+            # With ignore_picks, the photos this run would rank but for the ignore list (mostly an earlier
+            # run's picks of the same window): their tags stay, and with nothing else to rank the outputs
+            # stay as they were. A re-run of the weekly line loses nothing; last week's picks (before
+            # ``since``) lose their tags when this week's are tagged.
+            held = np.flatnonzero(in_window & ignored) if p.ignore_picks else np.zeros(0, np.int64)
             nothing_new = not len(candidates) and bool(len(held))
             restricted = p.since is not None or bool(ignored.any())
             vectors = (
