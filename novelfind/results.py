@@ -71,7 +71,8 @@ class ScanResult:
     and that have not changed since (not passed to ``on_failure`` again). ``notices``: what the user
     should know about the result, one line each (a library of one photo cannot be ranked; nothing new
     to rank). ``outputs_kept``: nothing was left to rank but photos on the ignore list, so the outputs
-    (results file, copies, report, sidecars) were left as the last run wrote them.
+    (results file, copies, report, sidecars) were left as the last run wrote them. ``warnings``: the
+    problems the scan survived (an unusable cache, a slower fallback) when no ``on_warning`` was given.
     """
 
     picks: list[Pick]
@@ -86,6 +87,7 @@ class ScanResult:
     known_failures: list[Failure] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     outputs_kept: bool = False
+    warnings: list[str] = field(default_factory=list)  # without ``on_warning``: what the scan survived
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""

@@ -18,7 +18,6 @@ import dataclasses
 import inspect
 import os
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -83,14 +82,18 @@ scan.__doc__ += f"""minus printing.
 {describe()}
         on_progress: called with a :class:`Progress` event as the scan advances.
         on_warning: called with a one-line message for each problem the scan survives (an unusable
-            cache, a fallback to a slower engine); without it they go through :mod:`warnings` and
-            :mod:`logging`.
-        on_failure: called with (path, reason) for each file that cannot be read, as it happens.
+            cache, a fallback to a slower engine); without it they are kept in the result's
+            ``warnings``: the scan prints nothing (Python warnings raised while it runs go there too).
+        on_failure: called with (path, reason) for each file that cannot be read, as it happens; not
+            for a file an earlier scan with the same cache already reported and that has not changed
+            since (it is in the result's ``known_failures``), nor for one on the ignore list.
 
     Returns:
         A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
         ``distance``, ``size``, ``mtime``, ``also``), ``failures`` (path, reason), ``counts``,
-        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, and ``sidecars``.
+        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, ``sidecars``,
+        ``known_failures``, ``notices`` (a library of one photo cannot be ranked; nothing new to rank)
+        and ``warnings``.
 
     A RAW + JPEG pair (or HEIC + JPEG: one shot, two files with one name in one folder) is one photo,
     read through its JPEG and listed by it, with the other files in ``Pick.also``. RAW files are read
@@ -149,6 +152,7 @@ class _Scan:
         self.ignore_list: IgnoreList | None = None
         self.ignored_failures = 0  # unreadable files the user put on the ignore list: skipped silently
         self.notices: list[str] = []
+        self.warnings: list[str] = []  # without on_warning: the problems the scan survived
 
     def run(self) -> ScanResult:
         p = self.params
@@ -163,8 +167,9 @@ class _Scan:
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
-            if self.on_warning is not None:
-                stack.enter_context(warnings_to(self.on_warning))
+            # every warning of the run (novelfind's, and a library's Python warning or log record) goes to
+            # on_warning, or without one into the result's ``warnings``: scan() itself prints nothing
+            stack.enter_context(warnings_to(self.warn))
             for target in p.outputs():
                 stack.enter_context(self.lock(target))
             # find
@@ -275,6 +280,7 @@ class _Scan:
             sidecars=sidecars,
             clips=extraction.clips,
             notices=list(self.notices),
+            warnings=list(self.warnings),
             outputs_kept=nothing_new,
         )
 
@@ -463,7 +469,7 @@ class _Scan:
         if self.on_warning is not None:
             self.on_warning(message)
         else:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            self.warnings.append(message)
 
     def fail(self, path: Path, reason: str) -> None:
         """A file that could not be read. One on the ignore list (``novelfind ignore broken.jpg``) is
