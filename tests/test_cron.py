@@ -17,7 +17,7 @@ from sidecars import read_sidecar
 
 import novelfind
 from novelfind import xmp
-from novelfind.cli import cli
+from novelfind.cli import cli, human_size
 
 
 def run(*args):
@@ -251,3 +251,30 @@ def test_min_score_must_be_a_number(library, fake_extractor):
     result = run("scan", library["root"], "--min-score", "nan")
     assert result.exit_code == 2 and result.stdout == ""
     assert "--min-score" in result.stderr and result.stderr.startswith("error: ")
+
+
+def test_cache_info_says_what_it_counts(library, fake_extractor, tmp_path):
+    cache = tmp_path / "features.sqlite"
+    root = library["root"]
+    truncated_jpeg(root / "broken.jpg")
+    (root / "copy").mkdir()
+    (root / "copy" / "IMG_0000.jpg").write_bytes(library["ordinary"][0].read_bytes())  # same content
+    assert run("scan", root, "-q", "--cache", cache).exit_code == 3
+    info = run("cache", "info", "--cache", cache)
+    assert info.exit_code == 0
+    lines = {line.split("\t")[0]: line.split("\t")[1:] for line in info.stdout.splitlines()}
+    assert lines["vectors"][0] == "33" and "one per distinct photo content" in lines["vectors"][1]
+    assert lines["files"][0] == "34" and "copies of a photo share a vector" in lines["files"][1]
+    assert lines["unreadable"][0] == "1"
+    size, raw = lines["size"]
+    count, words = raw.split(" ", 1)
+    assert words == "bytes on disk" and int(count) > 10_000
+    number, unit = size.split(" ")
+    assert unit in ("KB", "MB") and abs(float(number) * {"KB": 1e3, "MB": 1e6}[unit] - int(count)) <= 51e3
+    assert size == human_size(int(count))
+
+
+def test_human_size():
+    assert [human_size(n) for n in (0, 999, 1000, 1_234_567, 5_000_000_000, 3 * 10**13)] == [
+        "0 B", "999 B", "1.0 KB", "1.2 MB", "5.0 GB", "30.0 TB"
+    ]
