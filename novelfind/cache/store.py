@@ -776,7 +776,8 @@ class FeatureCache:
         }
 
     def prune(self) -> int:
-        """Forget files that are gone or changed since they were read, and vectors no file uses.
+        """Forget files that are gone or changed since they were read, vectors no file uses, and the
+        unreadable files (``failures``) that are gone.
 
         Returns the number of file entries dropped. A file on a drive that is not mounted counts
         as gone. Files that cannot be checked (permission denied) are kept.
@@ -785,8 +786,10 @@ class FeatureCache:
         try:
             with self._lock:
                 rows = self._conn.execute("SELECT path, size, mtime_ns FROM files").fetchall()
+                unreadable = list(failures.load(self._conn))
         except sqlite3.Error as err:
             raise self._read_error(err) from None
+        gone = [path for path in unreadable if not os.path.lexists(path)]  # unreadable files since deleted
         for path, size, mtime_ns in rows:
             try:
                 st = os.stat(path)
@@ -809,6 +812,7 @@ class FeatureCache:
                         "DELETE FROM files WHERE path = ? AND size = ? AND mtime_ns = ?",
                         (path, size, mtime_ns),
                     ).rowcount
+                failures.forget(conn, gone)
                 conn.execute("DELETE FROM vectors WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute("DELETE FROM clips WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute(
