@@ -246,6 +246,7 @@ def cli() -> None:
       novelfind scan ~/Pictures --k 20 --report novel.html --copy-to ~/novel
       novelfind scan ~/Pictures --since 2026-01-01 --xmp --ignore-picks
       novelfind ignore --list
+      novelfind failures
       novelfind cache info
     """
 
@@ -669,7 +670,9 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
 
     Ignored photos are known by their content (moved or renamed, they stay ignored) and are never
-    picked, but still count as part of the library. The list is user data: `cache clear` leaves it.
+    picked, but still count as part of the library. A file that cannot be read as a photo (a truncated
+    JPEG) is silenced this way: scans skip it without a word. The list is user data: `cache clear`
+    leaves it.
 
     \b
     Examples:
