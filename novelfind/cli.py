@@ -762,7 +762,9 @@ def failures_command(paths: tuple[Path, ...], forget: bool, cache_path: Path | N
             targets = None
             if paths:
                 roots = [os.fsencode(p.expanduser().absolute()) for p in paths]
-                targets = [k for k in known if any(k == r or k.startswith(r.rstrip(b"/") + b"/") for r in roots)]
+                targets = [
+                    k for k in known if any(k == r or k.startswith(r.rstrip(b"/") + b"/") for r in roots)
+                ]
             click.echo(f"forgotten\t{store.forget_failures(targets)}")
             return int(ExitCode.OK)
     rows = sorted(known.values(), key=lambda f: (f.first_seen, f.path))
@@ -845,7 +847,8 @@ def cache_info(cache_path: Path | None) -> int:
         stale = {key: store.photos_without(key, usable) for key, _ in models
                  if weights.same_weights(key) and key not in usable}
     click.echo(f"path\t{escape_field(str(info['path']))}")
-    click.echo(f"vectors\t{info['entries']}\tfeature vectors stored, one per distinct photo content and model")
+    click.echo(f"vectors\t{info['entries']}\tfeature vectors stored, one per distinct photo content and "
+               "model")
     click.echo(f"files\t{info['files']}\tfile paths known, with size and time (copies of a photo share "
                "a vector)")
     click.echo(f"unreadable\t{info.get('failures', 0)}\tfiles scans could not read (novelfind failures)")

@@ -120,8 +120,9 @@ def test_the_nightly_line_with_a_broken_file_then_ignore(library, fake_extractor
     out = tmp_path / "novel" / "week.json"
     out.parent.mkdir()
     night1 = nightly(root, out)
-    assert night1.exit_code == 3 and night1.stderr.splitlines() == [f"warning: cannot read {bad}: "
-                                                                    + night1.stderr.split(": ", 2)[2].rstrip()]
+    assert night1.exit_code == 3
+    (line,) = night1.stderr.splitlines()  # one line for cron to mail: the broken file
+    assert line.startswith(f"warning: cannot read {bad}: ")
     night2 = nightly(root, out)
     assert (night2.exit_code, night2.stdout, night2.stderr) == (0, "", "")
     assert run("ignore", bad).exit_code == 0
