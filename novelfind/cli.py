@@ -712,6 +712,9 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
             console.note(f"{count_photos(change.unchanged)} already on the ignore list")
         for path in change.not_photos:
             console.problem(f"not added: {path} is not a photo novelfind reads")
+        for path, reason in change.by_stat:
+            console.note(f"{path} cannot be read ({reason}): ignored by its path, size and time, until it "
+                         "changes or moves")
     for path, reason in change.failures:
         console.unreadable(path, reason)
     partial = change.failures or change.not_photos

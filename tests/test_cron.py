@@ -279,3 +279,29 @@ def test_human_size():
     assert [human_size(n) for n in (0, 999, 1000, 1_234_567, 5_000_000_000, 3 * 10**13)] == [
         "0 B", "999 B", "1.0 KB", "1.2 MB", "5.0 GB", "30.0 TB"
     ]
+
+
+def test_ignore_silences_a_file_whose_bytes_cannot_be_read(library, fake_extractor, monkeypatch):
+    """A file the scan may not open (permission denied; faked here, since tests may run as root) is put
+    on the list by its path, size and time, with a note, and the scan skips it without a word."""
+    import novelfind.ignore
+
+    root = library["root"]
+    locked = truncated_jpeg(root / "trip0" / "locked.jpg")
+    real = novelfind.ignore.digest_file
+
+    def digest_file(path):
+        if Path(path) == locked:
+            raise PermissionError(13, "Permission denied")
+        return real(path)
+
+    monkeypatch.setattr(novelfind.ignore, "digest_file", digest_file)
+    added = run("ignore", locked)
+    assert (added.exit_code, added.stdout) == (0, "added\t1\n")
+    assert added.stderr == (f"note: {locked} cannot be read (Permission denied): ignored by its path, size "
+                            "and time, until it changes or moves\n")
+    result = run("scan", root, "-k", 3, "--no-cache")
+    assert result.exit_code == 0 and "cannot read" not in result.stderr
+    os.utime(locked, (1_700_000_000, 1_700_000_000))  # changed: no longer the file that was ignored
+    assert run("scan", root, "-q", "--no-cache").exit_code == 3
+    assert run("ignore", "--remove", locked).stdout == "removed\t1\n"
