@@ -9,6 +9,7 @@ to stderr, and ``-q`` leaves only errors and unreadable files there. Exit codes 
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -49,7 +50,8 @@ Exit codes:
   2    usage: bad option, missing folder, unknown config key, --xmp without novelfind[xmp],
        --ray-address without --engine ray, --copy-to holding a scanned folder
   3    finished, but some files could not be read or some sidecars not written (each named
-       on stderr)
+       on stderr); files an earlier scan already reported, unchanged since, do not count
+       (`novelfind failures` lists them)
   4    another run holds the lock on the same output (with --no-wait)
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
 """
@@ -221,6 +223,16 @@ def plural(count: int, noun: str) -> str:
     return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
+def human_size(size: int) -> str:
+    """``812 B``, ``3.4 KB``, ``1.2 MB``, ``5.0 GB`` (powers of 1000, as file managers show them)."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
 def _env(name: str) -> str:
     return "NOVELFIND_" + name.upper()
 
@@ -249,6 +261,7 @@ def cli() -> None:
       novelfind scan ~/Pictures --k 20 --report novel.html --copy-to ~/novel
       novelfind scan ~/Pictures --since 2026-01-01 --xmp --ignore-picks
       novelfind ignore --list
+      novelfind failures
       novelfind cache info
     """
 
@@ -391,6 +404,7 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         if not from_command_line and not params.takes_effect(name, options.__getitem__):
             options[name] = params.DEFAULTS[name]
     console = Console(quiet)
+    listed_before = picks_listed(options["output"], options["format"])
     engine_output = _engine_output(quiet) if ENGINES[options["engine"]].remote else nullcontext()
     with engine_output, console.progress_bars() as on_progress, _sigterm_interrupts():
         try:
@@ -412,7 +426,11 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         except KeyboardInterrupt:
             raise Interrupted("interrupted; finished batches are kept in the cache") from None
     counts, k = result.counts, result.parameters.k
-    if counts.candidates == 0:
+    for notice in result.notices:
+        console.note(notice)
+    if result.outputs_kept:
+        pass  # said in the notices
+    elif counts.candidates == 0:
         if options["since"] is not None:
             console.note(
                 f"no photos taken since {options['since']:%Y-%m-%d %H:%M:%S} that are not "
@@ -426,12 +444,20 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                      "of them")
     if result.parameters.output is None:
         _write_stdout(encode_output(result.to_text()))
+    elif not result.picks and not result.outputs_kept and listed_before:
+        # shown even with -q: a list someone may rely on was emptied (once: the next run empties nothing)
+        console.problem_note(
+            f"{result.parameters.output} now lists no picks (it listed {plural(listed_before, 'pick')}): "
+            + _why_no_picks(result)
+        )
     found = plural(counts.photos - counts.clips, "photo")
     if counts.clips:
         found += f" and {plural(counts.clips, 'clip')}"
     summary = (f"{found} ({plural(counts.found, 'file')}) found, "
                f"{counts.from_cache} read from cache, "
-               f"{counts.extracted} extracted, {counts.failed} failed")
+               f"{counts.extracted} extracted, {counts.failed - counts.known_failed} failed")
+    if counts.known_failed:
+        summary += f", {counts.known_failed} known unreadable (novelfind failures)"
     if counts.ignored:
         summary += f", {counts.ignored} ignored"
     if counts.newly_ignored:
@@ -448,8 +474,43 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         if console.quiet:  # problems went to on_warning, which -q silences; a lost tag must still show
             for path, reason in sidecars.problems:
                 console.problem(f"XMP sidecar {path}: {reason}")
-    partial = result.failures or (sidecars is not None and sidecars.problems)
+    new_failures = len(result.failures) > len(result.known_failures)
+    partial = new_failures or (sidecars is not None and sidecars.problems)
     return int(ExitCode.PARTIAL if partial else ExitCode.OK)
+
+
+def picks_listed(output: Path | None, fmt: str) -> int:
+    """How many picks the results file ``output`` lists now (0 when there is none, or it cannot be read):
+    a run that would empty a list someone relies on says so."""
+    if output is None:
+        return 0
+    try:
+        text = Path(output).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return 0
+    if fmt == "json":
+        try:
+            return len(json.loads(text).get("picks", []))
+        except (ValueError, AttributeError):
+            return 0
+    if fmt == "jsonl":
+        return text.count('"type": "pick"') + text.count('"type":"pick"')
+    if fmt.endswith("0"):
+        return text.count("\0")
+    lines = [line for line in text.splitlines() if line.strip()]
+    return max(len(lines) - (fmt == "csv"), 0)
+
+
+def _why_no_picks(result: run.ScanResult) -> str:
+    """Why a run picked nothing, in a few words, for the note of an emptied list."""
+    p, counts = result.parameters, result.counts
+    if counts.candidates == 0 and p.since is not None:
+        return f"no photo modified since {p.since:%Y-%m-%d %H:%M:%S} to rank"
+    if counts.candidates == 0:
+        return "every photo is on the ignore list"
+    if p.min_score is not None:
+        return f"no photo scored at least --min-score {p.min_score:g}"
+    return "nothing to rank"
 
 
 @contextmanager
@@ -522,6 +583,10 @@ class Console:
     def problem(self, message: str) -> None:
         """A warning shown even with -q (something the run was asked to write was not written)."""
         _stderr(f"warning: {message}")
+
+    def problem_note(self, message: str) -> None:
+        """A note shown even with -q: the run changed something the user relies on (a list emptied)."""
+        _stderr(f"note: {message}")
 
     def warn(self, message: str) -> None:
         if not self.quiet:
@@ -620,7 +685,9 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
 
     Ignored photos are known by their content (moved or renamed, they stay ignored) and are never
-    picked, but still count as part of the library. The list is user data: `cache clear` leaves it.
+    picked, but still count as part of the library. A file that cannot be read as a photo (a truncated
+    JPEG) is silenced this way: scans skip it without a word. The list is user data: `cache clear`
+    leaves it.
 
     \b
     Examples:
@@ -664,6 +731,9 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
             console.note(f"{count_photos(change.unchanged)} already on the ignore list")
         for path in change.not_photos:
             console.problem(f"not added: {path} is not a photo novelfind reads")
+        for path, reason in change.by_stat:
+            console.note(f"{path} cannot be read ({reason}): ignored by its path, size and time, until it "
+                         "changes or moves")
     for path, reason in change.failures:
         console.unreadable(path, reason)
     partial = change.failures or change.not_photos
@@ -673,6 +743,56 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
 # --- cache ---------------------------------------------------------------------------------------
 
 cache_option = parameter_option("cache", dest="cache_path")
+
+FAILURES_EXIT_CODES_HELP = """\b
+Exit codes:
+  0    done
+  1    no cache there, or it cannot be read or written
+  2    usage: PATHS without --forget
+"""
+
+
+@cli.command("failures", epilog=FAILURES_EXIT_CODES_HELP)
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Forget the unreadable files (PATHS: those files or the files under those folders; none: all), "
+    "so that the next scan tries them again and reports each one that still fails.",
+)
+@cache_option
+def failures_command(paths: tuple[Path, ...], forget: bool, cache_path: Path | None) -> int:
+    """List the files scans could not read, or forget them.
+
+    A scan reports an unreadable file once: later scans that meet it unchanged (same size and
+    modification time) count it as "known unreadable" in their summary, print nothing about it and
+    exit 0. A file that changes is tried again. This lists them (when first reported, path, reason);
+    `--forget` makes the next scan report them again. `novelfind ignore FILE` silences one for good.
+
+    \b
+    Examples:
+      novelfind failures
+      novelfind failures --forget
+      novelfind failures --forget ~/Pictures/2019/broken.jpg
+      novelfind ignore ~/Pictures/2019/broken.jpg
+    """
+    if paths and not forget:
+        raise click.UsageError("PATHS are for --forget (the list shows every unreadable file)")
+    with _existing_cache(cache_path) as store:
+        known = store.known_failures()
+        if forget:
+            targets = None
+            if paths:
+                roots = [os.fsencode(p.expanduser().absolute()) for p in paths]
+                targets = [
+                    k for k in known if any(k == r or k.startswith(r.rstrip(b"/") + b"/") for r in roots)
+                ]
+            click.echo(f"forgotten\t{store.forget_failures(targets)}")
+            return int(ExitCode.OK)
+    rows = sorted(known.values(), key=lambda f: (f.first_seen, f.path))
+    lines = [f"{f.first_seen}\t{escape_field(os.fsdecode(f.path))}\t{escape_field(f.reason)}\n" for f in rows]
+    _write_stdout(encode_output("".join(lines)))
+    return int(ExitCode.OK)
 
 
 CACHE_EXIT_CODES_HELP = """\b
@@ -749,9 +869,12 @@ def cache_info(cache_path: Path | None) -> int:
         stale = {key: store.photos_without(key, usable) for key, _ in models
                  if weights.same_weights(key) and key not in usable}
     click.echo(f"path\t{escape_field(str(info['path']))}")
-    click.echo(f"vectors\t{info['entries']}")
-    click.echo(f"files\t{info['files']}")
-    click.echo(f"bytes\t{info['size_bytes']}")
+    click.echo(f"vectors\t{info['entries']}\tfeature vectors stored, one per distinct photo content and "
+               "model")
+    click.echo(f"files\t{info['files']}\tfile paths known, with size and time (copies of a photo share "
+               "a vector)")
+    click.echo(f"unreadable\t{info.get('failures', 0)}\tfiles scans could not read (novelfind failures)")
+    click.echo(f"size\t{human_size(info['size_bytes'])}\t{info['size_bytes']} bytes on disk")
     for key, count in models:  # a key is text anyone who can write the cache may have written
         click.echo(f"model\t{escape_field(key)}\t{count}")
     for key, count in models:

@@ -64,6 +64,21 @@ def digest_file(path: str | os.PathLike[str]) -> str:
     return file_digest(Path(path).read_bytes())
 
 
+def stat_key(path: str | os.PathLike[str]) -> str | None:
+    """The entry of a file whose bytes cannot be read (permission denied): its path, size and mtime,
+    hashed (``stat:`` + 32 hex digits). It matches that file only while it stays where and as it is;
+    None when the file cannot even be looked at."""
+    import hashlib
+
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    name = os.fsencode(os.path.abspath(os.fspath(path)))
+    key = hashlib.blake2b(b"%s\0%d\0%d" % (name, st.st_size, st.st_mtime_ns), digest_size=16)
+    return "stat:" + key.hexdigest()
+
+
 @dataclass(frozen=True)
 class Ignored:
     """One entry: the content digest, the path the photo was last seen at, when it was added (UTC ISO)
@@ -92,6 +107,8 @@ class IgnoreChange:
     unchanged: list[Path] = field(default_factory=list)  # already on the list (add) / not on it (remove)
     failures: list[tuple[Path, str]] = field(default_factory=list)  # (path, one-line reason)
     not_photos: list[Path] = field(default_factory=list)  # files named that a scan never reads (add)
+    by_stat: list[tuple[Path, str]] = field(default_factory=list)  # unreadable bytes: added by path,
+    #                                                                size and mtime (path, reason)
 
 
 def count_photos(paths: Iterable[str | os.PathLike[str]]) -> int:
@@ -203,8 +220,10 @@ class IgnoreList:
             if digest is None:
                 try:
                     digest = digest_file(f.path)
-                except OSError:
-                    continue  # unreadable now: the scan reports it, if it reads it at all
+                except OSError:  # unreadable now: on the list by its path, size and mtime, or not at all
+                    digest = stat_key(f.path)
+                    if digest is None:
+                        continue
             if digest in entries:
                 mask[i] = True
                 seen[digest] = Path(f.path)
@@ -250,7 +269,12 @@ class IgnoreList:
             try:
                 found.append((digest_file(path), path, path.stat().st_size))
             except OSError as e:
-                fail(path, _reason(e))
+                key = stat_key(path)  # bytes that cannot be read: by path, size and mtime
+                if key is None:
+                    fail(path, _reason(e))
+                    continue
+                found.append((key, path, path.stat().st_size))
+                result.by_stat.append((path, _reason(e)))
         self._add(found, result)
         return result
 

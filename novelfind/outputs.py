@@ -131,6 +131,7 @@ def write_outputs(
     on_warning: Callable[[str], None],
     on_failure: Callable[[Path, str], None] | None = None,
     held: HeldOutputs | None = None,
+    keep_tags: Sequence[Path] = (),
 ) -> SidecarSummary | None:
     """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
 
@@ -140,6 +141,8 @@ def write_outputs(
     written; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
     that was ranked (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the
     folders opened for the run (:func:`held_outputs`).
+    ``keep_tags``: files whose tags of an earlier run stay though they are not picked now (photos this
+    run would rank but for the ignore list: an earlier run's picks, with ``ignore_picks``).
     """
     p = params
     writers: list[Callable[[], Any]] = []
@@ -176,7 +179,7 @@ def write_outputs(
     if p.contact_sheet is not None:
         writers.append(lambda: write_contact_sheet(p.contact_sheet, picks, decode_timeout=p.decode_timeout))
     if p.xmp:  # with no picks, this takes back the tags of an earlier run
-        writers.append(lambda: sidecars.append(_write_sidecars(p, picks, on_warning)))
+        writers.append(lambda: sidecars.append(_write_sidecars(p, picks, on_warning, keep_tags)))
     for done, write in enumerate(writers):
         on_progress(done, len(writers))
         write()
@@ -208,7 +211,7 @@ def _write_report(
 
 
 def _write_sidecars(
-    p: ScanParameters, picks: list[Pick], on_warning: Callable[[str], None]
+    p: ScanParameters, picks: list[Pick], on_warning: Callable[[str], None], keep: Sequence[Path]
 ) -> SidecarSummary:
     """Tag every file of each pick's moment in its XMP sidecar (the members with the pick's rank and
     score); untag the earlier picks under the paths."""
@@ -226,4 +229,5 @@ def _write_sidecars(
         roots=p.paths,
         keyword=p.xmp_keyword,
         on_problem=problem,  # the record of tagged sidecars: novelfind.dirs.sidecar_record_path()
+        keep=keep,
     )

@@ -178,6 +178,19 @@ class ScanParameters:
         record=True,
         group="ranking",
     )
+    min_score: float | None = param(
+        None,
+        "keep only the picks that score at least this (None: every pick, up to ``k``). The scale is the "
+        "method's (``docs/ranking.md``): for ``cosine-knn`` a mean distance between unit vectors, 0 to "
+        "2. A run where no photo reaches it picks nothing: a weekly run without ``output`` then prints "
+        "nothing, so cron mails only the weeks with an odd photo.",
+        help="Keep only picks scoring at least SCORE (the method's scale, docs/ranking.md; cosine-knn: "
+        "0-2). No pick reaches it: no output, exit code 0.",
+        limit=Limit(),
+        metavar="SCORE",
+        record=True,
+        group="ranking",
+    )
     # extraction
     batch_size: int = param(
         32,

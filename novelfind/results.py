@@ -38,6 +38,7 @@ class Counts:
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
     newly_ignored: int = 0  # photos of this run's moments added to the ignore list (``ignore_picks``)
     clips: int = 0  # of the photos found, the clips (video files; ``video.VIDEO_EXTENSIONS``)
+    known_failed: int = 0  # of the failed files, those an earlier scan reported, unchanged since
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ class ScanResult:
     ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
     ``taken`` / ``taken_source``: when each of ``files`` was taken and where that date came from
     (``dates``: :class:`novelfind.dates.Dates`, with the offsets).
+    ``known_failures``: of ``failures``, the files an earlier scan with the same cache already reported
+    and that have not changed since (not passed to ``on_failure`` again). ``notices``: what the user
+    should know about the result, one line each (a library of one photo cannot be ranked; nothing new
+    to rank). ``outputs_kept``: nothing was left to rank but photos on the ignore list, so the outputs
+    (results file, copies, report, sidecars) were left as the last run wrote them. ``warnings``: the
+    problems the scan survived (an unusable cache, a slower fallback) when no ``on_warning`` was given.
     """
 
     picks: list[Pick]
@@ -94,6 +101,10 @@ class ScanResult:
     def taken_source(self) -> list[str]:
         """Where each of :attr:`taken` came from: exif, exif-local, raw, clip, xmp, file, invalid, none."""
         return self.dates.sources if self.dates is not None else ["none"] * len(self.files)
+    known_failures: list[Failure] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    outputs_kept: bool = False
+    warnings: list[str] = field(default_factory=list)  # without ``on_warning``: what the scan survived
 
     def record(self) -> dict[str, Any]:
         """The run record of the JSON formats (``docs/output-schema.md``): parameters and counts."""

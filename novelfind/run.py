@@ -18,7 +18,6 @@ import dataclasses
 import inspect
 import os
 import time
-import warnings
 from collections import Counter
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -83,14 +82,18 @@ scan.__doc__ += f"""minus printing.
 {describe()}
         on_progress: called with a :class:`Progress` event as the scan advances.
         on_warning: called with a one-line message for each problem the scan survives (an unusable
-            cache, a fallback to a slower engine); without it they go through :mod:`warnings` and
-            :mod:`logging`.
-        on_failure: called with (path, reason) for each file that cannot be read, as it happens.
+            cache, a fallback to a slower engine); without it they are kept in the result's
+            ``warnings``: the scan prints nothing (Python warnings raised while it runs go there too).
+        on_failure: called with (path, reason) for each file that cannot be read, as it happens; not
+            for a file an earlier scan with the same cache already reported and that has not changed
+            since (it is in the result's ``known_failures``), nor for one on the ignore list.
 
     Returns:
         A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
         ``distance``, ``size``, ``mtime``, ``also``), ``failures`` (path, reason), ``counts``,
-        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, and ``sidecars``.
+        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, ``sidecars``,
+        ``known_failures``, ``notices`` (a library of one photo cannot be ranked; nothing new to rank)
+        and ``warnings``.
 
     A RAW + JPEG pair (or HEIC + JPEG: one shot, two files with one name in one folder) is one photo,
     read through its JPEG and listed by it, with the other files in ``Pick.also``. RAW files are read
@@ -141,7 +144,15 @@ class _Scan:
         self.on_warning = on_warning
         self.on_failure = on_failure
         self.started = time.monotonic()
-        self.failures: list[Failure] = []
+        self.failures: list[Failure] = []  # every file that could not be read, in the order met
+        self.known_failures: list[Failure] = []  # of those, the ones an earlier scan reported (unchanged)
+        self.stats: dict[Path, tuple[int, int]] = {}  # (size, mtime_ns) of each failure, (-1, -1): none
+        self.known: dict[bytes, Any] | None = None  # the cache's record of unreadable files, once open
+        self.pending: list[Failure] = []  # failures met before the cache was open (the walk's)
+        self.ignore_list: IgnoreList | None = None
+        self.ignored_failures = 0  # unreadable files the user put on the ignore list: skipped silently
+        self.notices: list[str] = []
+        self.warnings: list[str] = []  # without on_warning: the problems the scan survived
 
     def run(self) -> ScanResult:
         p = self.params
@@ -149,13 +160,17 @@ class _Scan:
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
+        # an unreadable file on the list is skipped without a word, also with include_ignored (which
+        # shows ignored photos among the picks: an unreadable one cannot be one)
+        self.ignore_list = ignore_list or IgnoreList(p.ignore_file)
         workers = p.workers if p.workers is not None else devices.available_cpus()
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
             held = stack.enter_context(held_outputs(p))  # the picks folder, opened once for the run
-            if self.on_warning is not None:
-                stack.enter_context(warnings_to(self.on_warning))
+            # every warning of the run (novelfind's, and a library's Python warning or log record) goes to
+            # on_warning, or without one into the result's ``warnings``: scan() itself prints nothing
+            stack.enter_context(warnings_to(self.warn))
             for target in p.outputs():
                 stack.enter_context(self.lock(target))
             # find
@@ -189,8 +204,10 @@ class _Scan:
             )
             cache = stack.enter_context(opened)
             store = featured(cache, extractor)  # read back as the feature asked for
+            self.open_failures(cache)
             # extract
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
+            self.remember_failures(cache, extraction.files)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]
             # when each photo was taken (row i for photo i): cached beside the vectors, headers read once
             taken = dates.scan_dates(
@@ -206,8 +223,14 @@ class _Scan:
                     read.groups, known_digests=store.digests_by_stat, on_warning=self.warn
                 )
             # rank
-            recent = dates.since_mask(taken, extraction.files.mtimes_ns, p.since)  # taken (else modified)
-            candidates = np.flatnonzero(recent & ~ignored)  # int64 rows
+            in_window = dates.since_mask(taken, extraction.files.mtimes_ns, p.since)  # taken (else modified)
+            candidates = np.flatnonzero(in_window & ~ignored)  # int64 rows
+            # With ignore_picks, the photos this run would rank but for the ignore list (mostly an earlier
+            # run's picks of the same window): their tags stay, and with nothing else to rank the outputs
+            # stay as they were. A re-run of the weekly line loses nothing; last week's picks (before
+            # ``since``) lose their tags when this week's are tagged.
+            kept_rows = np.flatnonzero(in_window & ignored) if p.ignore_picks else np.zeros(0, np.int64)
+            nothing_new = not len(candidates) and bool(len(kept_rows))
             restricted = p.since is not None or bool(ignored.any())
             vectors = (
                 extraction.features
@@ -218,31 +241,38 @@ class _Scan:
             picks, dropped = self.rank(
                 vectors, extraction.files, read, candidates, restricted, extraction.clips, taken
             )
+            self.say_if_unranked(len(read), picks)
             self.note_ranking(cache)
             counts = Counts(
                 found=photos.file_count(),
                 from_cache=extraction.from_cache,
                 extracted=extraction.extracted,
                 failed=len(self.failures),
+                known_failed=len(self.known_failures),
                 candidates=len(candidates),
                 duplicates_dropped=dropped,
                 photos=len(photos),
-                ignored=int(ignored.sum()),
+                ignored=int(ignored.sum()) + self.ignored_failures,
                 clips=len(video.clip_rows(photos.files)),
             )
             # write
-            sidecars = write_outputs(
-                p,
-                picks,
-                record=run_record(p, counts, self.seconds()),
-                failures=self.failures,
-                files=extraction.files,
-                points2d=lambda: map_2d(vectors),  # the report's map
-                on_progress=lambda done, total: self.progress("write", done, total),
-                on_warning=self.warn,
-                on_failure=self.fail,  # a pick swapped since it was ranked: not copied, exit code 3
-                held=held,
-            )
+            sidecars = None
+            if nothing_new:
+                self.say_nothing_new(len(kept_rows))
+            else:
+                sidecars = write_outputs(
+                    p,
+                    picks,
+                    record=run_record(p, counts, self.seconds()),
+                    failures=self.failures,
+                    files=extraction.files,
+                    points2d=lambda: map_2d(vectors),  # the report's map
+                    on_progress=lambda done, total: self.progress("write", done, total),
+                    on_warning=self.warn,
+                    on_failure=self.fail,  # a pick swapped since it was ranked: not copied, exit code 3
+                    held=held,
+                    keep_tags=[f.path for row in kept_rows for f in read.groups[int(row)]],
+                )
             if p.ignore_picks and picks:
                 files = [  # the whole moment: the pick and its members
                     ImageFile(photo.path, photo.size, photo.mtime_ns)
@@ -256,6 +286,7 @@ class _Scan:
         return ScanResult(
             picks=picks,
             failures=list(self.failures),
+            known_failures=list(self.known_failures),
             counts=counts,
             seconds=self.seconds(),
             parameters=p,
@@ -264,6 +295,9 @@ class _Scan:
             sidecars=sidecars,
             clips=extraction.clips,
             dates=taken,
+            notices=list(self.notices),
+            warnings=list(self.warnings),
+            outputs_kept=nothing_new,
         )
 
     # -- find, look up, extract
@@ -384,7 +418,10 @@ class _Scan:
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        return picks_of(result, files, read, clips, taken), int(result.duplicates_dropped)
+        picks = picks_of(result, files, read, clips, taken)
+        if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
+            picks = [pick for pick in picks if pick.score >= p.min_score]
+        return picks, int(result.duplicates_dropped)
 
     def say_if_ranking_changed(self, cache: Any) -> None:
         """One warning when the library was last ranked (with this cache) by another method, or by an
@@ -450,13 +487,101 @@ class _Scan:
         if self.on_warning is not None:
             self.on_warning(message)
         else:
-            warnings.warn(message, RuntimeWarning, stacklevel=3)
+            self.warnings.append(message)
 
     def fail(self, path: Path, reason: str) -> None:
+        """A file that could not be read. One on the ignore list (``novelfind ignore broken.jpg``) is
+        skipped without a word; one an earlier scan reported and that has not changed since is a known
+        failure (counted, not reported again); any other goes to ``on_failure``. Failures met before
+        the cache is open (the walk's) wait for it."""
         failure = Failure(Path(path), reason)
+        try:
+            st = os.stat(failure.path)
+            stat = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            stat = (-1, -1)
+        if self.on_ignore_list(failure.path, stat[0]):
+            self.ignored_failures += 1
+            return
         self.failures.append(failure)
-        if self.on_failure is not None:
+        self.stats[failure.path] = stat
+        if self.known is None:
+            self.pending.append(failure)
+        else:
+            self.report_failure(failure)
+
+    def on_ignore_list(self, path: Path, size: int) -> bool:
+        """Whether the unreadable file at ``path`` is on the ignore list (by the digest of its bytes)."""
+        if self.ignore_list is None or size < 0:
+            return False
+        try:
+            found = self.ignore_list.find([[ImageFile(path, size, 0)]])
+        except NovelfindError:
+            return False
+        return bool(found.mask[0])
+
+    def report_failure(self, failure: Failure) -> None:
+        known = self.known.get(os.fsencode(os.path.abspath(failure.path))) if self.known else None
+        if known is not None and (known.size, known.mtime_ns) == self.stats[failure.path]:
+            self.known_failures.append(failure)
+        elif self.on_failure is not None:
             self.on_failure(failure.path, failure.reason)
+
+    def open_failures(self, cache: Any) -> None:
+        """Read the cache's record of unreadable files (:mod:`novelfind.cache.failures`) and report the
+        failures met so far against it."""
+        try:
+            self.known = cache.known_failures()
+        except NovelfindError:
+            self.known = {}  # an unreadable record: every failure is new
+        for failure in self.pending:
+            self.report_failure(failure)
+        self.pending.clear()
+
+    def remember_failures(self, cache: Any, files: FileList) -> None:
+        """Record this run's unreadable files in the cache, and forget those read now (or gone): a file
+        fixed, or changed and readable, is reported again if it ever fails again."""
+        failed = {os.fsencode(os.path.abspath(f.path)) for f in self.failures}
+        rows = [(os.fsencode(os.path.abspath(f.path)), *self.stats[f.path], f.reason) for f in self.failures]
+        roots = [os.fsencode(os.path.abspath(root)) for root in self.params.paths]
+        forget = [
+            path
+            for path in (self.known or {})
+            if path not in failed
+            and any(path == root or path.startswith(root.rstrip(b"/") + b"/") for root in roots)
+        ]
+        try:
+            cache.record_failures(rows, forget)
+        except NovelfindError as err:
+            self.warn(f"cannot remember the unreadable files: {err}")
+
+    def say_if_unranked(self, photos: int, picks: list[Pick]) -> None:
+        """A notice when the library is one photo: there is nothing to compare it with, so its score
+        (0) says nothing."""
+        if photos == 1 and picks:
+            self.notice(
+                f"the library is one photo ({picks[0].path}): it has nothing to be compared with, so "
+                "it cannot be ranked and its score 0 means nothing"
+            )
+
+    def say_nothing_new(self, held: int) -> None:
+        """The notice of a run with nothing to rank but photos on the ignore list (a re-run of a line
+        with ``ignore_picks``): it says why, and that the outputs are left as they were."""
+        p = self.params
+        photos = f"{held} photo" + ("" if held == 1 else "s")
+        if p.since is not None:
+            what = f"nothing new: the {photos} modified since {p.since:%Y-%m-%d %H:%M:%S}"
+            what += " is" if held == 1 else " are all"
+        else:
+            what = f"nothing new: {'the' if held == 1 else 'all'} {photos} {'is' if held == 1 else 'are'}"
+        what += " on the ignore list (already picked by an earlier run, or ignored)"
+        kept = [str(target) for target in p.outputs()] + (["the XMP tags"] if p.xmp else [])
+        self.notice(what + (f"; left as they were: {', '.join(kept)}" if kept else ""))
+
+    def notice(self, message: str) -> None:
+        """Something the user should know about the result, not a problem: kept in the result's
+        ``notices`` (the command line prints them as ``note:`` lines)."""
+        self.notices.append(message)
 
     def seconds(self) -> float:
         return time.monotonic() - self.started

@@ -720,8 +720,15 @@ def apply_picks(
     keyword: str = DEFAULT_KEYWORD,
     ledger: str | os.PathLike[str] | None = None,
     on_problem: Callable[[Path, str], None] | None = None,
+    keep: Iterable[str | os.PathLike[str]] = (),
 ) -> SidecarSummary:
-    """Tag this run's ``picks`` and untag the files earlier runs tagged under ``roots`` that are not picked.
+    """Tag this run's ``picks`` and untag the files earlier runs tagged under ``roots`` that are not picked
+    and not in ``keep``.
+
+    ``keep``: files whose tag stays though they are not picked now: a scan passes the photos it would
+    rank but for the ignore list, so a re-run of a line with ``ignore_picks`` (whose earlier picks are
+    now ignored) keeps the tags it wrote, while the picks of earlier weeks (older than ``since``) lose
+    theirs when a new week's picks are tagged.
 
     ``roots`` are the folders (or files) this run scanned: photos a run tagged elsewhere are left alone.
     ``ledger`` is the record of tagged files (default ``default_ledger_path()``), updated atomically
@@ -766,8 +773,9 @@ def apply_picks(
             summary.changes.append(change)
             written.add(os.path.realpath(change.sidecar))
             entries[photo] = {"sidecar": str(change.sidecar), "keyword": keyword}
+        kept = {os.path.abspath(os.fspath(k)) for k in keep}
         for photo in sorted(entries):
-            if photo in picked or not _under(photo, flat_roots):
+            if photo in picked or photo in kept or not _under(photo, flat_roots):
                 continue
             sidecar = Path(entries[photo]["sidecar"])
             if os.path.realpath(sidecar) in written:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from conftest import make_photo
 
 import novelfind
 from novelfind import params
@@ -347,3 +348,33 @@ def test_the_walk_offers_the_decoders_extensions_and_raw_files():
     assert all(is_image_name(f"a{ext.upper()}") for ext in IMAGE_EXTENSIONS | RAW_EXTENSIONS)
     assert is_image_name("IMG_0001.CR2") and is_image_name("x.nef")
     assert not is_image_name("notes.txt") and not is_image_name("IMG_0001.CR2.xmp")
+
+
+def test_scan_prints_nothing_even_when_something_goes_wrong(library, fake_extractor, tmp_path, capfd):
+    """The library speaks through its result: warnings (here an unusable cache) and notices are kept
+    there, stdout and stderr stay empty, and a library of one photo says that it cannot be ranked."""
+    import warnings as python_warnings
+
+    not_a_cache = tmp_path / "folder"
+    not_a_cache.mkdir()
+    with python_warnings.catch_warnings():
+        python_warnings.simplefilter("error")  # a warning that escaped would raise here
+        result = novelfind.scan(library["root"], k=3, cache=not_a_cache)
+        assert len(result.picks) == 3
+        assert any("running without the cache" in w for w in result.warnings)
+        one = tmp_path / "one"
+        make_photo(one / "only.jpg", (10, 20, 30), seed=1)
+        alone = novelfind.scan(one, k=3)
+    assert capfd.readouterr() == ("", "")
+    assert [p.path.name for p in alone.picks] == ["only.jpg"]
+    assert any("one photo" in n and "cannot be ranked" in n for n in alone.notices)
+
+
+def test_a_scan_of_one_photo_says_it_cannot_be_ranked(tmp_path, fake_extractor):
+    make_photo(tmp_path / "only.jpg", (10, 20, 30), seed=1)
+    result = CliRunner().invoke(cli, ["scan", str(tmp_path)])
+    assert result.exit_code == 0
+    assert result.stdout.startswith("1\t")
+    assert "note: the library is one photo" in result.stderr and "cannot be ranked" in result.stderr
+    quiet = CliRunner().invoke(cli, ["scan", str(tmp_path), "-q"])
+    assert (quiet.exit_code, quiet.stderr) == (0, "")

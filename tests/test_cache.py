@@ -502,6 +502,7 @@ def test_prune_drops_files_gone_or_changed_and_their_vectors(db, tmp_path):
             "path": str(db),
             "entries": 0,
             "files": 0,
+            "failures": 0,
             "size_bytes": 0,
             "models": {},
             "schema_version": SCHEMA_VERSION,

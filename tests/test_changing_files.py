@@ -148,7 +148,9 @@ def test_files_changed_during_a_scan_then_the_next_scan_agrees_with_the_disk(tmp
 
     code, again, _ = _scan(args, env)
     code_ref, reference, _ = _scan([*args[:-2], "--no-cache"], env)
-    assert code == code_ref == 3
+    # 3 for the files the first scan saw whole and this one finds truncated; 0 when the first scan
+    # already reported them all (known unreadable files do not count again)
+    assert code in (0, 3) and code_ref == 3
     assert [(p["path"], p["score"]) for p in again["picks"]] == [
         (p["path"], p["score"]) for p in reference["picks"]
     ]

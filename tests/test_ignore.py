@@ -117,19 +117,22 @@ def test_missing_paths_are_failures_the_rest_is_added(ignored, photos, tmp_path)
     assert change.failures == [(tmp_path / "missing.jpg", "no such file or folder")]
 
 
-def test_unreadable_file_is_a_failure(ignored, photos):
+def test_a_file_whose_bytes_cannot_be_read_is_added_by_path_size_and_time(ignored, photos):
     from conftest import unprivileged
 
     photos[0].chmod(0o000)
     script = (
         "import sys; from novelfind.ignore import IgnoreList; "
-        "c = IgnoreList(sys.argv[1]).add(sys.argv[2:]); print(c.failures, len(c.changed))"
+        "c = IgnoreList(sys.argv[1]).add(sys.argv[2:]); print(c.failures, len(c.changed), c.by_stat); "
+        "print(IgnoreList(sys.argv[1]).find([[c.changed[0]]]).mask[0])"
     )
     out = subprocess.run(
         unprivileged([sys.executable, "-c", script, str(ignored.path), str(photos[0]), str(photos[1])]),
         capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True,
     ).stdout
-    assert out == f"[({photos[0]!r}, 'Permission denied')] 1\n"
+    assert out == f"[] 2 [({photos[0]!r}, 'Permission denied')]\nTrue\n"
+    (entry,) = [e for e in ignored.entries() if e.path == photos[0]]
+    assert entry.digest.startswith("stat:")
 
 
 def test_a_folder_stands_for_the_images_under_it(ignored, photos, tmp_path):

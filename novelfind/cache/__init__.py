@@ -7,7 +7,8 @@ with a warning.
 
 One concern a module: :mod:`~novelfind.cache.schema` (the file's tables, its mark and the tables
 added to older files), :mod:`~novelfind.cache.recovery` (damage, moving a file aside, retries while
-busy) and :mod:`~novelfind.cache.store` (``FeatureCache``'s lookups and writes, ``NullCache``,
+busy), :mod:`~novelfind.cache.failures` (the files scans could not read, so each is reported once)
+and :mod:`~novelfind.cache.store` (``FeatureCache``'s lookups and writes, ``NullCache``,
 ``open_store``). The names below are the package's interface.
 """
 

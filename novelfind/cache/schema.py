@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from novelfind.cache import guard
+from novelfind.cache import failures
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
 from novelfind.errors import CacheError
 from novelfind.safe_text import display
@@ -89,7 +90,7 @@ CREATE TABLE IF NOT EXISTS dates (
 
 # Tables created in a cache of any age when it is opened: the schema check expects each of them too,
 # so a table added here is never taken for a foreign one.
-ADDED_TABLES = (_CLIPS, _DATES)
+ADDED_TABLES = (_CLIPS, _DATES, failures.TABLE)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("files", "models", "vectors")

@@ -26,6 +26,7 @@ import numpy as np
 
 from novelfind import dirs
 from novelfind.cache import guard
+from novelfind.cache import failures
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     SQLITE_BUSY,
@@ -699,6 +700,38 @@ class FeatureCache:
         except sqlite3.Error as err:
             raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
 
+    # -- unreadable files (cache/failures.py) ----------------------------------------------------
+
+    def known_failures(self) -> dict[bytes, failures.KnownFailure]:
+        """The files earlier scans could not read, by path (``os.fsencode``)."""
+        try:
+            with self._lock:
+                return failures.load(self._conn)
+        except sqlite3.Error as err:
+            raise self._read_error(err) from None
+
+    def record_failures(
+        self, rows: Sequence[tuple[bytes, int, int, str]], forget: Sequence[bytes] = ()
+    ) -> None:
+        """Remember (path, size, mtime_ns, reason) of files that could not be read, and forget the
+        failures of ``forget`` (files read since, or gone), in one transaction."""
+        if not rows and not forget:
+            return
+        try:
+            with self._lock, self._write() as conn:
+                failures.forget(conn, forget)
+                failures.record(conn, rows)
+        except sqlite3.Error as err:
+            raise CacheWriteError(f"cannot write the feature cache {self.path}: {err}") from None
+
+    def forget_failures(self, paths: Sequence[bytes] | None = None) -> int:
+        """Forget the failures of ``paths`` (None: all); the next scan reports those files again."""
+        try:
+            with self._lock, self._write() as conn:
+                return failures.forget(conn, paths)
+        except sqlite3.Error as err:
+            raise CacheError(f"cannot write the feature cache {self.path}: {err}") from None
+
     # -- writes --------------------------------------------------------------------------------
 
     def upgrade(self, former: str) -> int:
@@ -836,6 +869,7 @@ class FeatureCache:
             with self._lock:
                 entries = self._conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
                 files = self._conn.execute("SELECT count(*) FROM files").fetchone()[0]
+                unreadable = len(failures.load(self._conn))
                 models = dict(
                     self._conn.execute(
                         "SELECT m.model_key, count(v.digest) FROM models m "
@@ -856,13 +890,15 @@ class FeatureCache:
             "path": str(self.path),
             "entries": entries,
             "files": files,
+            "failures": unreadable,
             "size_bytes": size,
             "models": models,
             "schema_version": SCHEMA_VERSION,
         }
 
     def prune(self) -> int:
-        """Forget files that are gone or changed since they were read, and vectors no file uses.
+        """Forget files that are gone or changed since they were read, vectors no file uses, and the
+        unreadable files (``failures``) that are gone.
 
         Returns the number of file entries dropped. A file on a drive that is not mounted counts
         as gone. Files that cannot be checked (permission denied) are kept. A row whose path is no path
@@ -874,8 +910,10 @@ class FeatureCache:
                 rows = self._conn.execute(
                     f"SELECT path, size, mtime_ns FROM files WHERE {_PATH_ROW}"
                 ).fetchall()
+                unreadable = list(failures.load(self._conn))
         except sqlite3.Error as err:
             raise self._read_error(err) from None
+        gone = [path for path in unreadable if not os.path.lexists(path)]  # unreadable files since deleted
         for path, size, mtime_ns in rows:
             try:
                 st = os.stat(path)
@@ -901,6 +939,7 @@ class FeatureCache:
                         "DELETE FROM files WHERE path = ? AND size = ? AND mtime_ns = ?",
                         (path, size, mtime_ns),
                     ).rowcount
+                failures.forget(conn, gone)
                 conn.execute("DELETE FROM vectors WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute("DELETE FROM clips WHERE digest NOT IN (SELECT digest FROM files)")
                 conn.execute("DELETE FROM dates WHERE digest NOT IN (SELECT digest FROM files)")
@@ -922,6 +961,7 @@ class FeatureCache:
                 conn.execute("DELETE FROM files")
                 conn.execute("DELETE FROM models")
                 conn.execute("DELETE FROM rankings")
+                failures.forget(conn)
         except sqlite3.Error as err:
             raise CacheError(f"cannot clear the feature cache {self.path}: {err}") from None
         self._compact()
@@ -1024,6 +1064,12 @@ class NullCache:
         return None
 
     def last_ranking(self, root: bytes) -> tuple[str, str, bool] | None:
+        return None
+
+    def known_failures(self) -> dict:
+        return {}  # without a cache every unreadable file is new
+
+    def record_failures(self, rows, forget=()) -> None:
         return None
 
     def note_ranking(self, root: bytes, method: str, version: str) -> None:

@@ -1,0 +1,80 @@
+"""The files a scan could not read, remembered in the feature cache so that each is reported once.
+
+A truncated JPEG in a library scanned every night would otherwise print the same warning (and make cron
+mail it, and exit 3) every night for ever. The cache's ``failures`` table keeps each unreadable file's
+path, size, mtime and reason: a later scan that meets the same file unchanged (same path, size and
+mtime) counts it as a *known* failure, says nothing and exits 0; a file that changed since (edited,
+copied over again) is tried again, and reported again if it still fails. ``novelfind failures`` lists
+the table, ``--forget`` empties it (so every unreadable file is reported at the next scan again).
+
+A table of its own, added in place to caches an older novelfind wrote (:func:`create`), like the
+``rankings`` table: the schema version stays, and an older novelfind never looks at it. The functions
+take the cache's SQLite connection; :class:`~novelfind.cache.store.FeatureCache` calls them under its
+lock and in its write transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import NamedTuple
+
+TABLE = """
+CREATE TABLE IF NOT EXISTS failures (
+    path      BLOB PRIMARY KEY,     -- os.fsencode(absolute path), as in the files table
+    size      INTEGER NOT NULL,     -- -1 when the file could not even be looked at
+    mtime_ns  INTEGER NOT NULL,     -- -1 likewise
+    reason    TEXT NOT NULL,        -- the one-line reason the scan gave
+    first_seen TEXT NOT NULL        -- ISO 8601, UTC: when a scan first failed to read it
+) WITHOUT ROWID
+"""
+
+
+class KnownFailure(NamedTuple):
+    """A file a scan could not read, as remembered: the stat it had then, the reason and when."""
+
+    path: bytes
+    size: int
+    mtime_ns: int
+    reason: str
+    first_seen: str
+
+
+def create(conn: sqlite3.Connection) -> None:
+    """Add the table (to a new cache, and in place to one an older novelfind wrote)."""
+    conn.execute(TABLE)
+
+
+def load(conn: sqlite3.Connection) -> dict[bytes, KnownFailure]:
+    """Every remembered failure, by path. The table is small (the library's unreadable files)."""
+    return {
+        bytes(row[0]): KnownFailure(bytes(row[0]), int(row[1]), int(row[2]), str(row[3]), str(row[4]))
+        for row in conn.execute(  # rows only of the shapes novelfind writes: the file is anyone's to edit
+            "SELECT path, size, mtime_ns, reason, first_seen FROM failures WHERE typeof(path) = 'blob' "
+            "AND length(path) <= 4096 AND typeof(size) = 'integer' AND typeof(mtime_ns) = 'integer' "
+            "AND typeof(reason) = 'text' AND length(reason) <= 4096 AND typeof(first_seen) = 'text' "
+            "AND length(first_seen) <= 64"
+        )
+    }
+
+
+def record(conn: sqlite3.Connection, rows: Iterable[tuple[bytes, int, int, str]]) -> None:
+    """Remember (path, size, mtime_ns, reason) of files that could not be read; a path already there
+    keeps its ``first_seen`` when its stat is unchanged."""
+    now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    for path, size, mtime_ns, reason in rows:
+        conn.execute(
+            "INSERT INTO failures VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "reason = excluded.reason, first_seen = CASE WHEN size = excluded.size AND "
+            "mtime_ns = excluded.mtime_ns THEN first_seen ELSE excluded.first_seen END, "
+            "size = excluded.size, mtime_ns = excluded.mtime_ns",
+            (path, int(size), int(mtime_ns), reason, now),
+        )
+
+
+def forget(conn: sqlite3.Connection, paths: Iterable[bytes] | None = None) -> int:
+    """Forget the failures of ``paths`` (None: all of them); returns how many were forgotten."""
+    if paths is None:
+        return conn.execute("DELETE FROM failures").rowcount
+    return sum(conn.execute("DELETE FROM failures WHERE path = ?", (p,)).rowcount for p in paths)
