@@ -24,7 +24,10 @@ from novelfind.safe_text import escaped
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments
 FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0", "members", "members0")
-CSV_COLUMNS = ("rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count")
+CSV_COLUMNS = (
+    "rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count", "labels"
+)  # columns are only ever appended
+TSV_COLUMNS = ("rank", "score", "path", "member_count")
 
 
 def format_results(
@@ -44,9 +47,7 @@ def format_results(
     """
     picks = sorted(picks, key=lambda p: p.rank)
     if fmt == "tsv":
-        return "".join(
-            f"{p.rank}\t{_score(p.score)}\t{escape_field(str(p.path))}\t{len(p.members)}\n" for p in picks
-        )
+        return "".join("\t".join(_tsv_fields(p)) + "\n" for p in picks)
     if fmt in ("paths", "paths0", "members", "members0"):
         every = fmt.startswith("members")  # each pick followed by its members
         paths = [path for p in picks for path in (p.path, *(m.path for m in p.members if every))]
@@ -115,6 +116,17 @@ def unescape_field(text: str) -> str:
     return _ESCAPE_TOKEN.sub(one, text)
 
 
+def _tsv_fields(p: Pick) -> list[str]:
+    """One tsv line's fields, in the order of :data:`TSV_COLUMNS`."""
+    fields = {
+        "rank": str(p.rank),
+        "score": _score(p.score),
+        "path": escape_field(str(p.path)),
+        "member_count": str(len(p.members)),
+    }
+    return [fields[name] for name in TSV_COLUMNS]
+
+
 def _score(score: float) -> str:
     return f"{score:.6f}"
 
@@ -134,7 +146,13 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "clip": None if p.clip is None else p.clip.as_json(),
         "member_count": len(p.members),
         "members": [str(m.path) for m in p.members],
+        "labels": [{"label": label.label, "p": round(float(label.p), 4)} for label in p.labels],
     }
+
+
+def labels_text(p: Pick) -> str:
+    """``telescope 0.41, planetarium 0.12``: the model's classes for a pick, for people (csv, report)."""
+    return ", ".join(f"{label.label} {label.p:.2f}" for label in p.labels)
 
 
 def _finite(value: Any) -> float | None:
@@ -173,6 +191,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 "" if rec["distance"] is None else f"{rec['distance']:.6f}",
                 json.dumps(rec["also"], ensure_ascii=False) if rec["also"] else "",
                 rec["member_count"],
+                labels_text(p),
             ]
         )
     return out.getvalue()

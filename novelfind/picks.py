@@ -1,5 +1,6 @@
-"""The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), a file
-that could not be read (``Failure``), and ``picks_of``, which turns a ranking into picks.
+"""The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), what the
+model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
+turns a ranking into picks.
 
 Every output (the list formats in :mod:`novelfind.formats`, the copies in :mod:`novelfind.placement`,
 the HTML report, the XMP sidecars) reads these records.
@@ -31,6 +32,14 @@ class Member:
         return (self.path, *self.also)
 
 
+class Label(NamedTuple):
+    """One of the ImageNet classes MobileNet-V2 gives a pick, with its softmax probability: what the
+    photo looks like to a model trained on those 1000 classes (``weights.top_classes``), not the truth."""
+
+    label: str  # an ImageNet class name: "telescope", "tabby", "lakeside"
+    p: float  # 0..1
+
+
 @dataclass(frozen=True)
 class Pick:
     """One selected moment, shown by its most typical photo; ``rank`` 1 is the most novel."""
@@ -45,6 +54,9 @@ class Pick:
     also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
     clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
     members: tuple[Member, ...] = ()  # the other photos of its moment, nearest first; () for a photo alone
+    # the model's most likely ImageNet classes for the photo, most likely first (MobileNet-V2 features
+    # only; () for another extractor): a hint at what it shows, not the truth
+    labels: tuple[Label, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -63,25 +75,32 @@ class Pick:
 
 
 def picks_of(
-    ranking: Any, files: Sequence[Any], photos: Sequence[Any], clips: Mapping[Path, ClipInfo] | None = None
+    ranking: Any,
+    files: Sequence[Any],
+    photos: Sequence[Any],
+    clips: Mapping[Path, ClipInfo] | None = None,
+    labels: Sequence[Sequence[tuple[str, float]]] | None = None,
 ) -> list[Pick]:
     """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
     best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
-    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path."""
+    RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path; ``labels`` each
+    pick's (class, probability) pairs, in the order of the ranking (None: none)."""
     clips = clips or {}
+    named = [()] * len(ranking.indices) if labels is None else labels
 
     def member(row: int, distance: float) -> Member:
         f = files[row]
         return Member(f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also))
 
     picks = []
-    for index, score, neighbour, distance, rows, far in zip(
+    for index, score, neighbour, distance, rows, far, classes in zip(
         ranking.indices,
         ranking.scores,
         ranking.neighbour,
         ranking.distance,
         ranking.members,
         ranking.member_distance,
+        named,
         strict=True,
     ):
         f, found = files[int(index)], int(neighbour) >= 0
@@ -97,6 +116,7 @@ def picks_of(
                 also=tuple(twin.path for twin in photos[int(index)].also),
                 clip=clips.get(f.path),
                 members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
+                labels=tuple(Label(str(name), float(p)) for name, p in classes),
             )
         )
     return picks

@@ -39,7 +39,7 @@ from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pca import map_2d
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
-from novelfind.sources import FeatureSource
+from novelfind.sources import FeatureSource, as_source
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
@@ -201,7 +201,7 @@ class _Scan:
             )
             self.say_if_ranking_changed(cache)
             picks, dropped = self.rank(
-                vectors, extraction.files, read, candidates, restricted, extraction.clips
+                vectors, extraction.files, read, candidates, restricted, extraction.clips, extractor
             )
             self.note_ranking(cache)
             counts = Counts(
@@ -342,11 +342,13 @@ class _Scan:
         candidates: np.ndarray,
         restricted: bool,
         clips: Mapping[Path, video.ClipInfo],
+        extractor: features.Extractor | None = None,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
         ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk; ``clips``: what
-        the clips among ``files`` were read as (``Extraction.clips``)."""
+        the clips among ``files`` were read as (``Extraction.clips``); ``extractor``: what made the
+        vectors, whose classes label the picks (``features.classes_of``)."""
         if not len(candidates):
             return [], 0
         p = self.params
@@ -364,7 +366,8 @@ class _Scan:
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        return picks_of(result, files, read, clips), int(result.duplicates_dropped)
+        labels = features.classes_of(extractor, as_source(vectors).take(result.indices))
+        return picks_of(result, files, read, clips, labels), int(result.duplicates_dropped)
 
     def say_if_ranking_changed(self, cache: Any) -> None:
         """One warning when the library was last ranked (with this cache) by another method, or by an
