@@ -88,7 +88,8 @@ scan.__doc__ += f"""minus printing.
 
     Returns:
         A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
-        ``distance``, ``size``, ``mtime``, ``also``), ``failures`` (path, reason), ``counts``,
+        ``distance``, ``size``, ``mtime``, ``also``, ``kind``, ``clip``, ``members``, ``labels``: the
+        model's ImageNet classes, a hint, not the truth), ``failures`` (path, reason), ``counts``,
         ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, and ``sidecars``.
 
     A RAW + JPEG pair (or HEIC + JPEG: one shot, two files with one name in one folder) is one photo,
