@@ -534,7 +534,7 @@ class Console:
 class ProgressBars:
     """Turns :class:`novelfind.run.Progress` events into tqdm bars on stderr, one per stage."""
 
-    LABELS = {"walk": "walking", "extract": "extracting"}
+    LABELS = {"walk": "walking", "extract": "extracting", "report": "report"}
 
     def __init__(self, *, enabled: bool, console: Console) -> None:
         self.enabled = enabled

@@ -101,13 +101,15 @@ def write_outputs(
     points2d: Callable[[], np.ndarray],
     on_progress: Callable[[int, int], None],
     on_warning: Callable[[str], None],
+    on_thumbnails: Callable[[int, int], None] | None = None,
 ) -> SidecarSummary | None:
     """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
 
     ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
-    written; a sidecar that cannot be written goes to ``on_warning`` and into the summary.
+    written, ``on_thumbnails(done, total)`` the files whose thumbnails the report has made; a sidecar
+    that cannot be written goes to ``on_warning`` and into the summary.
     """
     p = params
     writers: list[Callable[[], Any]] = []
@@ -120,7 +122,9 @@ def write_outputs(
         writers.append(lambda: place_picks(picks, p.copy_to, mode=p.link, members=p.copy_members))
     if p.report is not None:
         writers.append(
-            lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)
+            lambda: _write_report(
+                p.report, picks, record, failures, files, points2d(), p.decode_timeout, on_thumbnails
+            )
         )
     if p.contact_sheet is not None:
         writers.append(lambda: write_contact_sheet(p.contact_sheet, picks, decode_timeout=p.decode_timeout))
@@ -142,6 +146,7 @@ def _write_report(
     files: FileList,
     points2d: np.ndarray,
     decode_timeout: float,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
     write_html_report(
@@ -153,6 +158,7 @@ def _write_report(
         failures=failures,
         paths=files.paths,
         decode_timeout=decode_timeout,
+        on_progress=on_progress,
     )
 
 

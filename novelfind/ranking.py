@@ -516,6 +516,9 @@ class Method:
     sparse: bool = False
     scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
     max_rows: int | None = None  # refuses larger libraries, before extraction (its cost grows as N^2)
+    # runs the ADS solver: its settings (``ADSConfig``: epochs, partners, lr, ...) shape the ranking; the
+    # other methods ignore them (the report shows them only where they count)
+    solver: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -549,6 +552,7 @@ METHODS: dict[str, Method] = {
             ads_scores,
             "the ADS solver on whitened features, blended with a k-NN density score",
             feature="logits",
+            solver=True,
         ),
         Method(
             "ads-paper",
@@ -558,6 +562,7 @@ METHODS: dict[str, Method] = {
             chunks=False,
             sparse=True,
             scale_free=False,
+            solver=True,
         ),
         Method("knn", knn_scores, f"distance to the {KNN_K} nearest neighbours", feature="logits"),
     )

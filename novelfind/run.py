@@ -226,6 +226,7 @@ class _Scan:
                 points2d=lambda: map_2d(vectors),  # the report's map
                 on_progress=lambda done, total: self.progress("write", done, total),
                 on_warning=self.warn,
+                on_thumbnails=lambda done, total: self.progress("report", done, total),
             )
             if p.ignore_picks and picks:
                 files = [  # the whole moment: the pick and its members

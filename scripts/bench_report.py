@@ -40,13 +40,16 @@ def build_library(dest: Path, photos: int, size: tuple[int, int]) -> list[Path]:
     from photosets import example_set
 
     dest.mkdir(parents=True, exist_ok=True)
-    for old in existing:
+    for old in existing[photos:]:
         old.unlink()
     images = example_set(n_normal=photos - 5).images
     paths = []
     for i, im in enumerate(images, 1):
         path = dest / f"IMG_{i:04d}.jpg"
-        im.convert("RGB").resize(size, Image.Resampling.BICUBIC).save(path, "JPEG", quality=88)
+        if not path.exists():  # a build that was stopped goes on where it was
+            tmp = path.with_suffix(".part")
+            im.convert("RGB").resize(size, Image.Resampling.BICUBIC).save(tmp, "JPEG", quality=88)
+            tmp.rename(path)
         paths.append(path)
     return paths
 

@@ -299,3 +299,107 @@ def test_chromium_screenshot(tmp_path, report_file):
     pixels = np.asarray(rgb).reshape(-1, 3).astype(int)
     red = (abs(pixels[:, 0] - 217) < 12) & (abs(pixels[:, 1] - 48) < 12) & (abs(pixels[:, 2] - 37) < 12)
     assert red.sum() > 200
+
+
+# --- what a pick looks like, its moment, the run table, the thumbnails ---------------------------
+
+
+def test_a_pick_shows_its_labels_with_the_note_that_they_are_imagenet_labels(tmp_path, library):
+    import dataclasses
+
+    from novelfind.picks import Label
+
+    picks = _picks(library, [0, 1], [2, 3])
+    picks[0] = dataclasses.replace(picks[0], labels=(Label("telescope", 0.41), Label("planetarium", 0.12)))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    page = out.read_text(encoding="utf-8")
+    first, second = page.split('id="pick-1"')[1].split('id="pick-2"')
+    assert "<dt>looks like</dt><dd>telescope 41%, planetarium 12%</dd>" in first
+    assert "looks like" not in second  # no labels: no row
+    assert "ImageNet labels" in page and "not the truth" in page
+    write_html_report(out, _picks(library, [0], [1]), run={})  # no labels at all: no note
+    assert "ImageNet" not in out.read_text(encoding="utf-8")
+
+
+def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 5], [4, 6])
+    member = Member(library[1], 10, 0, 0.01)
+    picks[0] = dataclasses.replace(picks[0], members=(member,))
+    picks[1] = dataclasses.replace(picks[1], members=(member,), neighbour=None, distance=None)
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    first, second = out.read_text(encoding="utf-8").split('id="pick-1"')[1].split('id="pick-2"')
+    assert "nearest photo outside this moment" in first and "nearest photo in the library" not in first
+    assert "every photo in the library is in this moment" in second
+
+
+def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
+    from novelfind.adsconfig import ADS_LIMITS
+    from novelfind.params import ScanParameters
+    from novelfind.ranking import METHODS
+
+    out = tmp_path / "r.html"
+    for name, method in METHODS.items():
+        run = ScanParameters(paths=str(tmp_path), method=name).record()
+        write_html_report(out, _picks(library, [0], [1]), run=run)
+        table = out.read_text(encoding="utf-8").split("<h2>Run</h2>")[1]
+        shown = [key for key in ADS_LIMITS if f"<td>{key}</td>" in table]
+        recorded = [key for key in ADS_LIMITS if key in run]
+        assert len(recorded) >= 5  # epochs, partners, lr, momentum, seed, ...
+        assert shown == (recorded if method.solver else []), name
+        assert "<td>method</td>" in table and "<td>k</td>" in table
+
+
+def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch):
+    from novelfind import ranking
+
+    x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
+    for name, method in ranking.METHODS.items():
+        calls = []
+        real = ranking._ads_weights
+        monkeypatch.setattr(ranking, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        ranking.rank(x, 3, method=name)
+        monkeypatch.undo()
+        assert bool(calls) == method.solver, name
+
+
+def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, library, monkeypatch):
+    tasks, progress = [], []
+
+    class Recording(nfhtml.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            tasks.extend(batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 1], [1, 0])  # each pick is the other's neighbour
+    picks[0] = dataclasses.replace(picks[0], members=(Member(library[2], 1, 0, 0.01),))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={}, on_progress=lambda done, total: progress.append((done, total)))
+    by_path = {Path(path): sorted(sizes) for path, sizes, _, _ in tasks}
+    assert len(tasks) == len(by_path) == 3  # one decode per file
+    assert by_path[library[0]] == by_path[library[1]] == [nfhtml.NEIGHBOUR_THUMB_SIZE, nfhtml.THUMB_SIZE]
+    assert by_path[library[2]] == [nfhtml.MEMBER_THUMB_SIZE]
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    page = out.read_text(encoding="utf-8")
+    assert len(re.findall(r'<img src="data:image/jpeg;base64,', page)) == 5  # 2 picks, 2 neighbours, 1 member
+    sizes = []
+    for uri in re.findall(r'src="data:image/jpeg;base64,([^"]+)"', page):
+        import base64
+        import io
+
+        with Image.open(io.BytesIO(base64.b64decode(uri))) as img:
+            sizes.append(max(img.size))
+    # the library's photos are 320 px wide: each thumbnail's longest side is its size
+    assert sorted(sizes) == sorted(
+        [nfhtml.THUMB_SIZE] * 2 + [nfhtml.NEIGHBOUR_THUMB_SIZE] * 2 + [nfhtml.MEMBER_THUMB_SIZE]
+    )
