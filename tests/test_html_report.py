@@ -403,3 +403,42 @@ def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, li
     assert sorted(sizes) == sorted(
         [nfhtml.THUMB_SIZE] * 2 + [nfhtml.NEIGHBOUR_THUMB_SIZE] * 2 + [nfhtml.MEMBER_THUMB_SIZE]
     )
+
+
+_MEASURE = """<script>window.addEventListener("load", function () {
+  var out = [];
+  document.querySelectorAll("section.pick").forEach(function (card) {
+    var rank = card.querySelector(".rank").getBoundingClientRect();
+    var thumb = card.querySelector(".thumb").getBoundingClientRect();
+    var lefts = [];
+    card.querySelectorAll(".thumb > *").forEach(function (e) { lefts.push(e.getBoundingClientRect().left); });
+    out.push([rank.right, thumb.left, Math.min.apply(null, lefts)].join(","));
+  });
+  document.body.dataset.boxes = out.join(";");
+});</script>"""
+
+
+@pytest.mark.parametrize("width", [1200, 700])
+def test_a_clips_thumbnail_leaves_its_rank_visible(tmp_path, width):
+    """Rendered in Chromium, at a desktop and a narrow width: nothing in a clip's thumbnail column (its
+    poster and its "▶ clip" mark) reaches left of the column, over the rank number."""
+    from clips import flat, write_clip
+
+    from novelfind.video import ClipInfo
+
+    frames = [flat((200, 40, 40), size=(320, 180), seed=i) for i in range(20)]
+    clip = write_clip(tmp_path / "moment.mp4", frames)
+    st = clip.stat()
+    pick = Pick(1, 1.0, clip, st.st_size, st.st_mtime_ns, clip=ClipInfo(2.0, (0.0, 1.0), 1, "test"))
+    out = tmp_path / "r.html"
+    write_html_report(out, [pick], run={})
+    page = out.read_text(encoding="utf-8")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)  # let the probe run
+    out.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    size = f"--window-size={width},900"
+    dom = _run_chromium(tmp_path, out, "--dump-dom", "--virtual-time-budget=5000", size).stdout
+    boxes = re.search(r'data-boxes="([^"]+)"', dom)
+    assert boxes, "the probe did not run"
+    for card in boxes.group(1).split(";"):
+        rank_right, thumb_left, content_left = map(float, card.split(","))
+        assert rank_right <= thumb_left + 0.5 and content_left >= thumb_left - 0.5, card
