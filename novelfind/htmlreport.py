@@ -15,6 +15,8 @@ import hashlib
 import io
 import math
 import os
+import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
@@ -125,20 +127,28 @@ def _thumbnails(
     *,
     encode: bool = False,
     on_progress: Callable[[int, int], None] | None = None,
+    cache: ThumbnailCache | None = None,
 ) -> Made:
     """The thumbnails of (path, size, clip time) triples, each file decoded once for all its sizes, by a
     few decode processes: no more than one per core, nor than the decoded-pixels budget leaves memory
-    for. ``encode``: as JPEG bytes (else PIL images); ``on_progress(done, total)`` counts the files."""
+    for. ``encode``: as JPEG bytes (else PIL images); ``on_progress(done, total)`` counts the files;
+    ``cache``: JPEG thumbnails of earlier runs, taken where their files are unchanged, and the new ones
+    kept there (with ``encode``)."""
+    wanted = [(Path(path), size, at) for path, size, at in dict.fromkeys(wanted)]
+    kept, frames = cache.get(wanted) if cache is not None and encode else ({}, {})
     sizes: dict[tuple[Path, float | None], list[int]] = {}
-    for path, size, at in dict.fromkeys(wanted):
-        sizes.setdefault((Path(path), at), []).append(size)
+    for path, size, at in wanted:
+        if (path, size, at) not in kept:
+            sizes.setdefault((path, at), []).append(size)
     if not sizes:
-        return Made({}, {})
+        if on_progress is not None and kept:
+            on_progress(1, 1)
+        return Made(dict(kept), frames)
     sources = list(sizes)
     tasks = [(os.fspath(path), tuple(sizes[path, at]), at, encode) for path, at in sources]
     workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(tasks))
     decoder = ThumbnailDecoder(max(1, workers), timeout)
-    made = Made({}, {})
+    made = Made({}, dict(frames))
     try:
         for done, (i, result) in enumerate(decoder.thumbnails(tasks), 1):
             path, at = sources[i]
@@ -152,7 +162,128 @@ def _thumbnails(
         decoder.terminate()
         raise
     decoder.close()
+    if cache is not None and encode:
+        cache.put(made.thumbs, made.frames)
+    made.thumbs.update(kept)
     return made
+
+
+# The report's thumbnails, kept for the next report (``ThumbnailCache``): at most this many bytes of JPEG;
+# past it, those used longest ago go. 256 + 160 + 96 px of a photo take ~25 KB: 64 MB keeps ~2,500 photos.
+THUMBNAIL_CACHE_BYTES = 64 << 20
+THUMBNAIL_CACHE_NAME = "thumbnails.sqlite"  # beside the feature cache
+
+
+def _at_key(at: float | None) -> float:
+    return -1.0 if at is None else float(at)
+
+
+class ThumbnailCache:
+    """The report's JPEG thumbnails of earlier runs, by path, size and clip time, each valid while its
+    file keeps its size and modification time: a re-scan whose report shows the same photos decodes
+    none of them again. Best effort: a cache that cannot be opened, read or written (locked by another
+    run, damaged, on a full disk) is passed over, and the thumbnails are made as without it. The file is
+    created for its owner alone (0600), never through a symbolic link."""
+
+    def __init__(self, path: Path | str, max_bytes: int = THUMBNAIL_CACHE_BYTES):
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.conn: sqlite3.Connection | None = None
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            os.close(fd)
+            conn = sqlite3.connect(self.path, timeout=5.0)
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS thumbs (path BLOB, size INTEGER, at REAL, file_size INTEGER, "
+                    "mtime_ns INTEGER, width INTEGER, height INTEGER, jpeg BLOB, used INTEGER, "
+                    "PRIMARY KEY (path, size, at))"
+                )
+                conn.commit()
+            except sqlite3.Error:
+                conn.close()
+                raise
+            self.conn = conn
+        except (OSError, sqlite3.Error):
+            self.conn = None
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def get(self, wanted: Sequence[Thumb]) -> tuple[dict[Thumb, bytes], dict[Path, tuple[int, int]]]:
+        """The thumbnails of ``wanted`` made for the files as they are now, and the clips' frame sizes."""
+        found: dict[Thumb, bytes] = {}
+        frames: dict[Path, tuple[int, int]] = {}
+        if self.conn is None:
+            return found, frames
+        stats = {path: self._stat(Path(path)) for path, _, _ in wanted}
+        try:
+            for path, size, at in wanted:
+                row = self.conn.execute(
+                    "SELECT file_size, mtime_ns, width, height, jpeg FROM thumbs "
+                    "WHERE path = ? AND size = ? AND at = ?",
+                    (os.fsencode(path), size, _at_key(at)),
+                ).fetchone()
+                if row is not None and stats[path] is not None and tuple(row[:2]) == stats[path]:
+                    found[path, size, at] = bytes(row[4])
+                    if row[2] is not None:
+                        frames[Path(path)] = (int(row[2]), int(row[3]))
+            if found:
+                now = int(time.time())
+                self.conn.executemany(
+                    "UPDATE thumbs SET used = ? WHERE path = ? AND size = ? AND at = ?",
+                    [(now, os.fsencode(p), s, _at_key(a)) for p, s, a in found],
+                )
+                self.conn.commit()
+        except sqlite3.Error:
+            pass  # what was found stands; the rest is made again
+        return found, frames
+
+    def put(self, made: Mapping[Thumb, bytes | None], frames: Mapping[Path, tuple[int, int]]) -> None:
+        """Keep the thumbnails made (None: unreadable, not kept), then trim the cache to ``max_bytes``,
+        dropping those used longest ago."""
+        if self.conn is None:
+            return
+        now = int(time.time())
+        rows = []
+        for (path, size, at), jpeg in made.items():
+            stat = self._stat(Path(path))
+            if jpeg is None or stat is None:
+                continue
+            width, height = frames.get(Path(path), (None, None))
+            rows.append((os.fsencode(path), size, _at_key(at), *stat, width, height, jpeg, now))
+        try:
+            self.conn.executemany("INSERT OR REPLACE INTO thumbs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            total, stale = 0, []
+            for rowid, length in self.conn.execute(
+                "SELECT rowid, length(jpeg) FROM thumbs ORDER BY used DESC, rowid DESC"
+            ).fetchall():
+                total += length
+                if total > self.max_bytes:
+                    stale.append((rowid,))
+            self.conn.executemany("DELETE FROM thumbs WHERE rowid = ?", stale)
+            self.conn.commit()
+        except sqlite3.Error:
+            try:
+                self.conn.rollback()
+            except sqlite3.Error:
+                pass
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> ThumbnailCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _jpeg(img: Image.Image, quality: int = 82) -> bytes:
@@ -364,6 +495,7 @@ def write_html_report(
     max_points: int = MAX_MAP_POINTS,
     decode_timeout: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    thumbnail_cache: Path | str | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
@@ -373,7 +505,9 @@ def write_html_report(
     ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
     ``decode_timeout``: seconds a thumbnail's decode may take in its process (None: the scan's
     default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
-    ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar). Raises
+    ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar).
+    ``thumbnail_cache``: a file (:class:`ThumbnailCache`) that keeps the thumbnails for the next report
+    (None: none), so that a re-scan showing the same photos decodes none of them again. Raises
     OutputError when the file cannot be written and ValueError for inconsistent map inputs.
     """
     picks = list(picks)
@@ -388,7 +522,7 @@ def write_html_report(
     body = [
         _headline(picks, run, failures),
         map_section,
-        _picks_section(picks, decode_timeout, on_progress),
+        _picks_section(picks, decode_timeout, on_progress, thumbnail_cache),
         _run_section(run),
         _failures_section(failures),
     ]
@@ -449,14 +583,22 @@ _LABELS_NOTE = (
 
 
 def _picks_section(
-    picks: Sequence[Pick], decode_timeout: float | None, on_progress: Callable[[int, int], None] | None
+    picks: Sequence[Pick],
+    decode_timeout: float | None,
+    on_progress: Callable[[int, int], None] | None,
+    thumbnail_cache: Path | str | None = None,
 ) -> str:
     """One card per pick: thumbnail, facts about the file, its nearest neighbour, and the strip of the
     other photos of its moment."""
     wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
     wanted += [(Path(m.path), MEMBER_THUMB_SIZE, None) for p in picks for m in p.members[:MEMBERS_SHOWN]]
-    made = _thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress)
+    cache = None if thumbnail_cache is None else ThumbnailCache(thumbnail_cache)
+    try:
+        made = _thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache)
+    finally:
+        if cache is not None:
+            cache.close()
     thumbs = {key: None if jpeg is None else _data_uri(jpeg) for key, jpeg in made.thumbs.items()}
     infos = _image_infos([p.path for p in picks if p.clip is None])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0

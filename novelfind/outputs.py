@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic
+from novelfind import atomic, dirs
 from novelfind.errors import InputError, MissingExtraError, OutputError
-from novelfind.htmlreport import write_contact_sheet, write_html_report
+from novelfind.htmlreport import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
 from novelfind.atomic import write_atomic
 from novelfind.formats import format_results
@@ -123,7 +123,15 @@ def write_outputs(
     if p.report is not None:
         writers.append(
             lambda: _write_report(
-                p.report, picks, record, failures, files, points2d(), p.decode_timeout, on_thumbnails
+                p.report,
+                picks,
+                record,
+                failures,
+                files,
+                points2d(),
+                p.decode_timeout,
+                on_thumbnails,
+                thumbnail_cache_path(p.cache),
             )
         )
     if p.contact_sheet is not None:
@@ -147,6 +155,7 @@ def _write_report(
     points2d: np.ndarray,
     decode_timeout: float,
     on_progress: Callable[[int, int], None] | None = None,
+    thumbnail_cache: Path | None = None,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
     write_html_report(
@@ -159,7 +168,17 @@ def _write_report(
         paths=files.paths,
         decode_timeout=decode_timeout,
         on_progress=on_progress,
+        thumbnail_cache=thumbnail_cache,
     )
+
+
+def thumbnail_cache_path(cache: Any) -> Path | None:
+    """Where the report keeps its thumbnails (``htmlreport.ThumbnailCache``): beside the feature cache
+    (``cache``: the scan's ``cache`` parameter); None without a feature cache (``--no-cache``)."""
+    if cache is False or cache is None:
+        return None
+    path = dirs.feature_cache_path() if cache is True else Path(getattr(cache, "path", cache))
+    return path.parent / THUMBNAIL_CACHE_NAME
 
 
 def _write_sidecars(

@@ -442,3 +442,71 @@ def test_a_clips_thumbnail_leaves_its_rank_visible(tmp_path, width):
     for card in boxes.group(1).split(";"):
         rank_right, thumb_left, content_left = map(float, card.split(","))
         assert rank_right <= thumb_left + 0.5 and content_left >= thumb_left - 0.5, card
+
+
+def test_a_second_report_takes_its_thumbnails_from_the_cache(tmp_path, library, monkeypatch):
+    """The thumbnails of one report are kept for the next: the same picks decode nothing again, a photo
+    that changed is decoded again, and the page is the same."""
+    import os
+
+    decoded = []
+
+    class Recording(nfhtml.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            decoded.extend(Path(path).name for path, _, _, _ in batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    cache = tmp_path / "thumbnails.sqlite"
+    picks = _picks(library, [0, 1], [2, 3])
+    first, second = tmp_path / "a.html", tmp_path / "b.html"
+    write_html_report(first, picks, run={}, thumbnail_cache=cache)
+    assert sorted(decoded) == sorted(p.name for p in library[:4])
+    assert os.stat(cache).st_mode & 0o777 == 0o600  # the user's photos: for the user alone
+    decoded.clear()
+    progress = []
+    write_html_report(second, picks, run={}, thumbnail_cache=cache, on_progress=lambda *a: progress.append(a))
+    assert decoded == [] and progress == [(1, 1)]
+    assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+    _photo(library[2], (250, 250, 250))  # the neighbour of pick 1 changed: made again, the rest kept
+    write_html_report(second, picks, run={}, thumbnail_cache=cache)
+    assert decoded == [library[2].name]
+
+
+def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library):
+    picks = _picks(library, [0], [1])
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database" * 100)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(tmp_path / "elsewhere.sqlite")
+    for cache in (damaged, link, tmp_path / "missing" / "t.sqlite"):
+        out = tmp_path / "r.html"
+        write_html_report(out, picks, run={}, thumbnail_cache=cache)
+        assert len(re.findall(r'<img src="data:image/jpeg;base64,', out.read_text(encoding="utf-8"))) == 2
+    assert damaged.read_bytes() == b"not a database" * 100
+    assert not (tmp_path / "elsewhere.sqlite").exists()  # never created through a link
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
+    cache = nfhtml.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
+    jpeg = b"x" * 1000
+    cache.put({(library[i], 96, None): jpeg for i in range(2)}, {})
+    cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {})
+    found, _ = cache.get([(p, 96, None) for p in library[:5]])
+    assert sorted(p.name for p, _, _ in found) == sorted(p.name for p in library[2:5])  # the newest 3 KB
+    cache.close()
+
+
+def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, library, fake_extractor):
+    import novelfind
+    from novelfind import dirs
+
+    kept = tmp_path / "caches"
+    kept.mkdir()
+    novelfind.scan(library[0].parent, 3, cache=kept / "c.sqlite", report=tmp_path / "r.html")
+    with nfhtml.ThumbnailCache(kept / nfhtml.THUMBNAIL_CACHE_NAME) as cache:
+        found, _ = cache.get([(p, nfhtml.THUMB_SIZE, None) for p in library])
+    assert len(found) >= 3  # the picks' thumbnails at least
+    novelfind.scan(library[0].parent, 3, cache=False, report=tmp_path / "r2.html")
+    assert not (dirs.feature_cache_path().parent / nfhtml.THUMBNAIL_CACHE_NAME).exists()
