@@ -738,9 +738,9 @@ def rank(
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest row outside its moment ``neighbour`` and the ``distance`` to it (raw feature
-    units), and ``duplicates_dropped`` (candidates folded into a better moment), and each pick's ``members`` (rows,
-    nearest first) with their ``member_distance``. Raises ValueError for a shape other than (N, M)
-    with N, M >= 1, NaN or infinite values, k < 1, a negative ``dedup``, an unknown method,
+    units), and ``duplicates_dropped`` (candidates folded into a better moment), and each pick's
+    ``members`` (rows, nearest first) with their ``member_distance``. Raises ValueError for a shape
+    other than (N, M) with N, M >= 1, NaN or infinite values, k < 1, a negative ``dedup``, an unknown method,
     ``ads-paper`` on a source read in chunks, or bad ``candidates``.
 
     Example::

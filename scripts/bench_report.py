@@ -126,7 +126,7 @@ def main() -> int:
     ap.add_argument("--size", default="4032x3024", help="WIDTHxHEIGHT of each photo")
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3, help="re-scans of each kind (the first report is one)")
-    ap.add_argument("--tree", action="append", default=[], help="NAME=PATH of a source tree (default: this one)")
+    ap.add_argument("--tree", action="append", default=[], help="NAME=PATH of a source tree (default: .)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     trees = dict(t.split("=", 1) for t in a.tree) or {"this": str(HERE.parent)}
@@ -154,7 +154,8 @@ def main() -> int:
     results = {}
     for name in trees:
         scan, report = runs[name]["scan"], runs[name]["scan --report"]
-        med = {"scan": _medians(scan), "report_first": report[0], "report_again": _medians(report[1:] or report)}
+        again = _medians(report[1:] or report)
+        med = {"scan": _medians(scan), "report_first": report[0], "report_again": again}
         results[name] = {
             "tree": trees[name],
             "first_scan": first[name],
