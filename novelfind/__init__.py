@@ -18,7 +18,8 @@ The Python API (the command line is a shell over it)::
     novelfind.scan("photos", k=20, xmp=True, ignore_picks=True)  # tag the picks, ignore them next time
 
 Names: :func:`scan`, :class:`ScanResult`, :class:`ScanParameters`, :class:`Pick` (a moment: its photo or
-clip, with its :class:`ClipInfo`, and its :class:`Member` photos), :class:`Progress`,
+clip, with its :class:`ClipInfo`, its :class:`Member` photos and the :class:`Label` s the model gives
+it), :class:`Progress`,
 :func:`rank`, :class:`Ranking`, :func:`ads`, :class:`ADSConfig`, :class:`Cache`, :class:`IgnoreList`
 (with :class:`Ignored` entries and :class:`IgnoreChange` results), and the exceptions
 :class:`NovelfindError` (every error a run can stop with), :class:`InputError` and
@@ -41,6 +42,7 @@ _API = {
     "Progress": ("novelfind.results", "Progress"),
     "Pick": ("novelfind.picks", "Pick"),
     "Member": ("novelfind.picks", "Member"),
+    "Label": ("novelfind.picks", "Label"),
     "Failure": ("novelfind.picks", "Failure"),
     "ClipInfo": ("novelfind.video", "ClipInfo"),
     "rank": ("novelfind.ranking", "rank"),
@@ -68,6 +70,7 @@ __all__ = [
     "IgnoreList",
     "Ignored",
     "InputError",
+    "Label",
     "Member",
     "MissingExtraError",
     "NovelfindError",
@@ -89,7 +92,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ bel
     from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
     from novelfind.params import ScanParameters
     from novelfind.ranking import Ranking, rank
-    from novelfind.picks import Failure, Member, Pick
+    from novelfind.picks import Failure, Label, Member, Pick
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
     from novelfind.solver import ADSResult, ads

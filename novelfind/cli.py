@@ -614,7 +614,7 @@ class Console:
 class ProgressBars:
     """Turns :class:`novelfind.run.Progress` events into tqdm bars on stderr, one per stage."""
 
-    LABELS = {"walk": "walking", "extract": "extracting", "dates": "reading dates"}
+    LABELS = {"walk": "walking", "extract": "extracting", "dates": "reading dates", "report": "report"}
 
     def __init__(self, *, enabled: bool, console: Console) -> None:
         self.enabled = enabled

@@ -49,6 +49,7 @@ from novelfind.weights import (
     load_classifier,
     model_key_for,
     resolve_weights,
+    top_classes,
 )
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,20 @@ def export_onnx(net, path: Path) -> None:
             do_constant_folding=True,
             dynamo=False,
         )
+
+
+def classes_of(extractor: Any, vectors: np.ndarray) -> list[list[tuple[str, float]]] | None:
+    """What a few photos look like to the model: the most likely ImageNet classes of each row of
+    ``vectors`` (K, dim), the feature ``extractor`` gives (``weights.top_classes``). The logits are the
+    feature, or the pooled vector through the classifier (numpy, no torch: ~30 ms to read it once, then
+    ~1 ms for 100 picks). None for an extractor that is not MobileNet-V2's (it has no classes)."""
+    key, feature = str(getattr(extractor, "model_key", "")), getattr(extractor, "feature", None)
+    weights = getattr(extractor, "weights", None)
+    if not key.startswith("mobilenet_v2:") or weights is None or feature not in FEATURE_DIMS:
+        return None
+    vectors = np.asarray(vectors, dtype=np.float32)  # (K, dim)
+    logits = vectors if feature == "logits" else load_classifier(Path(weights))(vectors)  # (K, 1000)
+    return top_classes(logits)
 
 
 def _in_background(load: Any) -> threading.Thread:

@@ -26,8 +26,9 @@ RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its mem
 FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0", "members", "members0")
 CSV_COLUMNS = (
     "rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count", "taken",
-    "taken_source",
-)
+    "taken_source", "labels",
+)  # columns are only ever appended
+TSV_COLUMNS = ("rank", "score", "path", "member_count")
 
 
 def format_results(
@@ -47,9 +48,7 @@ def format_results(
     """
     picks = sorted(picks, key=lambda p: p.rank)
     if fmt == "tsv":
-        return "".join(
-            f"{p.rank}\t{_score(p.score)}\t{escape_field(str(p.path))}\t{len(p.members)}\n" for p in picks
-        )
+        return "".join("\t".join(_tsv_fields(p)) + "\n" for p in picks)
     if fmt in ("paths", "paths0", "members", "members0"):
         every = fmt.startswith("members")  # each pick followed by its members
         paths = [path for p in picks for path in (p.path, *(m.path for m in p.members if every))]
@@ -118,6 +117,17 @@ def unescape_field(text: str) -> str:
     return _ESCAPE_TOKEN.sub(one, text)
 
 
+def _tsv_fields(p: Pick) -> list[str]:
+    """One tsv line's fields, in the order of :data:`TSV_COLUMNS`."""
+    fields = {
+        "rank": str(p.rank),
+        "score": _score(p.score),
+        "path": escape_field(str(p.path)),
+        "member_count": str(len(p.members)),
+    }
+    return [fields[name] for name in TSV_COLUMNS]
+
+
 def _score(score: float) -> str:
     return f"{score:.6f}"
 
@@ -141,7 +151,13 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "taken_source": p.taken_source,
         "members_taken": [m.taken for m in p.members],  # lined up with "members"
         "members_taken_source": [m.taken_source for m in p.members],
+        "labels": [{"label": label.label, "p": round(float(label.p), 4)} for label in p.labels],
     }
+
+
+def labels_text(p: Pick) -> str:
+    """``telescope 0.41, planetarium 0.12``: the model's classes for a pick, for people (csv, report)."""
+    return ", ".join(f"{label.label} {label.p:.2f}" for label in p.labels)
 
 
 def _finite(value: Any) -> float | None:
@@ -182,6 +198,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 rec["member_count"],
                 rec["taken"] or "",
                 rec["taken_source"],
+                labels_text(p),
             ]
         )
     return out.getvalue()

@@ -1,4 +1,15 @@
-"""The HTML report (one self-contained page) and the contact sheet of the picks."""
+"""The HTML report (one self-contained page) and the contact sheet of the picks.
+
+Their cost is the thumbnails. Each photo is decoded once, in the decode worker processes, for every size
+it is shown at (a pick's 256 px, a neighbour's 160, a member's 96): JPEG's reduced-scale decode to the
+largest, each smaller one made from the larger, and the report's JPEG data encoded there too, so the
+scanning process only assembles the page. The thumbnails are kept for the next report
+(``ThumbnailCache``). A re-scan of 300 cached 12 MP photos with ``--k 100`` on the 2-core machine
+(scripts/bench_report.py, docs/bench/report-2core.json; CPU seconds of the process tree, as wall time
+meant nothing at a load average of 20-24): 4.9 s without ``--report``; 9.7 s with the first report
+(133 photos decoded); 5.2 s (1.06x) with a report of photos shown before, against 6.5 s (1.3x) before
+thumbnails were kept.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +19,13 @@ import hashlib
 import io
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import sqlite3
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -30,6 +43,9 @@ from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
+# what a decode worker makes of one file: its path, the sizes wanted, a clip's time, and whether to
+# encode them as JPEG (the report) or return images (the contact sheet)
+ThumbTask = tuple[str, tuple[int, ...], "float | None", bool]
 MAX_THUMBNAIL_WORKERS = 8  # decode processes making the report's and the contact sheet's thumbnails
 NEIGHBOUR_THUMB_SIZE = 160
 MEMBER_THUMB_SIZE = 96  # the strip of a moment's other photos under its pick
@@ -44,73 +60,245 @@ MAX_FAILURES_SHOWN = 1000
 # decode runs past the limit (``--decode-timeout``).
 
 
-def thumbnail_decoded(path: str, size: int, moments: Mapping[str, float] | None = None) -> Decoded:
-    """Run in a decode worker: ``path``'s thumbnail, its longest side ``size`` px, as ``Decoded``'s
-    pixels (a PIL image; the digest is empty, a thumbnail is not cached), or why it cannot be read. A
-    clip's is its frame at its novel moment (``moments[path]`` seconds; else its first keyframe)."""
+class Thumbnails(NamedTuple):
+    """One file's thumbnails, by size: JPEG bytes (``encode``) or PIL images; and a clip's frame size."""
 
-    def make() -> tuple[str, Image.Image]:
+    images: dict[int, Any]
+    frame: tuple[int, int] | None = None  # a clip's: width, height of its frames (a photo: None)
+
+
+def thumbnail_decoded(
+    path: str, sizes: Sequence[int], at: float | None = None, encode: bool = False
+) -> Decoded:
+    """Run in a decode worker: ``path``'s thumbnails, the longest side of each one of ``sizes`` px, as
+    ``Decoded``'s pixels (:class:`Thumbnails`; the digest is empty, a thumbnail is not cached), or why
+    it cannot be read. One decode for all sizes: the largest first (a JPEG decoded at a reduced scale
+    no smaller than it), each smaller one from the one before. A clip's is its frame at ``at`` seconds
+    (its novel moment; None: its first keyframe)."""
+
+    def make() -> tuple[str, Thumbnails]:
+        frame = None
         if video.is_clip_name(Path(path)):
-            img = video.poster(Path(path), (moments or {}).get(path) or 0.0)
+            img = video.poster(Path(path), at or 0.0)
+            frame = img.size
         else:
-            img = load_any(Path(path), min_side=size)
-        img.thumbnail((size, size), Image.Resampling.LANCZOS)
-        return "", img
+            img = load_any(Path(path), min_side=max(sizes))
+        made: dict[int, Any] = {}
+        for size in sorted(set(sizes), reverse=True):
+            img.thumbnail((size, size), Image.Resampling.LANCZOS)  # in place: the next size starts here
+            made[size] = _jpeg(img) if encode else img.copy()
+        return "", Thumbnails(made, frame)
 
     return guarded(make)
+
+
+def _run_task(make: Callable[..., Decoded], task: ThumbTask) -> Decoded:
+    return make(*task)
 
 
 class ThumbnailDecoder(ProcessDecoder):
     """Thumbnails made in decode worker processes, under the decode time limit and the decode budget
     as the scan's own decodes are: a photo that takes too long is stopped with its process and gets the
-    placeholder. ``make`` (path, size) -> ``Decoded`` is what a worker runs."""
+    placeholder. ``make`` (path, sizes, clip time, encode) -> ``Decoded`` is what a worker runs."""
 
     make: Callable[..., Decoded] = staticmethod(thumbnail_decoded)
 
     def __init__(self, workers: int, timeout: float | None = None):
         super().__init__(workers, window=2 * workers, timeout=timeout)
+        self.decode_one = functools.partial(_run_task, self.make)  # sent with each task to the workers
 
-    def thumbnails(
-        self, paths: Sequence[Path], size: int, moments: Mapping[str, float] | None = None
-    ) -> list[Image.Image | None]:
-        """The thumbnail of each path, in order (a clip's at ``moments[path]``); None where it cannot be
-        read or took too long."""
-        # sent with each file to the workers
-        self.decode_one = functools.partial(self.make, size=size, moments=moments)
-        got = self.decode([os.fspath(p) for p in paths])
-        return [None if result.digest is None else result.pixels for _, result in got]
+    def thumbnails(self, tasks: Sequence[ThumbTask]) -> Iterator[tuple[int, Thumbnails | None]]:
+        """(position in ``tasks``, its thumbnails) as each is made, mostly in order; None where the
+        file cannot be read or took too long."""
+        for i, result in self.decode(tasks):  # type: ignore[arg-type]  # a task, not a path
+            yield i, None if result.digest is None else result.pixels
 
-    def decode_here(self, path: str) -> Decoded:
-        """The thumbnail made in this process, where worker processes cannot start (no time limit)."""
-        return self.decode_one(path)
+    def decode_here(self, task: Any) -> Decoded:
+        """The thumbnails made in this process, where worker processes cannot start (no time limit)."""
+        return self.decode_one(task)
 
 
-def _thumbnails(wanted: Sequence[Thumb], timeout: float | None) -> dict[Thumb, Image.Image | None]:
-    """The thumbnails of (path, size, clip time) triples, made by a few decode processes (one pool for
-    all sizes): no more than one per core, nor than the decoded-pixels budget leaves memory for."""
-    wanted = list(dict.fromkeys(wanted))
-    if not wanted:
-        return {}
-    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(wanted))
+class Made(NamedTuple):
+    """The thumbnails of :func:`_thumbnails`: by (path, size, clip time), None where unreadable; and
+    the frame size of each clip read."""
+
+    thumbs: dict[Thumb, Any]
+    frames: dict[Path, tuple[int, int]]
+
+
+def _thumbnails(
+    wanted: Sequence[Thumb],
+    timeout: float | None,
+    *,
+    encode: bool = False,
+    on_progress: Callable[[int, int], None] | None = None,
+    cache: ThumbnailCache | None = None,
+) -> Made:
+    """The thumbnails of (path, size, clip time) triples, each file decoded once for all its sizes, by a
+    few decode processes: no more than one per core, nor than the decoded-pixels budget leaves memory
+    for. ``encode``: as JPEG bytes (else PIL images); ``on_progress(done, total)`` counts the files;
+    ``cache``: JPEG thumbnails of earlier runs, taken where their files are unchanged, and the new ones
+    kept there (with ``encode``)."""
+    wanted = [(Path(path), size, at) for path, size, at in dict.fromkeys(wanted)]
+    kept, frames = cache.get(wanted) if cache is not None and encode else ({}, {})
+    sizes: dict[tuple[Path, float | None], list[int]] = {}
+    for path, size, at in wanted:
+        if (path, size, at) not in kept:
+            sizes.setdefault((path, at), []).append(size)
+    if not sizes:
+        if on_progress is not None and kept:
+            on_progress(1, 1)
+        return Made(dict(kept), frames)
+    sources = list(sizes)
+    tasks = [(os.fspath(path), tuple(sizes[path, at]), at, encode) for path, at in sources]
+    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(tasks))
     decoder = ThumbnailDecoder(max(1, workers), timeout)
-    got: dict[Thumb, Image.Image | None] = {}
+    made = Made({}, dict(frames))
     try:
-        for size in dict.fromkeys(s for _, s, _ in wanted):
-            items = [(p, at) for p, s, at in wanted if s == size]
-            moments = {os.fspath(p): at for p, at in items if at is not None}
-            made = decoder.thumbnails([p for p, _ in items], size, moments)
-            got.update(zip(((p, size, at) for p, at in items), made, strict=True))
+        for done, (i, result) in enumerate(decoder.thumbnails(tasks), 1):
+            path, at = sources[i]
+            for size in sizes[path, at]:
+                made.thumbs[path, size, at] = None if result is None else result.images[size]
+            if result is not None and result.frame is not None:
+                made.frames[path] = result.frame
+            if on_progress is not None:
+                on_progress(done, len(tasks))
     except BaseException:
         decoder.terminate()
         raise
     decoder.close()
-    return got
+    if cache is not None and encode:
+        cache.put(made.thumbs, made.frames)
+    made.thumbs.update(kept)
+    return made
 
 
-def _data_uri(img: Image.Image, quality: int = 82) -> str:
+# The report's thumbnails, kept for the next report (``ThumbnailCache``): at most this many bytes of JPEG;
+# past it, those used longest ago go. 256 + 160 + 96 px of a photo take ~25 KB: 64 MB keeps ~2,500 photos.
+THUMBNAIL_CACHE_BYTES = 64 << 20
+THUMBNAIL_CACHE_NAME = "thumbnails.sqlite"  # beside the feature cache
+
+
+def _at_key(at: float | None) -> float:
+    return -1.0 if at is None else float(at)
+
+
+class ThumbnailCache:
+    """The report's JPEG thumbnails of earlier runs, by path, size and clip time, each valid while its
+    file keeps its size and modification time: a re-scan whose report shows the same photos decodes
+    none of them again. Best effort: a cache that cannot be opened, read or written (locked by another
+    run, damaged, on a full disk) is passed over, and the thumbnails are made as without it. The file is
+    created for its owner alone (0600), never through a symbolic link."""
+
+    def __init__(self, path: Path | str, max_bytes: int = THUMBNAIL_CACHE_BYTES):
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.conn: sqlite3.Connection | None = None
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            os.close(fd)
+            conn = sqlite3.connect(self.path, timeout=5.0)
+            try:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS thumbs (path BLOB, size INTEGER, at REAL, file_size INTEGER, "
+                    "mtime_ns INTEGER, width INTEGER, height INTEGER, jpeg BLOB, used INTEGER, "
+                    "PRIMARY KEY (path, size, at))"
+                )
+                conn.commit()
+            except sqlite3.Error:
+                conn.close()
+                raise
+            self.conn = conn
+        except (OSError, sqlite3.Error):
+            self.conn = None
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[int, int] | None:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return st.st_size, st.st_mtime_ns
+
+    def get(self, wanted: Sequence[Thumb]) -> tuple[dict[Thumb, bytes], dict[Path, tuple[int, int]]]:
+        """The thumbnails of ``wanted`` made for the files as they are now, and the clips' frame sizes."""
+        found: dict[Thumb, bytes] = {}
+        frames: dict[Path, tuple[int, int]] = {}
+        if self.conn is None:
+            return found, frames
+        stats = {path: self._stat(Path(path)) for path, _, _ in wanted}
+        try:
+            for path, size, at in wanted:
+                row = self.conn.execute(
+                    "SELECT file_size, mtime_ns, width, height, jpeg FROM thumbs "
+                    "WHERE path = ? AND size = ? AND at = ?",
+                    (os.fsencode(path), size, _at_key(at)),
+                ).fetchone()
+                if row is not None and stats[path] is not None and tuple(row[:2]) == stats[path]:
+                    found[path, size, at] = bytes(row[4])
+                    if row[2] is not None:
+                        frames[Path(path)] = (int(row[2]), int(row[3]))
+            if found:
+                now = int(time.time())
+                self.conn.executemany(
+                    "UPDATE thumbs SET used = ? WHERE path = ? AND size = ? AND at = ?",
+                    [(now, os.fsencode(p), s, _at_key(a)) for p, s, a in found],
+                )
+                self.conn.commit()
+        except sqlite3.Error:
+            pass  # what was found stands; the rest is made again
+        return found, frames
+
+    def put(self, made: Mapping[Thumb, bytes | None], frames: Mapping[Path, tuple[int, int]]) -> None:
+        """Keep the thumbnails made (None: unreadable, not kept), then trim the cache to ``max_bytes``,
+        dropping those used longest ago."""
+        if self.conn is None:
+            return
+        now = int(time.time())
+        rows = []
+        for (path, size, at), jpeg in made.items():
+            stat = self._stat(Path(path))
+            if jpeg is None or stat is None:
+                continue
+            width, height = frames.get(Path(path), (None, None))
+            rows.append((os.fsencode(path), size, _at_key(at), *stat, width, height, jpeg, now))
+        try:
+            self.conn.executemany("INSERT OR REPLACE INTO thumbs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            total, stale = 0, []
+            for rowid, length in self.conn.execute(
+                "SELECT rowid, length(jpeg) FROM thumbs ORDER BY used DESC, rowid DESC"
+            ).fetchall():
+                total += length
+                if total > self.max_bytes:
+                    stale.append((rowid,))
+            self.conn.executemany("DELETE FROM thumbs WHERE rowid = ?", stale)
+            self.conn.commit()
+        except sqlite3.Error:
+            try:
+                self.conn.rollback()
+            except sqlite3.Error:
+                pass
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def __enter__(self) -> ThumbnailCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _jpeg(img: Image.Image, quality: int = 82) -> bytes:
     buf = io.BytesIO()
     img.save(buf, format="JPEG", quality=quality, optimize=True)
-    return "data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    return buf.getvalue()
+
+
+def _data_uri(jpeg: bytes) -> str:
+    return "data:image/jpeg;base64," + base64.b64encode(jpeg).decode("ascii")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,10 +339,12 @@ table.params td:first-child { color: var(--muted); white-space: nowrap; }
         background: var(--card); border: 1px solid var(--line); border-radius: 8px;
         padding: 12px; margin: 0 0 12px; }
 .rank { font-size: 24px; font-weight: 700; color: var(--pick); text-align: right; }
-.thumb { width: 272px; min-height: 120px; display: flex; align-items: center; justify-content: center;
-         background: #f1f3f4; border-radius: 4px; }
+.thumb { width: 272px; min-width: 0; min-height: 120px; display: flex; flex-direction: column;
+         align-items: center; justify-content: center; overflow: hidden; background: #f1f3f4;
+         border-radius: 4px; }
 .thumb img, .nb img { max-width: 100%; height: auto; display: block; border-radius: 4px; }
-.clipmark { font-size: 12px; color: #fff; background: #202124; border-radius: 0 0 4px 4px; padding: 2px 6px; }
+.clipmark { font-size: 12px; color: #fff; background: #202124; border-radius: 0 0 4px 4px; padding: 2px 6px;
+            max-width: 100%; }
 .missing { color: var(--muted); font-size: 13px; padding: 24px; text-align: center; }
 .meta { min-width: 0; font-size: 14px; }
 .meta .path { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 13px;
@@ -172,7 +362,8 @@ table.params td:first-child { color: var(--muted); white-space: nowrap; }
          font-size: 12px; color: var(--muted); }
 .strip img { height: 64px; width: auto; display: block; border-radius: 3px; }
 .strip .missing { padding: 4px; font-size: 11px; }
-@media (max-width: 900px) { .pick { grid-template-columns: 40px 1fr; } .meta, .nb { grid-column: 2; } }
+@media (max-width: 900px) { .pick { grid-template-columns: 40px minmax(0, 1fr); }
+  .thumb, .meta, .nb { grid-column: 2; } .thumb { width: 100%; } }
 """
 
 
@@ -308,6 +499,8 @@ def write_html_report(
     title: str = "novelfind report",
     max_points: int = MAX_MAP_POINTS,
     decode_timeout: float | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    thumbnail_cache: Path | str | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
@@ -316,7 +509,10 @@ def write_html_report(
     titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
     ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
     ``decode_timeout``: seconds a thumbnail's decode may take in its process (None: the scan's
-    default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder. Raises
+    default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
+    ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar).
+    ``thumbnail_cache``: a file (:class:`ThumbnailCache`) that keeps the thumbnails for the next report
+    (None: none), so that a re-scan showing the same photos decodes none of them again. Raises
     OutputError when the file cannot be written and ValueError for inconsistent map inputs.
     """
     picks = list(picks)
@@ -331,7 +527,7 @@ def write_html_report(
     body = [
         _headline(picks, run, failures),
         map_section,
-        _picks_section(picks, decode_timeout),
+        _picks_section(picks, decode_timeout, on_progress, thumbnail_cache),
         _run_section(run),
         _failures_section(failures),
     ]
@@ -384,24 +580,47 @@ def _moment(p: Pick) -> float | None:
     return None if p.clip is None else p.clip.moment_time
 
 
-def _picks_section(picks: Sequence[Pick], decode_timeout: float | None) -> str:
+_LABELS_NOTE = (
+    "“Looks like”: MobileNet-V2’s most likely ImageNet classes, with their probability. They are "
+    "ImageNet labels, a model’s guess among the 1000 classes it was trained on, not the truth about "
+    "the photo, nor the reason it was picked."
+)
+
+
+def _picks_section(
+    picks: Sequence[Pick],
+    decode_timeout: float | None,
+    on_progress: Callable[[int, int], None] | None,
+    thumbnail_cache: Path | str | None = None,
+) -> str:
     """One card per pick: thumbnail, facts about the file, its nearest neighbour, and the strip of the
     other photos of its moment."""
     wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
     wanted += [(Path(m.path), MEMBER_THUMB_SIZE, None) for p in picks for m in p.members[:MEMBERS_SHOWN]]
-    made = _thumbnails(wanted, decode_timeout)
-    thumbs = {key: None if img is None else _data_uri(img) for key, img in made.items()}
-    infos = _image_infos([p.path for p in picks])
+    cache = None if thumbnail_cache is None else ThumbnailCache(thumbnail_cache)
+    try:
+        made = _thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache)
+    finally:
+        if cache is not None:
+            cache.close()
+    thumbs = {key: None if jpeg is None else _data_uri(jpeg) for key, jpeg in made.thumbs.items()}
+    infos = _image_infos([p.path for p in picks if p.clip is None])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
-    cards = [_pick_card(p, thumbs, info, max_distance) for p, info in zip(picks, infos, strict=True)]
-    return "<h2>Picks, most novel first</h2>\n" + "\n".join(cards)
+    cards = []
+    for p in picks:
+        info = {} if p.clip is not None else next(infos)
+        if p.clip is not None and Path(p.path) in made.frames:
+            info = dict(zip(("width", "height"), made.frames[Path(p.path)], strict=True))
+        cards.append(_pick_card(p, thumbs, info, max_distance))
+    note = f'<p class="sub">{_display(_LABELS_NOTE)}</p>\n' if any(p.labels for p in picks) else ""
+    return "<h2>Picks, most novel first</h2>\n" + note + "\n".join(cards)
 
 
-def _image_infos(paths: Sequence[Path]) -> list[dict]:
-    """Dimensions and EXIF date of each pick, read in a few threads (headers only)."""
+def _image_infos(paths: Sequence[Path]) -> Iterator[dict]:
+    """Dimensions and EXIF date of each photo, read in a few threads (headers only)."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return list(pool.map(image_info_any, paths))
+        return iter(list(pool.map(image_info_any, paths)))
 
 
 def _pick_card(
@@ -415,6 +634,8 @@ def _pick_card(
         ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
         ("size", _human_size(p.size)),
     ]
+    if p.labels:
+        details.insert(1, ("looks like", ", ".join(f"{x.label} {100 * x.p:.0f}%" for x in p.labels)))
     if p.also:  # a RAW + JPEG pair: the files that go with the one shown
         details.append(("also", ", ".join(Path(f).name for f in p.also)))
     if p.clip is not None:
@@ -431,13 +652,21 @@ def _pick_card(
     if p.neighbour is not None:
         pct = 100.0 * float(p.distance or 0.0) / max_distance
         distance = "?" if p.distance is None else f"{p.distance:.4f}"
+        # a moment's own frames are its members (the strip below): its neighbour is the nearest other photo
+        where, closer = (
+            ("nearest photo outside this moment", "no photo outside the moment is closer")
+            if p.members
+            else ("nearest photo in the library", "no other photo is closer")
+        )
         nb = (
-            '<div class="nb"><div>nearest photo in the library</div>'
+            f'<div class="nb"><div>{where}</div>'
             f"{_img_or_missing(thumbs.get((Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None)), 'neighbour')}"
             f'<div class="path">{_display(p.neighbour)}</div>'
-            f"<div>distance {distance}: no other photo is closer (bar: relative to the picks)"
+            f"<div>distance {distance}: {closer} (bar: relative to the picks)"
             f'</div><div class="bar"><i style="width:{pct:.0f}%"></i></div></div>'
         )
+    elif p.members:
+        nb = '<div class="nb">every photo in the library is in this moment</div>'
     else:
         nb = '<div class="nb">the only photo in the library</div>'
     thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE, _moment(p))), f"#{p.rank}")
@@ -477,8 +706,21 @@ def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str
     return f'<div class="strip">{label}{"".join(items)}{more}</div>'
 
 
+def _settings_used(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The run record less the settings its method does not use: the ADS solver's (``epochs``,
+    ``partners``, ...) only for a method that runs the solver (``ranking.Method.solver``)."""
+    from novelfind.adsconfig import ADS_LIMITS
+    from novelfind.ranking import METHODS
+
+    method = METHODS.get(str(run.get("method")))
+    if method is None or method.solver:  # an unknown method: show everything
+        return dict(run)
+    return {key: value for key, value in run.items() if key not in ADS_LIMITS}
+
+
 def _run_section(run: Mapping[str, Any]) -> str:
-    rows = "".join(f"<tr><td>{_display(k)}</td><td>{_display(v)}</td></tr>" for k, v in _flatten(run))
+    used = _settings_used(run)
+    rows = "".join(f"<tr><td>{_display(k)}</td><td>{_display(v)}</td></tr>" for k, v in _flatten(used))
     return f'<h2>Run</h2>\n<table class="params">{rows or "<tr><td>no parameters recorded</td></tr>"}</table>'
 
 
@@ -552,7 +794,7 @@ def write_contact_sheet(
     small = ImageFont.load_default(size=max(10, cell // 16))
     inner = cell - 2 * gap
 
-    made = _thumbnails([(Path(p.path), inner, _moment(p)) for p in picks], decode_timeout)
+    made = _thumbnails([(Path(p.path), inner, _moment(p)) for p in picks], decode_timeout).thumbs
     thumbs = [made[(Path(p.path), inner, _moment(p))] for p in picks]
     for k, (pick, thumb) in enumerate(zip(picks, thumbs, strict=True)):
         x0 = gap + (k % cols) * (cell + gap)

@@ -19,11 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic
+from novelfind import atomic, dirs
 from novelfind.atomic import write_atomic
 from novelfind.errors import InputError, MissingExtraError, OutputError
 from novelfind.formats import format_results
-from novelfind.htmlreport import write_contact_sheet, write_html_report
+from novelfind.htmlreport import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
 from novelfind.placement import MANIFEST_NAME, open_picks_folder, place_picks
@@ -132,13 +132,14 @@ def write_outputs(
     on_failure: Callable[[Path, str], None] | None = None,
     held: HeldOutputs | None = None,
     keep_tags: Sequence[Path] = (),
+    on_thumbnails: Callable[[int, int], None] | None = None,
 ) -> SidecarSummary | None:
     """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
 
     ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
-    written; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
+    written, ``on_thumbnails(done, total)`` the files whose thumbnails the report has made; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
     that was ranked (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the
     folders opened for the run (:func:`held_outputs`).
     ``keep_tags``: files whose tags of an earlier run stay though they are not picked now (photos this
@@ -174,7 +175,17 @@ def write_outputs(
         )
     if p.report is not None:
         writers.append(
-            lambda: _write_report(p.report, picks, record, failures, files, points2d(), p.decode_timeout)
+            lambda: _write_report(
+                p.report,
+                picks,
+                record,
+                failures,
+                files,
+                points2d(),
+                p.decode_timeout,
+                on_thumbnails,
+                thumbnail_cache_path(p.cache),
+            )
         )
     if p.contact_sheet is not None:
         writers.append(lambda: write_contact_sheet(p.contact_sheet, picks, decode_timeout=p.decode_timeout))
@@ -196,6 +207,8 @@ def _write_report(
     files: FileList,
     points2d: np.ndarray,
     decode_timeout: float,
+    on_progress: Callable[[int, int], None] | None = None,
+    thumbnail_cache: Path | None = None,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
     write_html_report(
@@ -207,7 +220,18 @@ def _write_report(
         failures=failures,
         paths=files.paths,
         decode_timeout=decode_timeout,
+        on_progress=on_progress,
+        thumbnail_cache=thumbnail_cache,
     )
+
+
+def thumbnail_cache_path(cache: Any) -> Path | None:
+    """Where the report keeps its thumbnails (``htmlreport.ThumbnailCache``): beside the feature cache
+    (``cache``: the scan's ``cache`` parameter); None without a feature cache (``--no-cache``)."""
+    if cache is False or cache is None:
+        return None
+    path = dirs.feature_cache_path() if cache is True else Path(getattr(cache, "path", cache))
+    return path.parent / THUMBNAIL_CACHE_NAME
 
 
 def _write_sidecars(

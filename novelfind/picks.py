@@ -1,5 +1,6 @@
-"""The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), a file
-that could not be read (``Failure``), and ``picks_of``, which turns a ranking into picks.
+"""The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), what the
+model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
+turns a ranking into picks.
 
 Every output (the list formats in :mod:`novelfind.formats`, the copies in :mod:`novelfind.placement`,
 the HTML report, the XMP sidecars) reads these records.
@@ -33,6 +34,14 @@ class Member:
         return (self.path, *self.also)
 
 
+class Label(NamedTuple):
+    """One of the ImageNet classes MobileNet-V2 gives a pick, with its softmax probability: what the
+    photo looks like to a model trained on those 1000 classes (``weights.top_classes``), not the truth."""
+
+    label: str  # an ImageNet class name: "telescope", "tabby", "lakeside"
+    p: float  # 0..1
+
+
 @dataclass(frozen=True)
 class Pick:
     """One selected moment, shown by its most typical photo; ``rank`` 1 is the most novel."""
@@ -50,6 +59,9 @@ class Pick:
     taken: str | None = None  # when it was taken, ISO 8601: ``2025-03-02T22:31:07+01:00`` with the offset
     #                           when known, else local time without one; None when unknown (docs/dates.md)
     taken_source: str = "none"  # exif, exif-local, raw, clip, xmp, file, invalid or none
+    # the model's most likely ImageNet classes for the photo, most likely first (MobileNet-V2 features
+    # only; () for another extractor): a hint at what it shows, not the truth
+    labels: tuple[Label, ...] = ()
 
     @property
     def kind(self) -> str:
@@ -73,12 +85,15 @@ def picks_of(
     photos: Sequence[Any],
     clips: Mapping[Path, ClipInfo] | None = None,
     dates: Any = None,
+    labels: Sequence[Sequence[tuple[str, float]]] | None = None,
 ) -> list[Pick]:
     """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
     best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
     RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path; ``dates`` when each
-    row was taken (``novelfind.dates.Dates``)."""
+    row was taken (``novelfind.dates.Dates``); ``labels`` each pick's (class, probability) pairs, in the
+    order of the ranking (None: none)."""
     clips = clips or {}
+    named = [()] * len(ranking.indices) if labels is None else labels
 
     def taken(row: int) -> dict[str, Any]:
         if dates is None:
@@ -92,13 +107,14 @@ def picks_of(
         )
 
     picks = []
-    for index, score, neighbour, distance, rows, far in zip(
+    for index, score, neighbour, distance, rows, far, classes in zip(
         ranking.indices,
         ranking.scores,
         ranking.neighbour,
         ranking.distance,
         ranking.members,
         ranking.member_distance,
+        named,
         strict=True,
     ):
         f, found = files[int(index)], int(neighbour) >= 0
@@ -115,6 +131,7 @@ def picks_of(
                 clip=clips.get(f.path),
                 members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
                 **taken(int(index)),
+                labels=tuple(Label(str(name), float(p)) for name, p in classes),
             )
         )
     return picks

@@ -79,7 +79,15 @@ from novelfind import microclusters
 from novelfind.errors import InputError
 from novelfind.moments import LINK_RADIUS, Grouper, UnitRows
 from novelfind.pca import Space, fit_space, spread
-from novelfind.sources import ChunkedSource, FeatureSource, MatrixSource, ScaledSource, UnitSource, as_source
+from novelfind.sources import (
+    ChunkedSource,
+    FeatureSource,
+    MatrixSource,
+    ScaledSource,
+    UnitSource,
+    as_source,
+    blocks,
+)
 
 if TYPE_CHECKING:
     from novelfind.knn import KnnScores
@@ -158,7 +166,9 @@ class Ranking:
 
     indices: np.ndarray  # int64 (K',) best first
     scores: np.ndarray  # float32 (K',)
-    neighbour: np.ndarray  # int64 (K',) index of each pick's nearest other image (-1 if N == 1)
+    # int64 (K',) index of each pick's nearest image outside its moment (-1 when there is none: N == 1, or
+    # the moment holds the whole library)
+    neighbour: np.ndarray
     distance: np.ndarray  # float32 (K',) distance to it (raw features; between unit rows for COSINE_METHODS)
     duplicates_dropped: int = 0  # candidates folded into a better moment (``novelfind.moments``)
     # each pick's moment: the other photos' rows, nearest to the pick first (empty: a photo alone), and
@@ -216,6 +226,45 @@ def nearest_neighbours(x: np.ndarray | FeatureSource, picks: np.ndarray) -> tupl
         return np.full(len(picks), -1, dtype=np.int64), np.full(len(picks), np.nan, dtype=np.float32)
     d, i = knn.knn_exact(src, picks.astype(np.int64), 1)
     return i[:, 0], d[:, 0].astype(np.float32)
+
+
+def nearest_outside(
+    x: np.ndarray | FeatureSource,
+    picks: np.ndarray,
+    members: list[np.ndarray],
+    nb: np.ndarray,
+    dist: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pick's nearest row outside its moment, from its nearest other row ``nb`` (and ``dist``):
+    where that is one of its ``members`` (the frame next to it in a burst, listed already, which says
+    nothing of why the moment stands out), the nearest row that is neither the pick nor a member, by one
+    exact pass over the rows (numpy, blocked; only for those picks). -1 and NaN where the moment holds
+    every row."""
+    nb, dist = np.array(nb, dtype=np.int64), np.array(dist, dtype=np.float32)
+    todo = [i for i, rows in enumerate(members) if len(rows) and np.isin(nb[i], rows)]
+    if not todo:
+        return nb, dist
+    src = as_source(x)
+    q = src.take(np.asarray(picks)[todo]).astype(np.float64)  # (Q, d)
+    qsq = (q * q).sum(1)  # (Q,)
+    inside = [np.append(np.asarray(members[i], np.int64), int(picks[i])) for i in todo]
+    best_d2, best_i = np.full(len(todo), np.inf), np.full(len(todo), -1, dtype=np.int64)
+    for start, block in blocks(src):
+        b = block.astype(np.float64)  # (B, d)
+        d2 = qsq[:, None] + (b * b).sum(1)[None, :] - 2.0 * (q @ b.T)  # (Q, B)
+        for j, rows in enumerate(inside):
+            here = rows[(rows >= start) & (rows < start + len(b))]
+            d2[j, here - start] = np.inf
+        col = d2.argmin(1)  # (Q,): the first of equals, the lowest row
+        value = d2[np.arange(len(todo)), col]
+        better = value < best_d2
+        best_d2[better], best_i[better] = value[better], start + col[better]
+    found = best_i >= 0
+    exact = np.full(len(todo), np.nan, dtype=np.float32)
+    if found.any():  # the distance itself, not the expansion's (which loses digits for near rows)
+        exact[found] = np.linalg.norm(src.take(best_i[found]).astype(np.float64) - q[found], axis=1)
+    nb[todo], dist[todo] = best_i, exact
+    return nb, dist
 
 
 def _zscore(v: np.ndarray) -> np.ndarray:
@@ -467,6 +516,9 @@ class Method:
     sparse: bool = False
     scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
     max_rows: int | None = None  # refuses larger libraries, before extraction (its cost grows as N^2)
+    # runs the ADS solver: its settings (``ADSConfig``: epochs, partners, lr, ...) shape the ranking; the
+    # other methods ignore them (the report shows them only where they count)
+    solver: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -500,6 +552,7 @@ METHODS: dict[str, Method] = {
             ads_scores,
             "the ADS solver on whitened features, blended with a k-NN density score",
             feature="logits",
+            solver=True,
         ),
         Method(
             "ads-paper",
@@ -509,6 +562,7 @@ METHODS: dict[str, Method] = {
             chunks=False,
             sparse=True,
             scale_free=False,
+            solver=True,
         ),
         Method("knn", knn_scores, f"distance to the {KNN_K} nearest neighbours", feature="logits"),
     )
@@ -683,10 +737,10 @@ def rank(
     No candidates: an empty Ranking.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
-    each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
-    ``duplicates_dropped`` (candidates folded into a better moment), and each pick's ``members`` (rows,
-    nearest first) with their ``member_distance``. Raises ValueError for a shape other than (N, M)
-    with N, M >= 1, NaN or infinite values, k < 1, a negative ``dedup``, an unknown method,
+    each pick's nearest row outside its moment ``neighbour`` and the ``distance`` to it (raw feature
+    units), and ``duplicates_dropped`` (candidates folded into a better moment), and each pick's
+    ``members`` (rows, nearest first) with their ``member_distance``. Raises ValueError for a shape
+    other than (N, M) with N, M >= 1, NaN or infinite values, k < 1, a negative ``dedup``, an unknown method,
     ``ads-paper`` on a source read in chunks, or bad ``candidates``.
 
     Example::
@@ -780,6 +834,7 @@ def _rank(
         nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
     else:
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
+    nb, dist = nearest_outside(xs, picks, found.members, nb, dist)  # a moment's: outside it
     unit_scale = scale if rescale else 1.0
     dist = (dist.astype(np.float64) * unit_scale).astype(np.float32)  # back to raw units
     return Ranking(

@@ -48,8 +48,9 @@ class Progress:
     ``stage`` is ``"walk"`` (``done`` files found so far, ``total`` None), ``"wait"`` (another run is
     writing ``path``; this one waits for it), ``"extract"`` (``done`` of ``total`` files resolved:
     read from the cache, extracted or failed), ``"dates"`` (``done`` of ``total`` capture dates read
-    from headers, where the cache has none yet), ``"rank"`` (0 of 1, then 1 of 1) or ``"write"``
-    (``done`` of ``total`` outputs written).
+    from headers, where the cache has none yet), ``"rank"`` (0 of 1, then 1 of 1), ``"write"``
+    (``done`` of ``total`` outputs written) or ``"report"`` (the HTML report: thumbnails of ``done`` of
+    ``total`` files made).
     """
 
     stage: str

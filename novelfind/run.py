@@ -39,7 +39,7 @@ from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.pca import map_2d
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
-from novelfind.sources import FeatureSource
+from novelfind.sources import FeatureSource, as_source
 from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
@@ -90,10 +90,11 @@ scan.__doc__ += f"""minus printing.
 
     Returns:
         A :class:`ScanResult`: ``picks`` (:class:`Pick`: ``rank``, ``path``, ``score``, ``neighbour``,
-        ``distance``, ``size``, ``mtime``, ``also``), ``failures`` (path, reason), ``counts``,
-        ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked, ``sidecars``,
-        ``known_failures``, ``notices`` (a library of one photo cannot be ranked; nothing new to rank)
-        and ``warnings``.
+        ``distance``, ``size``, ``mtime``, ``also``, ``kind``, ``clip``, ``members``, ``taken``,
+        ``labels``: the model's ImageNet classes, a hint, not the truth), ``failures`` (path, reason),
+        ``counts``, ``seconds``, ``parameters``, the ``files`` and ``features`` that were ranked,
+        ``sidecars``, ``known_failures``, ``notices`` (a library of one photo cannot be ranked; nothing new
+        to rank) and ``warnings``.
 
     A RAW + JPEG pair (or HEIC + JPEG: one shot, two files with one name in one folder) is one photo,
     read through its JPEG and listed by it, with the other files in ``Pick.also``. RAW files are read
@@ -239,7 +240,7 @@ class _Scan:
             )
             self.say_if_ranking_changed(cache)
             picks, dropped = self.rank(
-                vectors, extraction.files, read, candidates, restricted, extraction.clips, taken
+                vectors, extraction.files, read, candidates, restricted, extraction.clips, taken, extractor
             )
             self.say_if_unranked(len(read), picks)
             self.note_ranking(cache)
@@ -271,6 +272,7 @@ class _Scan:
                     on_warning=self.warn,
                     on_failure=self.fail,  # a pick swapped since it was ranked: not copied, exit code 3
                     held=held,
+                    on_thumbnails=lambda done, total: self.progress("report", done, total),
                     keep_tags=[f.path for row in kept_rows for f in read.groups[int(row)]],
                 )
             if p.ignore_picks and picks:
@@ -395,12 +397,14 @@ class _Scan:
         restricted: bool,
         clips: Mapping[Path, video.ClipInfo],
         taken: dates.Dates | None = None,
+        extractor: features.Extractor | None = None,
     ) -> tuple[list[Pick], int]:
         """The picks: the most novel candidates, scored against the whole library (with ``since`` or
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
         ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk; ``clips``: what
         the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was taken
-        (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``)."""
+        (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``).;
+        ``extractor``: what made the vectors, whose classes label the picks (``features.classes_of``)."""
         if not len(candidates):
             return [], 0
         p = self.params
@@ -418,7 +422,8 @@ class _Scan:
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None
         self.progress("rank", 1, 1)
-        picks = picks_of(result, files, read, clips, taken)
+        labels = features.classes_of(extractor, as_source(vectors).take(result.indices))
+        picks = picks_of(result, files, read, clips, taken, labels)
         if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
             picks = [pick for pick in picks if pick.score >= p.min_score]
         return picks, int(result.duplicates_dropped)

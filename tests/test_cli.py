@@ -529,10 +529,13 @@ def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
     assert (bars.stage, bars.bar.n, bars.bar.total) == ("extract", 10, 10)  # one bar per stage, moved to done
     for event in [Progress("rank", 0, 1), Progress("wait", path=tmp_path / "o")]:
         bars(event)
+    for done in (1, 2, 3):  # the HTML report's thumbnails, file by file
+        bars(Progress("report", done, 3))
+    assert (bars.stage, bars.bar.n, bars.bar.total) == ("report", 3, 3)
     bars.close()
     out, err = capsys.readouterr()
     assert out == ""
-    assert "walking" in err and "extracting" in err
+    assert "walking" in err and "extracting" in err and "report" in err
     assert f"note: waiting for another novelfind run writing {tmp_path / 'o'}" in err
     quiet = ProgressBars(enabled=False, console=Console(quiet=True))
     quiet(Progress("extract", 1, 2))

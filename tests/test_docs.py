@@ -229,3 +229,101 @@ def test_the_changelog_has_this_version_on_top_and_it_is_newer_than_the_last():
     section = text.split(f"## [{top}]", 1)[1].split("\n## [", 1)[0]
     assert "### Changed" in section and "--method ads" in section and "logits:p1" in section
     assert f"[{top}]: " in text, "the release has its link at the foot"
+
+
+# ----------------------------------------------------------------------------- the output columns
+
+
+OUTPUT_DOCS = {"README.md": README, "docs/output.md": ROOT / "docs" / "output.md"}
+SCHEMA = ROOT / "docs" / "output-schema.md"
+
+
+def format_table(text: str) -> dict[str, list[str]]:
+    """The rows of the first table whose header starts ``| format``: each format named in the first
+    cell (``tsv``, ``paths0`` / ``paths``) -> the row's cells."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(r"^\|\s*format\s*\|", line))
+    rows: dict[str, list[str]] = {}
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split(" | ")]
+        for name in re.findall(r"`([a-z0-9]+)`", cells[0]):
+            rows[name] = cells
+    return rows
+
+
+def one_pick():
+    from novelfind.picks import Label, Member, Pick
+
+    member = Member(Path("/p/IMG_2.jpg"), 10, 0, 0.05)
+    return Pick(
+        1, 0.5, Path("/p/IMG_1.jpg"), 10, 0, Path("/p/IMG_9.jpg"), 0.7, (Path("/p/IMG_1.CR2"),),
+        members=(member,), labels=(Label("telescope", 0.41), Label("planetarium", 0.12)),
+    )
+
+
+def test_every_format_is_in_the_format_tables():
+    from novelfind.formats import FORMATS
+
+    for name, path in {**OUTPUT_DOCS, "docs/output-schema.md": SCHEMA}.items():
+        documented = format_table(path.read_text())
+        assert sorted(documented) == sorted(FORMATS), name
+
+
+def test_the_documented_tsv_columns_are_the_ones_written():
+    from novelfind.formats import TSV_COLUMNS, format_results
+
+    line = format_results([one_pick()], "tsv").rstrip("\n")
+    assert len(line.split("\t")) == len(TSV_COLUMNS) == 4
+    assert line.split("\t")[-1] == "1"  # member_count
+    written = "`" + "<TAB>".join(TSV_COLUMNS) + "`"
+    for name, path in {**OUTPUT_DOCS, "docs/output-schema.md": SCHEMA}.items():
+        cells = format_table(path.read_text())["tsv"]
+        assert any(cell.split(" ")[-1] == written for cell in cells), name  # "a line `rank<TAB>...`"
+    schema = SCHEMA.read_text()
+    assert f"the {['first', 'second', 'third', 'fourth', 'fifth'][len(TSV_COLUMNS) - 1]} column is" in schema
+
+
+def test_the_documented_csv_columns_are_the_ones_written():
+    import csv
+    import io
+
+    from novelfind.formats import CSV_COLUMNS, format_results
+
+    header, row = list(csv.reader(io.StringIO(format_results([one_pick()], "csv"))))
+    assert tuple(header) == CSV_COLUMNS and len(row) == len(header)
+    assert row[-1] == "telescope 0.41, planetarium 0.12"
+    for name, path in OUTPUT_DOCS.items():
+        cell = format_table(path.read_text())["csv"][1]
+        assert [c.strip() for c in cell.split(",")] == header, name
+    schema = SCHEMA.read_text()
+    block = schema.split("## csv", 1)[1].split("```", 2)[1]
+    documented = list(csv.reader(io.StringIO(block.strip("\n"))))
+    assert documented[0] == header  # the sample's header row
+    assert all(len(r) == len(header) for r in documented[1:]), "every sample row has every column"
+
+
+def test_every_pick_field_is_documented():
+    """The JSON pick record's fields are in the schema's table and its samples; the Pick record's
+    fields and properties in docs/api.md."""
+    import dataclasses
+
+    from novelfind.formats import _pick_record
+    from novelfind.picks import Pick
+
+    record = _pick_record(one_pick())
+    schema = SCHEMA.read_text()
+    table = {m for m in re.findall(r"^\| `(\w+)`", schema.split("## Fields of a pick", 1)[1], re.M)}
+    assert set(record) <= table, set(record) - table
+    json_sample = json.loads(schema.split("## json", 1)[1].split("```json", 1)[1].split("```", 1)[0])
+    for pick in json_sample["picks"]:
+        assert list(pick) == list(record)  # the order written
+    jsonl = schema.split("## jsonl", 1)[1]
+    line = next(ln for ln in jsonl.splitlines() if ln.startswith('{"type": "pick"'))
+    assert list(json.loads(line)) == ["type", *record]
+    api = (ROOT / "docs" / "api.md").read_text()
+    names = [f.name for f in dataclasses.fields(Pick)]
+    names += [n for n, v in vars(Pick).items() if isinstance(v, property)]
+    missing = [n for n in names if f"`{n}`" not in api]
+    assert not missing, f"docs/api.md does not name Pick's {missing}"

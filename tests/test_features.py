@@ -264,3 +264,81 @@ def test_weights_read_without_torch_equal_torch_load(real_weights, tmp_path):
     torch.save({"w": torch.zeros(2), "x": os.getcwd}, evil)  # a function: not a state dict
     with pytest.raises(pickle.UnpicklingError, match=r"unexpected \w+\.getcwd"):
         weights.read_weights(evil)
+
+
+# ----------------------------------------------------------------------------- what a pick looks like
+
+
+def test_the_class_names_are_torchvisions():
+    """The package's list (scripts/make_imagenet_classes.py) is torchvision's, in the classifier's order."""
+    import torchvision
+
+    want = torchvision.models.MobileNet_V2_Weights.IMAGENET1K_V1.meta["categories"]
+    assert list(weights.categories()) == list(want)
+
+
+def test_top_classes_keep_the_first_and_likely_runners_up():
+    logits = np.full((2, 1000), -20.0)
+    logits[0, [10, 20, 30, 40]] = [3.0, 2.0, 1.0, 0.5]  # four likely classes, the fourth not shown
+    logits[1, 5] = 0.0  # one class: p ~ 1
+    logits[1, :] += np.linspace(0, 1e-3, 1000)  # the rest near -20: p ~ 2e-9 each
+    first, second = weights.top_classes(logits)
+    names = weights.categories()
+    assert [name for name, _ in first] == [names[10], names[20], names[30]]  # three at most
+    e = np.exp(logits[0] - logits[0].max())
+    np.testing.assert_allclose([p for _, p in first], (e / e.sum())[[10, 20, 30]], rtol=1e-9)
+    assert [name for name, _ in second] == [names[5]]  # runners-up below LABEL_MIN_P left out
+    assert second[0][1] == pytest.approx(1.0, abs=1e-5)
+    low = np.zeros((1, 1000))  # all alike: p = 0.001 each, below LABEL_MIN_P, but the first is kept
+    assert len(weights.top_classes(low)[0]) == 1
+    with pytest.raises(ValueError, match="logits must have shape"):
+        weights.top_classes(np.zeros((1, 1280)))
+
+
+def test_labels_from_either_feature_are_the_networks_own_classes(real_weights, real_photos):
+    """From the pooled vector the cache keeps (through the classifier, in numpy) or from the logits,
+    the labels are the classes the network itself gives the photo."""
+    import torch
+
+    net = features._build_torch_net(real_weights, pooled=False)
+    with torch.inference_mode():
+        own = torch.softmax(net(torch.from_numpy(real_photos)), 1).numpy()  # (12, 1000)
+    names = weights.categories()
+    for feature in ("pooled", "logits"):
+        ex = build_extractor(feature=feature, backend="torch", device="cpu")
+        got = features.classes_of(ex, ex(real_photos))
+        assert len(got) == 12
+        for row, labels in zip(own, got, strict=True):
+            assert labels[0][0] == names[int(row.argmax())]
+            assert labels[0][1] == pytest.approx(float(row.max()), abs=1e-4)
+    ex = build_extractor(feature="pooled", backend="torch", device="cpu")
+    chelsea = features.classes_of(ex, ex(real_photos[:1]))[0]
+    assert chelsea[0][0] in ("tabby", "tiger cat", "Egyptian cat")
+
+
+def test_an_extractor_of_another_model_gives_no_labels(fake_extractor):
+    assert features.classes_of(fake_extractor, np.zeros((3, fake_extractor.dim), np.float32)) is None
+
+
+def test_labels_cost_no_torch_import(real_weights):
+    """The picks' labels come from cached pooled vectors, the classifier read from the weights file and
+    the class names from the package: a re-scan that extracts nothing does not import torch for them."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import json, sys, types\n"
+        "import numpy as np\n"
+        "from novelfind import features, weights\n"
+        "ex = types.SimpleNamespace(model_key=weights.model_key_for(), feature='pooled',\n"
+        f"                          weights={str(real_weights)!r})\n"
+        "pooled = np.random.default_rng(0).uniform(0, 1, (5, 1280)).astype(np.float32)\n"
+        "labels = features.classes_of(ex, pooled)\n"
+        "print(json.dumps([len(labels), 'torch' in sys.modules, 'torchvision' in sys.modules]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(features.__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [5, False, False]

@@ -299,3 +299,214 @@ def test_chromium_screenshot(tmp_path, report_file):
     pixels = np.asarray(rgb).reshape(-1, 3).astype(int)
     red = (abs(pixels[:, 0] - 217) < 12) & (abs(pixels[:, 1] - 48) < 12) & (abs(pixels[:, 2] - 37) < 12)
     assert red.sum() > 200
+
+
+# --- what a pick looks like, its moment, the run table, the thumbnails ---------------------------
+
+
+def test_a_pick_shows_its_labels_with_the_note_that_they_are_imagenet_labels(tmp_path, library):
+    import dataclasses
+
+    from novelfind.picks import Label
+
+    picks = _picks(library, [0, 1], [2, 3])
+    picks[0] = dataclasses.replace(picks[0], labels=(Label("telescope", 0.41), Label("planetarium", 0.12)))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    page = out.read_text(encoding="utf-8")
+    first, second = page.split('id="pick-1"')[1].split('id="pick-2"')
+    assert "<dt>looks like</dt><dd>telescope 41%, planetarium 12%</dd>" in first
+    assert "looks like" not in second  # no labels: no row
+    assert "ImageNet labels" in page and "not the truth" in page
+    write_html_report(out, _picks(library, [0], [1]), run={})  # no labels at all: no note
+    assert "ImageNet" not in out.read_text(encoding="utf-8")
+
+
+def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 5], [4, 6])
+    member = Member(library[1], 10, 0, 0.01)
+    picks[0] = dataclasses.replace(picks[0], members=(member,))
+    picks[1] = dataclasses.replace(picks[1], members=(member,), neighbour=None, distance=None)
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    first, second = out.read_text(encoding="utf-8").split('id="pick-1"')[1].split('id="pick-2"')
+    assert "nearest photo outside this moment" in first and "nearest photo in the library" not in first
+    assert "every photo in the library is in this moment" in second
+
+
+def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
+    from novelfind.adsconfig import ADS_LIMITS
+    from novelfind.params import ScanParameters
+    from novelfind.ranking import METHODS
+
+    out = tmp_path / "r.html"
+    for name, method in METHODS.items():
+        run = ScanParameters(paths=str(tmp_path), method=name).record()
+        write_html_report(out, _picks(library, [0], [1]), run=run)
+        table = out.read_text(encoding="utf-8").split("<h2>Run</h2>")[1]
+        shown = [key for key in ADS_LIMITS if f"<td>{key}</td>" in table]
+        recorded = [key for key in ADS_LIMITS if key in run]
+        assert len(recorded) >= 5  # epochs, partners, lr, momentum, seed, ...
+        assert shown == (recorded if method.solver else []), name
+        assert "<td>method</td>" in table and "<td>k</td>" in table
+
+
+def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch):
+    from novelfind import ranking
+
+    x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
+    for name, method in ranking.METHODS.items():
+        calls = []
+        real = ranking._ads_weights
+        monkeypatch.setattr(ranking, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        ranking.rank(x, 3, method=name)
+        monkeypatch.undo()
+        assert bool(calls) == method.solver, name
+
+
+def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, library, monkeypatch):
+    tasks, progress = [], []
+
+    class Recording(nfhtml.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            tasks.extend(batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 1], [1, 0])  # each pick is the other's neighbour
+    picks[0] = dataclasses.replace(picks[0], members=(Member(library[2], 1, 0, 0.01),))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={}, on_progress=lambda done, total: progress.append((done, total)))
+    by_path = {Path(path): sorted(sizes) for path, sizes, _, _ in tasks}
+    assert len(tasks) == len(by_path) == 3  # one decode per file
+    assert by_path[library[0]] == by_path[library[1]] == [nfhtml.NEIGHBOUR_THUMB_SIZE, nfhtml.THUMB_SIZE]
+    assert by_path[library[2]] == [nfhtml.MEMBER_THUMB_SIZE]
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    page = out.read_text(encoding="utf-8")
+    assert len(re.findall(r'<img src="data:image/jpeg;base64,', page)) == 5  # 2 picks, 2 neighbours, 1 member
+    sizes = []
+    for uri in re.findall(r'src="data:image/jpeg;base64,([^"]+)"', page):
+        import base64
+        import io
+
+        with Image.open(io.BytesIO(base64.b64decode(uri))) as img:
+            sizes.append(max(img.size))
+    # the library's photos are 320 px wide: each thumbnail's longest side is its size
+    assert sorted(sizes) == sorted(
+        [nfhtml.THUMB_SIZE] * 2 + [nfhtml.NEIGHBOUR_THUMB_SIZE] * 2 + [nfhtml.MEMBER_THUMB_SIZE]
+    )
+
+
+_MEASURE = """<script>window.addEventListener("load", function () {
+  var out = [];
+  document.querySelectorAll("section.pick").forEach(function (card) {
+    var rank = card.querySelector(".rank").getBoundingClientRect();
+    var thumb = card.querySelector(".thumb").getBoundingClientRect();
+    var lefts = [];
+    card.querySelectorAll(".thumb > *").forEach(function (e) { lefts.push(e.getBoundingClientRect().left); });
+    out.push([rank.right, thumb.left, Math.min.apply(null, lefts)].join(","));
+  });
+  document.body.dataset.boxes = out.join(";");
+});</script>"""
+
+
+@pytest.mark.parametrize("width", [1200, 700])
+def test_a_clips_thumbnail_leaves_its_rank_visible(tmp_path, width):
+    """Rendered in Chromium, at a desktop and a narrow width: nothing in a clip's thumbnail column (its
+    poster and its "▶ clip" mark) reaches left of the column, over the rank number."""
+    from clips import flat, write_clip
+
+    from novelfind.video import ClipInfo
+
+    frames = [flat((200, 40, 40), size=(320, 180), seed=i) for i in range(20)]
+    clip = write_clip(tmp_path / "moment.mp4", frames)
+    st = clip.stat()
+    pick = Pick(1, 1.0, clip, st.st_size, st.st_mtime_ns, clip=ClipInfo(2.0, (0.0, 1.0), 1, "test"))
+    out = tmp_path / "r.html"
+    write_html_report(out, [pick], run={})
+    page = out.read_text(encoding="utf-8")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)  # let the probe run
+    out.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    size = f"--window-size={width},900"
+    dom = _run_chromium(tmp_path, out, "--dump-dom", "--virtual-time-budget=5000", size).stdout
+    boxes = re.search(r'data-boxes="([^"]+)"', dom)
+    assert boxes, "the probe did not run"
+    for card in boxes.group(1).split(";"):
+        rank_right, thumb_left, content_left = map(float, card.split(","))
+        assert rank_right <= thumb_left + 0.5 and content_left >= thumb_left - 0.5, card
+
+
+def test_a_second_report_takes_its_thumbnails_from_the_cache(tmp_path, library, monkeypatch):
+    """The thumbnails of one report are kept for the next: the same picks decode nothing again, a photo
+    that changed is decoded again, and the page is the same."""
+    import os
+
+    decoded = []
+
+    class Recording(nfhtml.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            decoded.extend(Path(path).name for path, _, _, _ in batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    cache = tmp_path / "thumbnails.sqlite"
+    picks = _picks(library, [0, 1], [2, 3])
+    first, second = tmp_path / "a.html", tmp_path / "b.html"
+    write_html_report(first, picks, run={}, thumbnail_cache=cache)
+    assert sorted(decoded) == sorted(p.name for p in library[:4])
+    assert os.stat(cache).st_mode & 0o777 == 0o600  # the user's photos: for the user alone
+    decoded.clear()
+    progress = []
+    write_html_report(second, picks, run={}, thumbnail_cache=cache, on_progress=lambda *a: progress.append(a))
+    assert decoded == [] and progress == [(1, 1)]
+    assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+    _photo(library[2], (250, 250, 250))  # the neighbour of pick 1 changed: made again, the rest kept
+    write_html_report(second, picks, run={}, thumbnail_cache=cache)
+    assert decoded == [library[2].name]
+
+
+def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library):
+    picks = _picks(library, [0], [1])
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database" * 100)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(tmp_path / "elsewhere.sqlite")
+    for cache in (damaged, link, tmp_path / "missing" / "t.sqlite"):
+        out = tmp_path / "r.html"
+        write_html_report(out, picks, run={}, thumbnail_cache=cache)
+        assert len(re.findall(r'<img src="data:image/jpeg;base64,', out.read_text(encoding="utf-8"))) == 2
+    assert damaged.read_bytes() == b"not a database" * 100
+    assert not (tmp_path / "elsewhere.sqlite").exists()  # never created through a link
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
+    cache = nfhtml.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
+    jpeg = b"x" * 1000
+    cache.put({(library[i], 96, None): jpeg for i in range(2)}, {})
+    cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {})
+    found, _ = cache.get([(p, 96, None) for p in library[:5]])
+    assert sorted(p.name for p, _, _ in found) == sorted(p.name for p in library[2:5])  # the newest 3 KB
+    cache.close()
+
+
+def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, library, fake_extractor):
+    import novelfind
+    from novelfind import dirs
+
+    kept = tmp_path / "caches"
+    kept.mkdir()
+    novelfind.scan(library[0].parent, 3, cache=kept / "c.sqlite", report=tmp_path / "r.html")
+    with nfhtml.ThumbnailCache(kept / nfhtml.THUMBNAIL_CACHE_NAME) as cache:
+        found, _ = cache.get([(p, nfhtml.THUMB_SIZE, None) for p in library])
+    assert len(found) >= 3  # the picks' thumbnails at least
+    novelfind.scan(library[0].parent, 3, cache=False, report=tmp_path / "r2.html")
+    assert not (dirs.feature_cache_path().parent / nfhtml.THUMBNAIL_CACHE_NAME).exists()

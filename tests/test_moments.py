@@ -169,8 +169,8 @@ def test_tsv_and_csv_have_a_member_count_column():
         "1\t0.750000\t/lib/burst/IMG_3.jpg\t2\n2\t0.500000\t/lib/alone.jpg\t0\n"
     )
     rows = list(csv.reader(io.StringIO(format_results(_picks(), "csv"))))
-    column = rows[0].index("member_count")
-    assert [r[column] for r in rows[1:]] == ["2", "0"]
+    col = rows[0].index("member_count")  # appended after also; labels came later
+    assert rows[0][col - 1] == "also" and [r[col] for r in rows[1:]] == ["2", "0"]
 
 
 def test_paths_lists_the_picks_and_members_every_photo_escaped():

@@ -47,6 +47,35 @@ def test_nearest_neighbour_is_exact_in_raw_space():
         assert d == pytest.approx(dist.min(), rel=1e-3)
 
 
+def test_a_moments_neighbour_is_the_nearest_photo_outside_it():
+    """A burst's nearest frame is one of its members, listed already: the neighbour named is the
+    nearest photo outside the moment, and its distance the distance to that photo."""
+    x, _ = blob_with_outliers(n=300)
+    rng = np.random.default_rng(5)
+    top = int(rank(x, 1, method="knn").indices[0])
+    burst = x[top] + rng.normal(size=(2, x.shape[1])).astype(np.float32) * 1e-3
+    x = np.concatenate([x, burst])  # two more frames of the most novel photo
+    for method in ("knn", "cosine-knn", "ads-paper"):
+        r = rank(x, len(x), method=method)  # every photo a pick or a member
+        moment = [i for i, m in enumerate(r.members) if len(m)]
+        assert moment, method
+        for i in moment:
+            rows = {int(r.indices[i]), *map(int, r.members[i])}
+            assert int(r.neighbour[i]) not in rows
+            y = rank_mod.l2_normalise(x) if method == "cosine-knn" else x
+            dist = np.linalg.norm(y - y[r.indices[i]], axis=1)
+            dist[list(rows)] = np.inf
+            assert int(r.neighbour[i]) == int(np.argmin(dist)), method
+            assert r.distance[i] == pytest.approx(dist.min(), rel=1e-4), method
+
+
+def test_a_moment_of_the_whole_library_has_no_neighbour():
+    x = np.ones((4, 8), dtype=np.float32) + np.arange(4, dtype=np.float32)[:, None] * 1e-4
+    r = rank(x, 1, method="knn")
+    assert len(r.members[0]) == 3
+    assert r.neighbour.tolist() == [-1] and np.isnan(r.distance[0])
+
+
 def test_single_image_has_no_neighbour():
     r = rank(np.ones((1, 8), dtype=np.float32), 3)
     assert r.indices.tolist() == [0]
@@ -269,7 +298,7 @@ def test_nearest_neighbours_only_for_final_picks(monkeypatch):
         calls.clear()
         r = rank(x, 5, method=method, candidates=np.arange(0, 300, 2))
         assert len(calls) == searches and all(c.tolist() == r.indices.tolist() for c in calls)
-        nb, dist = real(x, r.indices)
+        nb, dist = rank_mod.nearest_outside(x, r.indices, r.members, *real(x, r.indices))
         assert r.neighbour.tolist() == nb.tolist()
         np.testing.assert_allclose(r.distance, dist, rtol=1e-5, atol=1e-6)
 

@@ -111,7 +111,7 @@ def test_csv_has_schema_columns_and_parses_back():
         make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count taken taken_source".split()]
+    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()]
     assert rows[1] == [
         "1",
         "0.500000",
@@ -124,10 +124,30 @@ def test_csv_has_schema_columns_and_parses_back():
         "0",
         "",
         "none",
+        "",
     ]
-    assert rows[2][5:] == ["", "", "", "0", "", "none"]
+    assert rows[2][5:] == ["", "", "", "0", "", "none", ""]
     # a photo's other files: a JSON array of paths (empty cell when there are none)
     assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
+
+
+def test_labels_are_in_the_json_formats_and_the_last_csv_column():
+    """What the model takes a pick for: a list of {label, p} in JSON and JSON lines, ``telescope 0.41,
+    planetarium 0.12`` in the csv's last column; none for a pick without labels."""
+    from novelfind.picks import Label
+
+    labels = (Label("telescope", 0.41273), Label("planetarium", 0.1188))
+    labelled = dataclasses.replace(make_pick("/lib/a.jpg", rank=1, score=0.5), labels=labels)
+    picks = [labelled, make_pick("/lib/b.jpg", rank=2, score=0.25)]
+    doc = json.loads(format_results(picks, "json"))
+    want = [{"label": "telescope", "p": 0.4127}, {"label": "planetarium", "p": 0.1188}]
+    assert doc["picks"][0]["labels"] == want
+    assert doc["picks"][1]["labels"] == []
+    lines = [json.loads(line) for line in format_results(picks, "jsonl").splitlines()]
+    assert lines[1]["labels"] == doc["picks"][0]["labels"] and lines[2]["labels"] == []
+    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
+    assert rows[0][-1] == "labels"
+    assert [row[-1] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
 
 
 def test_json_document_schema():
@@ -156,6 +176,7 @@ def test_json_document_schema():
             "taken_source": "none",
             "members_taken": [],
             "members_taken_source": [],
+            "labels": [],
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]

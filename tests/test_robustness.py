@@ -668,9 +668,15 @@ def _assert_sane_ranking(r, n: int, k: int, filled: int = 0) -> None:
     assert (np.diff(r.scores[:distinct]) <= 0).all(), "scores not best first"
     assert (np.diff(r.scores[distinct:]) <= 0).all(), "filled near-duplicates not best first"
     if n > 1:
-        assert (r.neighbour != r.indices).all(), "a pick's nearest other image is itself"
-        assert ((0 <= r.neighbour) & (r.neighbour < n)).all()
-        assert np.isfinite(r.distance).all() and (r.distance >= 0).all()
+        # a moment's neighbour is the nearest photo outside it: none when the moment holds every photo
+        whole = np.array([len(m) + 1 == n for m in r.members] if r.members else [False] * len(r.indices))
+        assert (r.neighbour[whole] == -1).all() and np.isnan(r.distance[whole]).all()
+        nb, dist = r.neighbour[~whole], r.distance[~whole]
+        assert (nb != r.indices[~whole]).all(), "a pick's nearest other image is itself"
+        assert ((0 <= nb) & (nb < n)).all()
+        assert np.isfinite(dist).all() and (dist >= 0).all()
+        for i, rows in enumerate(r.members):  # never one of its own members
+            assert int(r.neighbour[i]) not in set(map(int, rows))
 
 
 @pytest.mark.parametrize(

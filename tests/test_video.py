@@ -322,6 +322,8 @@ def test_every_output_knows_a_clip(tmp_path, fake_extractor):
     assert first["clip"]["moment"] in first["clip"]["frame_times"]
     html = (out / "r.html").read_text()
     assert html.count("▶ clip, moment at 0:01") == 1 and "cannot read" not in html
+    card = html.split('id="pick-1"')[1].split("</section>")[0]  # the clip's: its frames' size, not "?"
+    assert "<dt>dimensions</dt><dd>96 × 64</dd>" in card
     # the contact sheet shows the clip's red moment, not its blue start
     sheet = np.asarray(Image.open(out / "sheet.png").convert("RGB"), np.int32)
     cell = sheet[8:200, 8:200].reshape(-1, 3).mean(axis=0)
