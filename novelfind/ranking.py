@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from novelfind.knn import KnnScores
     from novelfind.solver import ADSConfig
 
-# torch (and the solver and novelfind.knn, which are torch code) is imported where it is used: the command
+# torch (the solver is torch code; novelfind.knn is numpy) is imported where it is used: the command
 # line and the cache commands import this module for METHODS and must start without paying for torch.
 
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
@@ -467,6 +467,9 @@ class Method:
     sparse: bool = False
     scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
     max_rows: int | None = None  # refuses larger libraries, before extraction (its cost grows as N^2)
+    # runs the ADS solver, on ``rank``'s ``device``; the others run on the CPU whatever it says (so a scan
+    # need not ask where CUDA is, which imports torch, for them)
+    solver: bool = False
 
 
 METHODS: dict[str, Method] = {
@@ -500,6 +503,7 @@ METHODS: dict[str, Method] = {
             ads_scores,
             "the ADS solver on whitened features, blended with a k-NN density score",
             feature="logits",
+            solver=True,
         ),
         Method(
             "ads-paper",
@@ -509,6 +513,7 @@ METHODS: dict[str, Method] = {
             chunks=False,
             sparse=True,
             scale_free=False,
+            solver=True,
         ),
         Method("knn", knn_scores, f"distance to the {KNN_K} nearest neighbours", feature="logits"),
     )
