@@ -31,7 +31,6 @@ row asked for.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -225,7 +224,7 @@ def _knn_exact_pruned(
     q = len(qi)
     zt = np.ascontiguousarray(prune.lower, dtype=np.float32)  # (N, D)
     order = np.asarray(prune.order, dtype=np.int64)
-    zmu = zt[order[:: max(1, n // 65536)]].mean(0, dtype=np.float32)  # (D,) any centre will do: it cuts rounding
+    zmu = zt[order[:: max(1, n // 65536)]].mean(0, dtype=np.float32)  # (D,) any centre: it cuts rounding
     zq = zt[qi] - zmu  # (Q, D)
     zqn = _row_norms(zq)  # (Q,)
     zqsq = (zqn * zqn)[:, None]  # (Q, 1)

@@ -78,7 +78,11 @@ def imported(args: list[str], env: dict[str, str]) -> list[str]:
     done = subprocess.run(
         [args[0], "-X", "importtime", *args[1:]], env=env, cwd="/", capture_output=True, text=True, check=True
     )
-    names = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    names = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     return sorted(names & {"torch", "onnxruntime"})
 
 
@@ -99,13 +103,19 @@ def main() -> int:
     fill = None
     if not cache.exists():
         fill = timed(scan_args(library, cache), first)
-        print(f"first scan (fills the cache): {fill['wall_s']:.1f} s, {fill['peak_rss_mb']:.0f} MB", file=sys.stderr)
+        print(
+            f"first scan (fills the cache): {fill['wall_s']:.1f} s, {fill['peak_rss_mb']:.0f} MB",
+            file=sys.stderr,
+        )
     runs: dict[str, list[dict[str, float]]] = {"import torch": [], **{name: [] for name in trees}}
     for r in range(a.runs):
         runs["import torch"].append(timed([sys.executable, "-c", "import torch"], first))
         for name, env in envs.items():
             runs[name].append(timed(scan_args(library, cache), env))
-        print(f"run {r + 1}/{a.runs}: " + ", ".join(f"{n} {v[-1]['wall_s']:.2f} s" for n, v in runs.items()), file=sys.stderr)
+        print(
+            f"run {r + 1}/{a.runs}: " + ", ".join(f"{n} {v[-1]['wall_s']:.2f} s" for n, v in runs.items()),
+            file=sys.stderr,
+        )
     med = {
         name: {
             "wall_s": statistics.median(x["wall_s"] for x in v),
@@ -118,8 +128,12 @@ def main() -> int:
         med[name]["ratio_to_import_torch"] = round(med[name]["wall_s"] / torch_s, 2)
         med[name]["imports"] = imported(scan_args(library, cache), envs[name])
     result = {
-        "what": f"novelfind scan of {a.count} cached {SIZE[0]}x{SIZE[1]} photos, --k 20, default method and device",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_avg_1m_end": os.getloadavg()[0]},
+        "what": f"novelfind scan of {a.count} cached {SIZE[0]}x{SIZE[1]} photos, --k 20, the defaults",
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_avg_1m_end": os.getloadavg()[0],
+        },
         "count": a.count,
         "first_scan": fill,
         "median": med,
@@ -129,8 +143,8 @@ def main() -> int:
     a.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{'':14} {'wall s':>8} {'peak MB':>8} {'x import torch':>14}  imports")
     for name, m in med.items():
-        ratio = m.get("ratio_to_import_torch", 1.0)
-        print(f"{name:14} {m['wall_s']:8.2f} {m['peak_rss_mb']:8.0f} {ratio:14.2f}  {','.join(m.get('imports', [])) or '-'}")
+        ratio, heavy = m.get("ratio_to_import_torch", 1.0), ",".join(m.get("imports", [])) or "-"
+        print(f"{name:14} {m['wall_s']:8.2f} {m['peak_rss_mb']:8.0f} {ratio:14.2f}  {heavy}")
     return 0
 
 

@@ -17,7 +17,9 @@ HEAVY = {"torch", "onnxruntime"}
 
 def imported(stderr: str) -> set[str]:
     """Top-level modules a ``python -X importtime`` run imported, from its stderr."""
-    lines = (line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:"))
+    lines = (
+        line.rsplit("|", 1)[-1].strip() for line in stderr.splitlines() if line.startswith("import time:")
+    )
     return {name.split(".")[0] for name in lines}
 
 
