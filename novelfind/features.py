@@ -454,8 +454,11 @@ def build_extractor(
     """An extractor for ``feature`` ('logits' 1000-d or 'pooled' 1280-d); the model is built on first call.
     Whatever the feature, what it stores (``encode``, under ``model_key``) is the pooled vector.
 
-    device: auto (CUDA when available) | cpu | cuda. backend: auto (ONNX Runtime on CPU when installed,
-    falling back to PyTorch with a warning) | torch | onnx. Weights are resolved (and verified) here.
+    device: auto (CUDA when available and the work large enough, ``AutoDeviceExtractor``) | cpu | cuda.
+    backend: auto (ONNX Runtime on CPU when installed, falling back to PyTorch with a warning) | torch |
+    onnx (CPU only, so ``auto`` means the CPU). Weights are resolved (and verified) here. Building one
+    imports neither torch nor onnxruntime: ``auto`` asks for CUDA when the scan knows how many photos the
+    model will see (none, on a re-scan with nothing new: then nothing is asked, nothing loaded).
     """
     if feature not in FEATURE_DIMS:
         raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
@@ -464,12 +467,13 @@ def build_extractor(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be auto, torch or onnx, got {backend!r}")
     path = resolve_weights(weights)
-    if device == "auto" and backend != "onnx" and devices.cuda_available():
+    if device == "auto" and backend != "onnx":
         cpu = build_extractor(
             feature=feature, device="cpu", backend=backend, weights=path, threads=threads, cache_dir=cache_dir
         )
         return AutoDeviceExtractor(cpu, TorchExtractor(path, feature, device="cuda"))
-    device = devices.resolve_device(device)
+    if device == "auto":  # backend onnx: the CPU
+        device = "cpu"
     if device.startswith("cuda"):
         import torch
 
@@ -494,9 +498,10 @@ def build_extractor(
 
 
 class AutoDeviceExtractor:
-    """``--device auto`` on a machine with CUDA: the CPU extractor or the CUDA one, whichever the scan at
-    hand makes faster. The pipeline calls :meth:`settle` with the number of photos the model will see
-    once the cache has been asked (``devices.resolve_device``'s rule); unsettled, it runs on CUDA. Neither
+    """``--device auto``: the CPU extractor or the CUDA one, whichever the scan at hand makes faster. The
+    pipeline calls :meth:`settle` with the number of photos the model will see once the cache has been
+    asked (``devices.resolve_device``'s rule: too few for CUDA to pay, or none, settle on the CPU without
+    asking torch whether there is CUDA); unsettled, it runs on CUDA when there is a CUDA device. Neither
     model is built before it is used; both give vectors under one ``model_key``, and what describes the
     vectors (key, lengths, the head that makes the feature from the stored vector) is the CPU one's."""
 
@@ -512,28 +517,34 @@ class AutoDeviceExtractor:
     def head(self) -> Classifier | None:
         return getattr(self._cpu, "head", None)
 
-    def settle(self, photos: int) -> str:
-        """Choose the device for a scan whose model will see ``photos`` photos; returns it."""
+    def settle(self, photos: int | None) -> str:
+        """Choose the device for a scan whose model will see ``photos`` photos (None: unknown); returns it."""
         if self._chosen is None:
             self._chosen = self._cuda if devices.resolve_device("auto", photos) != "cpu" else self._cpu
         return self.device
 
     @property
     def device(self) -> str:
-        return str(getattr(self._chosen if self._chosen is not None else self._cuda, "device", "cpu"))
+        return str(getattr(self._current(), "device", "cpu"))
 
     @property
     def backend(self) -> str:
-        return str(getattr(self._chosen if self._chosen is not None else self._cuda, "backend", "torch"))
+        return str(getattr(self._current(), "backend", "torch"))
 
     def start_loading(self) -> threading.Thread | None:
-        """The chosen (or, unsettled, the CUDA) extractor's ``start_loading``."""
-        start = getattr(self._chosen if self._chosen is not None else self._cuda, "start_loading", None)
+        """The chosen (unsettled: CUDA where there is CUDA) extractor's ``start_loading``."""
+        start = getattr(self._current(), "start_loading", None)
         return start() if start is not None else None
+
+    def _current(self) -> Any:
+        """The chosen extractor; unsettled, the one an unknown amount of work would take (not kept)."""
+        if self._chosen is not None:
+            return self._chosen
+        return self._cuda if devices.resolve_device("auto") != "cpu" else self._cpu
 
     def _model(self) -> Any:
         if self._chosen is None:
-            self._chosen = self._cuda
+            self.settle(None)
         return self._chosen
 
     def encode(self, batch: Any) -> np.ndarray:

@@ -31,14 +31,13 @@ row asked for.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
+from novelfind.devices import available_cpus
 from novelfind.sources import FeatureSource, as_source, blocks
 
 EXACT_MAX_N = 4_096  # up to here every row is computed exactly (N^2 d flops); above, bounds + exact top
@@ -51,35 +50,69 @@ PRUNE_MARGIN = 1e-3  # relative: a block is skipped only when farther than the b
 BOUND_SLACK = 1e-5  # relative: upper bounds are inflated by this, so float rounding never breaks the bound
 
 
+# --------------------------------------------------------------------------- numpy helpers
+
+
+def _row_norms(a: np.ndarray) -> np.ndarray:
+    """The length of each vector along the last axis of a (float32)."""
+    return np.sqrt(np.einsum("...j,...j->...", a, a))
+
+
+def _sq_dist(aq: np.ndarray, asq: np.ndarray, b: np.ndarray, bsq: np.ndarray) -> np.ndarray:
+    """(Q, B) squared distances |a|^2 + |b|^2 - 2 a.b from the rows aq (Q, d), b (B, d) and their squared
+    lengths asq (Q, 1), bsq (B,): one matrix product (BLAS), then in place."""
+    d2 = aq @ b.T  # (Q, B)
+    d2 *= -2
+    d2 += asq
+    d2 += bsq
+    return d2
+
+
+def _smallest(d2: np.ndarray, m: int) -> np.ndarray:
+    """Column indices (Q, m) of the m smallest entries of each row of d2 (Q, C), in no order."""
+    if m >= d2.shape[1]:
+        return np.broadcast_to(np.arange(d2.shape[1]), d2.shape).copy()
+    return np.argpartition(d2, m - 1, axis=1)[:, :m]
+
+
+def _pairwise_to(aq: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(Q, B) distances between the rows of aq and of b (the Gram form, clamped at 0: for coarse choices,
+    such as which cells or blocks are near)."""
+    d2 = _sq_dist(aq, (aq * aq).sum(1, keepdims=True), b, (b * b).sum(1))
+    return np.sqrt(np.maximum(d2, 0, out=d2), out=d2)
+
+
 # --------------------------------------------------------------------------- exact search
 
 
-def _reader(x: np.ndarray | FeatureSource) -> tuple[Callable[[torch.Tensor], torch.Tensor], int, int, bool]:
-    """-> (read(rows) giving those rows as a float32 tensor, N, d, in memory)."""
+def _reader(x: np.ndarray | FeatureSource) -> tuple[Callable[[np.ndarray], np.ndarray], int, int, bool]:
+    """-> (read(rows) giving those rows as a float32 array, N, d, in memory)."""
     src = as_source(x)
     if src.matrix is not None:
-        xt = torch.from_numpy(np.ascontiguousarray(src.matrix, dtype=np.float32))  # (N, d)
-        return (lambda ids: xt.index_select(0, ids)), src.n, src.dim, True
-    return (lambda ids: torch.from_numpy(src.take(ids.numpy()))), src.n, src.dim, False
+        xm = np.ascontiguousarray(src.matrix, dtype=np.float32)  # (N, d)
+        return (lambda ids: xm.take(ids, axis=0)), src.n, src.dim, True
+    return (lambda ids: np.asarray(src.take(ids), dtype=np.float32)), src.n, src.dim, False
 
 
 def _merge_top(
-    best_d: torch.Tensor, best_i: torch.Tensor, d2: torch.Tensor, cols: torch.Tensor, kk: int
-) -> tuple[torch.Tensor, torch.Tensor]:
+    best_d: np.ndarray, best_i: np.ndarray, d2: np.ndarray, cols: np.ndarray, kk: int
+) -> tuple[np.ndarray, np.ndarray]:
     """The running k smallest: best so far (Q, k) merged with a block of squared distances d2 (Q, C) to
     the rows ``cols`` (C,) -> (Q, k) squared distances and row indices, unsorted."""
-    v, j = torch.topk(d2, min(kk, d2.shape[1]), dim=1, largest=False, sorted=False)  # (Q, m) block's best
-    v, jj = torch.topk(torch.cat([best_d, v], 1), kk, dim=1, largest=False, sorted=False)  # merged
-    return v, torch.gather(torch.cat([best_i, cols[j]], 1), 1, jj)
+    j = _smallest(d2, min(kk, d2.shape[1]))  # (Q, m) the block's best
+    both_d = np.concatenate([best_d, np.take_along_axis(d2, j, 1)], 1)  # (Q, k + m)
+    both_i = np.concatenate([best_i, cols[j]], 1)
+    jj = _smallest(both_d, kk)  # merged
+    return np.take_along_axis(both_d, jj, 1), np.take_along_axis(both_i, jj, 1)
 
 
-def _merge_parts(tops: list, kk: int) -> torch.Tensor:
+def _merge_parts(tops: list, kk: int) -> np.ndarray:
     """The k nearest (indices (Q, k)) from the per-thread lists [(squared distances, indices)]."""
-    best_d = torch.cat([t[0] for t in tops], 1)  # (Q, parts k)
-    best_i = torch.cat([t[1] for t in tops], 1)
+    best_d = np.concatenate([t[0] for t in tops], 1)  # (Q, parts k)
+    best_i = np.concatenate([t[1] for t in tops], 1)
     if len(tops) > 1:
-        _, j = torch.sort(best_d, dim=1, stable=True)
-        best_i = torch.gather(best_i, 1, j[:, :kk])
+        j = np.argsort(best_d, axis=1, kind="stable")
+        best_i = np.take_along_axis(best_i, j[:, :kk], 1)
     return best_i
 
 
@@ -97,11 +130,12 @@ def knn_exact(
     ``x``: a matrix, or a source read in chunks (``novelfind.sources``: its blocks of rows are read with
     ``take``, one after the other). Exact: a blocked matrix product of all queries against ``chunk`` rows
     of x at a time (so x is read once), ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` on rows centred at
-    ``centre`` (default: the mean of x), keeping a running top-k. In memory, the rows of x are split
-    between ``torch.get_num_threads()`` Python threads running single-threaded kernels, whose top-k
-    lists are merged at the end. ``chunk`` defaults to what keeps the (Q, chunk) block near 16M entries
-    and the centred chunk near 16 MB: memory O(Q d + 32M) per thread. A row is never its own neighbour;
-    identical rows are each other's neighbours at distance 0. k is capped at N - 1.
+    ``centre`` (default: the mean of x), keeping a running top-k. In memory, with more than one block of
+    rows, the blocks are split between one Python thread per core running single-threaded kernels, whose
+    top-k lists are merged at the end; one block is one multi-threaded matrix product. ``chunk`` defaults
+    to what keeps the (Q, chunk) block near 16M entries and the centred chunk near 16 MB: memory
+    O(Q d + 32M) per thread. A row is never its own neighbour; identical rows are each other's neighbours
+    at distance 0 (the lower index first). k is capped at N - 1.
 
     ``prune``: skip, for each query, the blocks of rows that cannot hold one of its k nearest, judged
     in a cheaper space whose distances are lower bounds of those in x (``Pruning``); a block no query
@@ -118,31 +152,30 @@ def knn_exact(
     if centre is None:
         src = as_source(x)
         centre = src.matrix.mean(0, dtype=np.float64) if in_memory else _mean(src)
-    mu = torch.from_numpy(np.asarray(centre, dtype=np.float32))  # (d,)
-    qi = torch.from_numpy(rows)
-    xraw = read(qi)  # (Q, d)
+    mu = np.asarray(centre, dtype=np.float32)  # (d,)
+    xraw = read(rows)  # (Q, d)
     xq = xraw - mu  # (Q, d)
-    qsq = (xq * xq).sum(1, keepdim=True)  # (Q, 1)
+    qsq = (xq * xq).sum(1, keepdims=True)  # (Q, 1)
     if prune is not None:
-        best_i = _knn_exact_pruned(read, n, mu, qi, xq, qsq, kk, prune, in_memory)
+        best_i = _knn_exact_pruned(read, n, mu, rows, xq, qsq, kk, prune, in_memory)
         return _direct_distances(read, xraw, best_i)
-    arange_q = torch.arange(q)
+    arange_q = np.arange(q)
     starts = list(range(0, n, chunk))
-    parts = max(1, min(torch.get_num_threads(), len(starts))) if in_memory else 1
+    parts = max(1, min(available_cpus(), len(starts))) if in_memory else 1
     tops: list = [None] * parts
 
     def work(p: int) -> None:
-        best_d = torch.full((q, kk), math.inf)  # (Q, k) squared distances
-        best_i = torch.zeros((q, kk), dtype=torch.int64)  # (Q, k)
+        best_d = np.full((q, kk), np.inf, np.float32)  # (Q, k) squared distances
+        best_i = np.zeros((q, kk), dtype=np.int64)  # (Q, k)
         for c0 in starts[p::parts]:
             c1 = min(n, c0 + chunk)
-            cols = torch.arange(c0, c1)
-            xb = read(cols).sub_(mu)  # (C, d)
-            bsq = torch.linalg.vector_norm(xb, dim=1).square_()  # (C,)
-            d2 = torch.addmm(qsq + bsq, xq, xb.T, alpha=-2)  # (Q, C)
-            own = (qi >= c0) & (qi < c1)  # queries whose own row is in this chunk
-            if bool(own.any()):
-                d2[arange_q[own], qi[own] - c0] = math.inf
+            cols = np.arange(c0, c1)
+            xb = read(cols)
+            xb -= mu  # (C, d)
+            d2 = _sq_dist(xq, qsq, xb, (xb * xb).sum(1))  # (Q, C)
+            own = (rows >= c0) & (rows < c1)  # queries whose own row is in this chunk
+            if own.any():
+                d2[arange_q[own], rows[own] - c0] = np.inf
             best_d, best_i = _merge_top(best_d, best_i, d2, cols, kk)
         tops[p] = (best_d, best_i)
 
@@ -178,63 +211,64 @@ class Pruning:
 
 
 def _knn_exact_pruned(
-    read: Callable[[torch.Tensor], torch.Tensor],
+    read: Callable[[np.ndarray], np.ndarray],
     n: int,
-    mu: torch.Tensor,
-    qi: torch.Tensor,
-    xq: torch.Tensor,
-    qsq: torch.Tensor,
+    mu: np.ndarray,
+    qi: np.ndarray,
+    xq: np.ndarray,
+    qsq: np.ndarray,
     kk: int,
     prune: Pruning,
     in_memory: bool,
-) -> torch.Tensor:
+) -> np.ndarray:
     q = len(qi)
-    zt = torch.from_numpy(np.ascontiguousarray(prune.lower, dtype=np.float32))  # (N, D)
-    zmu = zt[prune.order[:: max(1, n // 65536)]].mean(0)  # (D,) any centre will do: it cuts rounding
-    zq = zt.index_select(0, qi) - zmu  # (Q, D)
-    zqn = torch.linalg.vector_norm(zq, dim=1)  # (Q,)
-    zqsq = zqn.square().unsqueeze(1)  # (Q, 1)
+    zt = np.ascontiguousarray(prune.lower, dtype=np.float32)  # (N, D)
+    order = np.asarray(prune.order, dtype=np.int64)
+    zmu = zt[order[:: max(1, n // 65536)]].mean(0, dtype=np.float32)  # (D,) any centre: it cuts rounding
+    zq = zt[qi] - zmu  # (Q, D)
+    zqn = _row_norms(zq)  # (Q,)
+    zqsq = (zqn * zqn)[:, None]  # (Q, 1)
     # a row can be among the k nearest only if its lower-bound distance is at most the k-th bound;
     # the margin covers the float rounding of both spaces (relative 1e-3 of the norms: far above it)
-    thr = torch.from_numpy(np.asarray(prune.kth, dtype=np.float32)[qi.numpy()]) * (1 + PRUNE_MARGIN)  # (Q,)
-    order = torch.from_numpy(np.asarray(prune.order, dtype=np.int64))
+    thr = np.asarray(prune.kth, dtype=np.float32)[qi] * np.float32(1 + PRUNE_MARGIN)  # (Q,)
     starts = list(range(0, n, prune.block))
     # first a ball around each block (centre, radius in the lower-bound space): a query farther than
     # its bound from the whole ball skips the block at once; the others are checked row by row
-    centres = torch.empty(len(starts), zt.shape[1])  # (L, D)
-    radii = torch.empty(len(starts))  # (L,)
+    centres = np.empty((len(starts), zt.shape[1]), np.float32)  # (L, D)
+    radii = np.empty(len(starts), np.float32)  # (L,)
     for b, c0 in enumerate(starts):
-        zb = zt.index_select(0, order[c0 : c0 + prune.block]).sub_(zmu)  # (B, D)
+        zb = zt[order[c0 : c0 + prune.block]] - zmu  # (B, D)
         centres[b] = zb.mean(0)
-        radii[b] = torch.linalg.vector_norm(zb - centres[b], dim=1).max()
-    ball = torch.cdist(zq, centres) - radii - PRUNE_MARGIN * (zqn.unsqueeze(1) + centres.norm(dim=1) + radii)
-    near_ball = ball <= thr.unsqueeze(1)  # (Q, L)
-    parts = max(1, min(torch.get_num_threads(), len(starts))) if in_memory else 1
+        radii[b] = _row_norms(zb - centres[b]).max()
+    ball = _pairwise_to(zq, centres) - radii - PRUNE_MARGIN * (zqn[:, None] + _row_norms(centres) + radii)
+    near_ball = ball <= thr[:, None]  # (Q, L)
+    parts = max(1, min(available_cpus(), len(starts))) if in_memory else 1
     tops: list = [None] * parts
     skipped = [0] * parts
     blocks_read = [0] * parts
 
     def work(p: int) -> None:
-        best_d = torch.full((q, kk), math.inf)  # (Q, k) squared distances
-        best_i = torch.zeros((q, kk), dtype=torch.int64)  # (Q, k)
+        best_d = np.full((q, kk), np.inf, np.float32)  # (Q, k) squared distances
+        best_i = np.zeros((q, kk), dtype=np.int64)  # (Q, k)
         for b in range(p, len(starts), parts):
             c0 = starts[b]
             ids = order[c0 : c0 + prune.block]  # (B,) row indices
-            use = torch.nonzero(near_ball[:, b]).squeeze(1)  # (U,) queries near the block's ball
+            use = np.flatnonzero(near_ball[:, b])  # (U,) queries near the block's ball
             if len(use):
-                zb = zt.index_select(0, ids).sub_(zmu)  # (B, D)
-                zbn = torch.linalg.vector_norm(zb, dim=1)  # (B,)
-                lb2 = torch.addmm(zqsq[use] + zbn.square(), zq[use], zb.T, alpha=-2)  # (U, B) squared bounds
-                lb = lb2.clamp_min_(0).sqrt_().sub_(PRUNE_MARGIN * (zqn[use].unsqueeze(1) + zbn))
-                use = use[(lb <= thr[use].unsqueeze(1)).any(1)]  # the queries this block can matter to
+                zb = zt[ids] - zmu  # (B, D)
+                zbn = _row_norms(zb)  # (B,)
+                lb2 = _sq_dist(zq[use], zqsq[use], zb, zbn * zbn)  # (U, B) squared bounds
+                lb = np.sqrt(np.maximum(lb2, 0, out=lb2), out=lb2)
+                lb -= PRUNE_MARGIN * (zqn[use][:, None] + zbn)
+                use = use[(lb <= thr[use][:, None]).any(1)]  # the queries this block can matter to
             skipped[p] += q - len(use)
             if len(use) == 0:
                 continue
             blocks_read[p] += 1
-            xb = read(ids).sub_(mu)  # (B, d)
-            bsq = torch.linalg.vector_norm(xb, dim=1).square_()  # (B,)
-            d2 = torch.addmm(qsq[use] + bsq, xq[use], xb.T, alpha=-2)  # (U, B)
-            d2[ids.unsqueeze(0) == qi[use].unsqueeze(1)] = math.inf  # a row is not its own neighbour
+            xb = read(ids)
+            xb -= mu  # (B, d)
+            d2 = _sq_dist(xq[use], qsq[use], xb, (xb * xb).sum(1))  # (U, B)
+            d2[ids[None, :] == qi[use][:, None]] = np.inf  # a row is not its own neighbour
             best_d[use], best_i[use] = _merge_top(best_d[use], best_i[use], d2, ids, kk)
         tops[p] = (best_d, best_i)
 
@@ -246,19 +280,20 @@ def _knn_exact_pruned(
 
 
 def _direct_distances(
-    read: Callable[[torch.Tensor], torch.Tensor], xq: torch.Tensor, idx: torch.Tensor, chunk: int = 4096
+    read: Callable[[np.ndarray], np.ndarray], xq: np.ndarray, idx: np.ndarray, chunk: int = 4096
 ) -> tuple[np.ndarray, np.ndarray]:
     """||x_q - x_j|| for the chosen neighbours idx (Q, k) of the query vectors xq (Q, d), from the
     differences (the |a|^2 + |b|^2 - 2 a.b form that chose them loses ~1e-5 of a small distance), sorted
-    per row."""
+    per row, equal distances by row index."""
     q, kk = idx.shape
-    dist = torch.empty((q, kk))
+    dist = np.empty((q, kk), np.float32)
     for c0 in range(0, q, chunk):
         c1 = min(q, c0 + chunk)
-        diff = read(idx[c0:c1].reshape(-1)).view(c1 - c0, kk, -1) - xq[c0:c1].unsqueeze(1)  # (C, k, d)
-        dist[c0:c1] = torch.linalg.vector_norm(diff, dim=2)
-    dist, j = torch.sort(dist, dim=1, stable=True)
-    return dist.numpy(), torch.gather(idx, 1, j).numpy()
+        diff = read(idx[c0:c1].reshape(-1)).reshape(c1 - c0, kk, -1)  # (C, k, d)
+        diff -= xq[c0:c1, None, :]
+        dist[c0:c1] = _row_norms(diff)
+    j = np.lexsort((idx, dist), axis=1)
+    return np.take_along_axis(dist, j, 1), np.take_along_axis(idx, j, 1)
 
 
 # --------------------------------------------------------------------------- approximate search
@@ -349,54 +384,50 @@ def knn_cells(
     if cells_out is not None:
         cells_out.extend(cells)
     p = min(probe, len(cells))
-    ct = torch.from_numpy(centres)
-    near = torch.topk(torch.cdist(ct, ct), p, dim=1, largest=False).indices.numpy()  # (L, P)
+    near = np.argsort(_pairwise_to(centres, centres), axis=1, kind="stable")[:, :p]  # (L, P)
     for i in range(len(cells)):  # its own cell first (a tie with an identical centre could move it)
         if near[i, 0] != i:
             near[i] = np.concatenate([[i], near[i][near[i] != i][: p - 1]])
-    mu = torch.from_numpy(xc.mean(0, dtype=np.float64).astype(np.float32))
-    xt = torch.from_numpy(xc)
+    mu = xc.mean(0, dtype=np.float64).astype(np.float32)
 
-    def read_x(ids: torch.Tensor) -> torch.Tensor:
-        return xt.index_select(0, ids)
+    def read_x(ids: np.ndarray) -> np.ndarray:
+        return xc.take(ids, axis=0)
 
-    sq = torch.cat([torch.linalg.vector_norm(xt[i : i + 16384] - mu, dim=1) for i in range(0, n, 16384)])
-    sq.square_()  # (N,) squared norms of the centred rows
+    sq = np.concatenate([_row_norms(xc[i : i + 16384] - mu) for i in range(0, n, 16384)])
+    sq *= sq  # (N,) squared norms of the centred rows
     dist = np.full((n, kk), np.inf, dtype=np.float32)
     index = np.full((n, kk), -1, dtype=np.int64)
     mt = None
     if isinstance(measure, np.ndarray):
-        mt = torch.from_numpy(np.ascontiguousarray(measure, dtype=np.float32))
+        mt = np.ascontiguousarray(measure, dtype=np.float32)
     elif measure is not None and measure.matrix is not None:
-        mt = torch.from_numpy(np.ascontiguousarray(measure.matrix, dtype=np.float32))
+        mt = np.ascontiguousarray(measure.matrix, dtype=np.float32)
 
     def work(c: int) -> None:
         q = cells[c]
         base = np.concatenate([cells[j] for j in near[c]])  # own rows first
-        qt, bt = torch.from_numpy(q), torch.from_numpy(base)
-        xq = xt.index_select(0, qt).sub_(mu)  # (Q, d)
-        xb = xt.index_select(0, bt).sub_(mu)  # (B, d)
-        d2 = torch.addmm(sq[qt].unsqueeze(1) + sq[bt], xq, xb.T, alpha=-2)  # (Q, B)
-        d2.diagonal()[:] = math.inf  # row j of the cell is column j of the base: not its own neighbour
+        xq = xc[q] - mu  # (Q, d)
+        xb = xc[base] - mu  # (B, d)
+        d2 = _sq_dist(xq, sq[q][:, None], xb, sq[base])  # (Q, B)
+        d2[np.arange(len(q)), np.arange(len(q))] = np.inf  # row j of the cell is column j of the base
         m = min(kk, len(base) - 1)
-        j = torch.topk(d2, m, dim=1, largest=False, sorted=False).indices  # (Q, m), sorted below
-        cand = base[j.numpy()]  # (Q, m)
+        j = _smallest(d2, m)  # (Q, m), sorted below
+        cand = base[j]  # (Q, m)
         if measure is None:  # distances from the differences, as knn_exact gives them
-            dist[q, :m], index[q, :m] = _direct_distances(
-                read_x, xt.index_select(0, qt), torch.from_numpy(cand)
-            )
+            dist[q, :m], index[q, :m] = _direct_distances(read_x, xc[q], cand)
             return
         # one neighbour rank at a time: the (Q, M) differences stay in cache
         if mt is None:  # a source read in chunks: this cell's base rows, its own first
-            rows_m, cand_t = torch.from_numpy(measure.take(base)), torch.from_numpy(np.ascontiguousarray(j.T))
+            rows_m, cand_t = np.asarray(measure.take(base), np.float32), np.ascontiguousarray(j.T)
         else:
-            rows_m, cand_t = mt, torch.from_numpy(np.ascontiguousarray(cand.T))  # (m, Q) rows of mt
-        xm = rows_m[: len(q)] if mt is None else mt.index_select(0, qt)  # (Q, M)
-        diff = torch.empty_like(xm)  # (Q, M)
+            rows_m, cand_t = mt, np.ascontiguousarray(cand.T)  # (m, Q) rows of mt
+        xm = rows_m[: len(q)] if mt is None else mt[q]  # (Q, M)
+        diff = np.empty_like(xm)  # (Q, M)
         dm = np.empty((len(q), m), np.float32)  # (Q, m)
         for r in range(m):
-            torch.index_select(rows_m, 0, cand_t[r], out=diff).sub_(xm)
-            dm[:, r] = torch.linalg.vector_norm(diff, dim=1).numpy()
+            np.take(rows_m, cand_t[r], axis=0, out=diff)
+            diff -= xm
+            dm[:, r] = _row_norms(diff)
         o = np.argsort(dm, axis=1)
         dist[q, :m] = np.take_along_axis(dm, o, 1)
         index[q, :m] = np.take_along_axis(cand, o, 1)
@@ -406,20 +437,20 @@ def knn_cells(
 
 
 def _run_single_threaded(fn: Callable[[int], None], items) -> None:
-    """fn over items on torch.get_num_threads() Python threads, each running single-threaded kernels
-    (small matrix products parallelise badly inside one kernel, and stall on a busy machine)."""
-    threads = torch.get_num_threads()
+    """fn over items on one Python thread per core, each running single-threaded kernels (small matrix
+    products parallelise badly inside one kernel, and stall on a busy machine). numpy releases the GIL
+    in its matrix products, partitions and sorts; the BLAS library's own threads are held at one
+    meanwhile (threadpoolctl)."""
+    threads = available_cpus()
     items = list(items)
     if threads <= 1 or len(items) < 2:
         for i in items:
             fn(i)
         return
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(threads) as pool:
-            list(pool.map(fn, items))
-    finally:
-        torch.set_num_threads(threads)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        list(pool.map(fn, items))
 
 
 # --------------------------------------------------------------------------- certified scores

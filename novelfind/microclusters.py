@@ -138,22 +138,19 @@ def _outside_means(src: FeatureSource, rows: np.ndarray, labels: np.ndarray, k: 
     """Mean distance of each of ``rows`` to its k nearest rows of another label: one pass over the
     source's blocks, a running top-k of squared distances (rows of the same label masked out), the
     chosen k measured again from the differences (``knn._direct_distances``)."""
-    import torch
-
     from novelfind import knn
 
-    q = torch.from_numpy(np.ascontiguousarray(src.take(rows), dtype=np.float32))  # (Q, d)
-    qsq = (q * q).sum(1, keepdim=True)  # (Q, 1)
-    qlab = torch.from_numpy(labels[rows])[:, None]  # (Q, 1)
-    lab = torch.from_numpy(labels)
-    best_d = torch.full((len(rows), k), math.inf)  # (Q, k) squared distances
-    best_i = torch.zeros((len(rows), k), dtype=torch.int64)
+    q = np.ascontiguousarray(src.take(rows), dtype=np.float32)  # (Q, d)
+    qsq = (q * q).sum(1, keepdims=True)  # (Q, 1)
+    qlab = labels[rows][:, None]  # (Q, 1)
+    best_d = np.full((len(rows), k), np.inf, np.float32)  # (Q, k) squared distances
+    best_i = np.zeros((len(rows), k), dtype=np.int64)
     for start, block in blocks(src):
-        b = torch.from_numpy(np.ascontiguousarray(block, dtype=np.float32))  # (B, d)
-        cols = torch.arange(start, start + len(b))
-        d2 = torch.addmm(qsq + (b * b).sum(1), q, b.T, alpha=-2)  # (Q, B)
-        d2[qlab == lab[cols][None, :]] = math.inf  # own microcluster (and the row itself)
+        b = np.ascontiguousarray(block, dtype=np.float32)  # (B, d)
+        cols = np.arange(start, start + len(b))
+        d2 = knn._sq_dist(q, qsq, b, (b * b).sum(1))  # (Q, B)
+        d2[qlab == labels[cols][None, :]] = np.inf  # own microcluster (and the row itself)
         best_d, best_i = knn._merge_top(best_d, best_i, d2, cols, k)
-    reader = lambda ids: torch.from_numpy(np.ascontiguousarray(src.take(ids.numpy()), dtype=np.float32))  # noqa: E731
+    reader = lambda ids: np.ascontiguousarray(src.take(ids), dtype=np.float32)  # noqa: E731
     dist, _ = knn._direct_distances(reader, q, best_i)
     return dist.mean(1).astype(np.float32)

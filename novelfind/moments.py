@@ -194,7 +194,7 @@ class Grouper:
         """The single-linkage group of each row among its ``neighbours`` nearest rows, one exact pass."""
         if not rows:
             return
-        from novelfind import knn  # torch code: imported where it is used, as in novelfind.ranking
+        from novelfind import knn
 
         query = np.asarray(rows, dtype=np.int64)
         dist, idx = knn.knn_exact(

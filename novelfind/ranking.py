@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from novelfind.knn import KnnScores
     from novelfind.solver import ADSConfig
 
-# torch (and the solver and novelfind.knn, which are torch code) is imported where it is used: the command
+# torch (the solver is torch code; novelfind.knn is numpy) is imported where it is used: the command
 # line and the cache commands import this module for METHODS and must start without paying for torch.
 
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
@@ -516,8 +516,9 @@ class Method:
     sparse: bool = False
     scale_free: bool = True  # the same ranking for x and c * x (False: ranks the rows exactly as given)
     max_rows: int | None = None  # refuses larger libraries, before extraction (its cost grows as N^2)
-    # runs the ADS solver: its settings (``ADSConfig``: epochs, partners, lr, ...) shape the ranking; the
-    # other methods ignore them (the report shows them only where they count)
+    # runs the ADS solver, on ``rank``'s ``device``: its settings (``ADSConfig``: epochs, partners, lr, ...)
+    # shape the ranking; the other methods ignore them (the report shows them only where they count) and
+    # run on the CPU whatever ``device`` says (so a scan need not ask where CUDA is, which imports torch)
     solver: bool = False
 
 

@@ -416,7 +416,7 @@ class _Scan:
                 method=p.method,
                 config=p.solver_config(),
                 dedup=p.dedup,
-                device=self.solver_device(len(files)),
+                device=self.solver_device(len(files)) if ranking.METHODS[p.method].solver else None,
                 candidates=candidates if restricted else None,
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow

@@ -12,6 +12,16 @@ from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# The soak, fuzz and race tests run a sample by default, so that the suite (scripts/test.sh, what CI runs)
+# takes minutes on a 2-core machine; NOVELFIND_TESTS=full runs them at their full size (read here, before
+# each test takes the NOVELFIND_ variables out of its environment).
+FULL = os.environ.get("NOVELFIND_TESTS", "") == "full"
+
+
+def sized(sample: int, full: int) -> int:
+    """``full`` with NOVELFIND_TESTS=full, else ``sample``: how many iterations, cases or seconds."""
+    return full if FULL else sample
+
 
 def pytest_addoption(parser):
     parser.addoption(
@@ -50,8 +60,16 @@ def nvimgcodec(cuda, request):
 
 @pytest.fixture(scope="session")
 def model_cache(tmp_path_factory) -> Path:
-    """One folder for the exported ONNX model, shared by the whole session (exporting takes seconds)."""
-    return tmp_path_factory.mktemp("models")
+    """One folder for the exported ONNX model, shared by the whole run (exporting takes seconds, tens on
+    a busy machine): under pytest-xdist by every worker too, in the run's folder above the workers' own.
+    The export is written atomically (a temporary file renamed), so workers that export at once each
+    put a whole, verified model in place, and every later scan finds it."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-of-USER/pytest-N/ holds popen-gw0/, popen-gw1/, ...
+    folder = base / "models"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 @pytest.fixture(autouse=True)

@@ -45,7 +45,29 @@ def test_build_extractor_defers_the_choice_to_the_scan(monkeypatch):
     ex = build_extractor(device="auto", backend="torch")
     assert ex.settle(698) == "cuda"
     monkeypatch.setattr(devices, "cuda_available", lambda: False)
-    assert not isinstance(build_extractor(device="auto", backend="torch"), AutoDeviceExtractor)
+    ex = build_extractor(device="auto", backend="torch")
+    assert ex.device == "cpu"  # unsettled, without CUDA: the CPU
+    assert build_extractor(device="auto", backend="torch").settle(10**6) == "cpu"
+
+
+def test_auto_asks_for_cuda_only_when_the_work_could_use_it(monkeypatch):
+    """Asking torch for CUDA imports it (seconds, hundreds of MB): a scan with nothing or little to
+    extract settles on the CPU without asking."""
+    asked: list[int] = []
+
+    def cuda_available() -> bool:
+        asked.append(1)
+        return True
+
+    monkeypatch.setattr(devices, "cuda_available", cuda_available)
+    monkeypatch.setattr(devices, "available_cpus", lambda: 4)
+    ex = build_extractor(device="auto")  # building it asks nothing
+    assert isinstance(ex, AutoDeviceExtractor) and asked == []
+    assert ex.settle(0) == "cpu" and asked == []  # a re-scan with nothing new
+    assert resolve_device("auto", 697) == "cpu" and asked == []
+    assert resolve_device("auto", 698) == "cuda" and len(asked) == 1
+    assert build_extractor(device="auto", backend="onnx").backend == "onnx"  # ONNX runs on the CPU only
+    assert len(asked) == 1
 
 
 class Recording(MeanColour):

@@ -89,20 +89,40 @@ def test_the_readme_is_a_front_page():
     assert len(README.read_text().splitlines()) <= 300
 
 
+QUICK_START = ["bash scripts/quickstart.sh", "bash scripts/test.sh"]  # set up and scan; the tests
+
+
+def test_the_quick_start_is_two_commands_and_ci_runs_the_second():
+    readme = README.read_text()
+    section = readme.split("## Quick start\n", 1)[1].split("\n## ", 1)[0]
+    assert shell_blocks(section)[0] == QUICK_START
+    assert readme.index("## Quick start") < readme.index("## Install")  # at the top
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert QUICK_START[1] in ci
+    for line in QUICK_START:
+        assert (ROOT / line.split()[1]).is_file()
+
+
 def test_every_readme_command_runs_as_written(tmp_path, shim):
     home = home_with_pictures(tmp_path)
-    env = {**os.environ, "HOME": str(home), "PATH": f"{shim}:{CRON_PATH}"}
+    # the quick start's installs are install lines (checked, not run); example-photos is there already
+    # (test_the_samples_are_current builds the real one)
+    env = {**os.environ, "HOME": str(home), "PATH": f"{shim}:{CRON_PATH}", "QUICKSTART_SKIP_INSTALL": "1"}
     ran = 0
     for block in shell_blocks(README.read_text()):
         for line in block:
             if is_install(line) or is_cron(line):
                 continue
-            if line.startswith("python3 scripts/make_example.py"):
-                continue  # the quick start's first command: test_the_samples_are_current runs it
+            if line == QUICK_START[1]:
+                continue  # the test suite itself
+            if line == QUICK_START[0]:
+                line = f"bash {ROOT / 'scripts' / 'quickstart.sh'}"  # run from the home folder
             done = sh(line, env=env, cwd=home)
             assert done.returncode == 0, f"{line}\n{done.stderr}"
             if line.startswith("novelfind scan") and " -o " not in line:
                 assert done.stdout, line
+            if line.endswith("quickstart.sh"):
+                assert len(done.stdout.splitlines()) == 5, done.stdout  # --k 5
             ran += 1
     assert ran >= 15
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import sized
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,9 +24,9 @@ def test_short_soak_of_concurrent_scans_with_prune_and_clear(tmp_path):
             sys.executable,
             str(ROOT / "scripts" / "soak.py"),
             "--seconds",
-            "25",
+            str(sized(10, 25)),  # at least until one prune and one clear have run, whatever it says
             "--photos",
-            "160",
+            str(sized(80, 160)),
             "--maintenance-every",
             "4",
             "--out",
