@@ -101,7 +101,8 @@ WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd 
 KNN_K = 10  # neighbours for the density term and the knn baseline
 DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
 DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.moments``: why 0.15)
-# the scan parameters of the ADS solver (``ADSConfig``'s, less its internal ``block``): the methods that run it
+# the scan parameters of the ADS solver (``ADSConfig``'s, less its internal ``block``), for the methods
+# that run it
 SOLVER_SETTINGS = frozenset({"epochs", "partners", "lr", "momentum", "seed", "restarts"})
 # Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)

@@ -57,6 +57,7 @@ from novelfind.decode import INPUT_SIZE, file_digest, model_input_from_bytes, re
 from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
 from novelfind.extract.decoders import pillow
+
 # (the header check's and the geometry's other names are importable from here too)
 from novelfind.extract.decoders.gpu_geometry import _reduce, model_input, orient  # noqa: F401
 from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
