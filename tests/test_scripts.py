@@ -37,7 +37,7 @@ RUNS: dict[str, list[str]] = {
                       "--data-dir", "{tmp}/data", "--out", "{tmp}/out.json"],
     "bench_raw.py": ["--count", "1", "--megapixels", "12", "--kinds", "jpeg", "--data-dir", "{tmp}/raw",
                      "--out", "{tmp}/out.json"],
-    "bench_scale.py": ["--sizes", "60", "--extractor", "fake", "--library", "{tmp}/library", "--jobs", "1",
+    "bench_scale.py": ["--sizes", "1000", "--extractor", "fake", "--library", "{tmp}/library", "--jobs", "1",
                        "--k", "5", "--out", "{tmp}/out.json"],
     "bench_small_scan.py": ["--tree", "this={root}", "--runs", "1", "--out", "{tmp}/out.json"],
     "bench_video.py": ["rule", "--seeds", "0", "--out", "{tmp}/out.json"],
