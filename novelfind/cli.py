@@ -40,6 +40,7 @@ from novelfind.errors import (
 from novelfind.extract.engines import ENGINES
 from novelfind.ignore import IgnoreList, count_photos
 from novelfind.formats import escape_field
+from novelfind.ranking import SOLVER_METHODS
 from novelfind.safe_text import one_line
 
 EXIT_CODES_HELP = """\b
@@ -278,7 +279,7 @@ OPTION_GROUPS = (
     ("cache", "Cache"),
     ("performance", "Performance"),
     ("cluster", "Cluster (pip install 'novelfind[ray]')"),
-    ("solver", "Solver tuning (--method ads and ads-paper)"),
+    ("solver", f"Solver tuning (--method {' and '.join(SOLVER_METHODS)})"),
 )
 
 
@@ -397,11 +398,12 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         options["cache"] = False
     elif options["cache"] is None:
         options["cache"] = True
-    for name in params.NEEDS:
-        # from the environment or a config file it is a standing setting, for the runs it applies to;
-        # from the command line the library refuses it where it takes no effect
+    for name in params.conditional() & options.keys():
+        # from the environment or a config file it is a standing setting, for the runs it applies to
+        # (epochs = 50 for the ads runs); from the command line the library refuses it where it takes
+        # no effect
         from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-        if not from_command_line and not params.takes_effect(name, options.__getitem__):
+        if not from_command_line and params.ignored(name, options.__getitem__) is not None:
             options[name] = params.DEFAULTS[name]
     console = Console(quiet)
     listed_before = picks_listed(options["output"], options["format"])
@@ -416,8 +418,7 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                 on_failure=console.unreadable,
             )
         except NeedsError as err:  # said in the command line's words
-            needs = _flag(err.needs, err.value)
-            raise InputError(f"{_flag(err.name)} takes effect only with {needs}") from None
+            raise InputError(err.said(_flag, _flag)) from None
         except ParameterError as err:  # a value the user did not type: where it came from
             where = value_source(ctx, next(p for p in ctx.command.params if p.name == err.name))
             if where is None:

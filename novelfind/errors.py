@@ -41,12 +41,28 @@ class ParameterError(InputError):
 
 
 class NeedsError(ParameterError):
-    """A parameter that takes effect only with another's value was given without it (``xmp_keyword``
-    without ``xmp``). It keeps the names, so the command line can say it in its flags."""
+    """A parameter that takes effect only with another's value was given without it: ``xmp_keyword``
+    without ``xmp``, ``epochs`` with a method that runs no solver, ``workers`` with the Ray engine. It
+    keeps the names (``needs``: the other parameter; ``values``: those it takes effect with; ``chosen``:
+    the one given, where said; ``also``: parameters that, set, give it effect as well), so the command
+    line can say it in its flags (:meth:`said`)."""
 
-    def __init__(self, name: str, needs: str, value: object) -> None:
-        self.needs, self.value = needs, value
-        super().__init__(name, f"{name} takes effect only with {needs}={value!r}")
+    def __init__(
+        self, name: str, needs: str, value: object, *, chosen: object = None, also: tuple[str, ...] = ()
+    ) -> None:
+        self.needs, self.value, self.chosen, self.also = needs, value, chosen, also
+        self.name, self.values = name, value if isinstance(value, tuple) else (value,)
+        super().__init__(name, self.said())
+
+    def said(self, spell=lambda name, value: f"{name}={value!r}", named=lambda name: name) -> str:
+        """The message, with ``spell(parameter, value)`` writing a parameter given a value and
+        ``named(parameter)`` one that is set: ``epochs takes effect only with method='ads' or
+        method='ads-paper', not method='cosine-knn'``."""
+        with_ = " or ".join(spell(self.needs, v) for v in self.values)
+        if self.also:
+            with_ += f" or with {' or '.join(named(a) for a in self.also)}"
+        not_ = "" if self.chosen is None else f", not {spell(self.needs, self.chosen)}"
+        return f"{named(self.name)} takes effect only with {with_}{not_}"
 
 
 class MissingExtraError(NovelfindError):

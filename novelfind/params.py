@@ -29,11 +29,18 @@ from novelfind.devices import DEVICES
 from novelfind.errors import InputError, NeedsError, ParameterError
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
-from novelfind.extract.engines import ENGINES
+from novelfind.extract.engines import ENGINES, engine_settings
 from novelfind.features import BACKENDS
 from novelfind.htmlreport import CONTACT_SHEET_FORMATS
 from novelfind.limits import Limit
-from novelfind.ranking import DEFAULT_DEDUP, DEFAULT_METHOD, METHODS, features_help, methods_help
+from novelfind.ranking import (
+    DEFAULT_DEDUP,
+    DEFAULT_METHOD,
+    METHODS,
+    features_help,
+    method_settings,
+    methods_help,
+)
 from novelfind.formats import FORMATS
 from novelfind.placement import PLACE_MODES
 from novelfind.weights import FEATURE_DIMS
@@ -157,8 +164,8 @@ class ScanParameters:
     seed: int = _ads_param(
         "seed",
         "seed",
-        "the solver's random seed ({range}): the same seed on the same device, the same ranking.",
-        "Random seed; the same seed gives the same ranking on the same device.",
+        "the ADS solver's random seed ({range}): the same seed on the same device, the same ranking.",
+        "ADS: random seed; the same seed gives the same ranking on the same device.",
         group="ranking",
     )
     restarts: int = _ads_param(
@@ -482,9 +489,11 @@ class ScanParameters:
             check_keyword(self.xmp_keyword)
         except ValueError as err:
             raise InputError(f"xmp_keyword: {err}") from None
-        for name, (other, value) in NEEDS.items():
-            if getattr(self, name) != DEFAULTS[name] and not takes_effect(name, lambda n: getattr(self, n)):
-                raise NeedsError(name, other, value)
+        for name in conditional():
+            if getattr(self, name) != DEFAULTS[name]:
+                unused = ignored(name, lambda n: getattr(self, n))
+                if unused is not None:
+                    raise unused
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
@@ -577,6 +586,35 @@ def takes_effect(name: str, value_of: Callable[[str], Any]) -> bool:
         engine = ENGINES.get(value_of("engine"))
         return engine is not None and name in engine.takes
     return value_of(other) == value
+
+
+# What some engine ignores but an output uses with every engine: set, they give the parameter effect
+# (the report's and the contact sheet's thumbnails are decoded here, under the decode time limit).
+ENGINE_FREE_WITH: dict[str, tuple[str, ...]] = {"decode_timeout": ("report", "contact_sheet")}
+
+
+def conditional() -> frozenset[str]:
+    """The parameters that take effect only with certain values of others: those of ``NEEDS``, those
+    only some methods use (``Method.settings``) and those only some engines use (``Engine.settings``)."""
+    return frozenset(NEEDS) | method_settings() | engine_settings()
+
+
+def ignored(name: str, value_of: Callable[[str], Any]) -> NeedsError | None:
+    """Why the parameter ``name`` of ``conditional()`` takes no effect with the others' values
+    (``value_of``): the error a value given for it raises; None where it takes effect. A setting is
+    refused rather than left unused in silence, as the method's or engine's record says it is."""
+    if name in NEEDS:
+        return None if takes_effect(name, value_of) else NeedsError(name, *NEEDS[name])
+    for kind, registry in (("method", METHODS), ("engine", ENGINES)):
+        chosen = value_of(kind)
+        record = registry.get(chosen)
+        users = tuple(n for n, r in registry.items() if name in r.settings)
+        if record is None or not users or name in record.settings:
+            continue
+        also = ENGINE_FREE_WITH.get(name, ()) if kind == "engine" else ()
+        if not any(value_of(a) is not None for a in also):
+            return NeedsError(name, kind, users, chosen=chosen, also=also)
+    return None
 
 
 def parameter_defaults() -> dict[str, Any]:

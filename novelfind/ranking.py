@@ -109,6 +109,9 @@ WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd 
 KNN_K = 10  # neighbours for the density term and the knn baseline
 DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
 DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.moments``: why 0.15)
+# the scan parameters of the ADS solver (``ADSConfig``'s, less its internal ``block``), for the methods
+# that run it
+SOLVER_SETTINGS = frozenset({"epochs", "partners", "lr", "momentum", "seed", "restarts"})
 # Past these sizes a sample stands in for all rows, evenly spaced (no seed; the same rows for the same N):
 PCA_ROWS = 20_000  # rows the principal axes are estimated from (O(rows M^2); axes from 100k rows agree)
 SCALE_ROWS = 512  # rows the density's median and MAD are measured on (each costs an exact search; MAD +-5%)
@@ -499,8 +502,9 @@ class Method:
     """One ranking method: all that the rest of novelfind knows of it.
 
     The ``--method`` choices, ``scan()``'s doc and the command line's help of ``method`` and ``feature``,
-    the config file's comments and what ``--feature auto`` extracts are made from these records, so a
-    new method is one record in ``METHODS`` plus its scorer.
+    the config file's comments, what ``--feature auto`` extracts and which settings a scan accepts with
+    it (``settings``) are made from these records, so a new method is one record in ``METHODS`` plus its
+    scorer.
     """
 
     name: str
@@ -520,6 +524,9 @@ class Method:
     # shape the ranking; the other methods ignore them (the report shows them only where they count) and
     # run on the CPU whatever ``device`` says (so a scan need not ask where CUDA is, which imports torch)
     solver: bool = False
+    # the scan parameters it uses of those only some methods use (``method_settings()``): a scan refuses a
+    # value given for one its method ignores (``novelfind.params``), rather than ignore it in silence
+    settings: frozenset[str] = frozenset()
 
 
 METHODS: dict[str, Method] = {
@@ -554,6 +561,7 @@ METHODS: dict[str, Method] = {
             "the ADS solver on whitened features, blended with a k-NN density score",
             feature="logits",
             solver=True,
+            settings=SOLVER_SETTINGS,
         ),
         Method(
             "ads-paper",
@@ -564,6 +572,7 @@ METHODS: dict[str, Method] = {
             sparse=True,
             scale_free=False,
             solver=True,
+            settings=SOLVER_SETTINGS,
         ),
         Method("knn", knn_scores, f"distance to the {KNN_K} nearest neighbours", feature="logits"),
     )
@@ -571,6 +580,13 @@ METHODS: dict[str, Method] = {
 # derived views, by name
 COSINE_METHODS = tuple(name for name, m in METHODS.items() if m.cosine)
 METHOD_FEATURE = {name: m.feature for name, m in METHODS.items()}
+SOLVER_METHODS = tuple(name for name, m in METHODS.items() if m.settings >= SOLVER_SETTINGS)  # run ADS
+
+
+def method_settings() -> frozenset[str]:
+    """The scan parameters only some methods use: those any ``METHODS`` record names (a record added at
+    run time counts at once)."""
+    return frozenset().union(*(m.settings for m in METHODS.values()))
 
 
 def methods_help(code: bool = False) -> str:

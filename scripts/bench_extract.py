@@ -444,6 +444,7 @@ def main() -> int:
     ap.add_argument("--raw-only", action="store_true", help="time the RAW files only (with --raw)")
     ap.add_argument("--data-dir", type=Path, default=None, help="keep generated images here (reused)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench-results" / "bench_extract.json")
+    ap.add_argument("--infer-seconds", type=float, default=4.0, help="timed inference per backend and batch")
     ap.add_argument("--phase", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
@@ -454,7 +455,7 @@ def main() -> int:
         if kind == "naive":
             res = phase_naive(folder, int(a.phase[2]) if a.phase[2] != "none" else None)
         elif kind == "infer":
-            res = phase_infer(a.phase[1], int(a.phase[2]))
+            res = phase_infer(a.phase[1], int(a.phase[2]), float(a.phase[3]) if len(a.phase) > 3 else 4.0)
         elif kind == "fast":
             workers = None if a.phase[3] == "none" else int(a.phase[3])
             prefix = a.phase[5] if len(a.phase) > 5 else ""
@@ -494,7 +495,7 @@ def main() -> int:
 
     results["inference_only"] = []
     for backend, batch in (("onnx", 32), ("torch", 8), ("torch", 32)):
-        r = _run_phase(["infer", backend, str(batch)])
+        r = _run_phase(["infer", backend, str(batch), str(a.infer_seconds)])
         results["inference_only"].append(r)
         print(f"inference only: {r}", file=sys.stderr)
 

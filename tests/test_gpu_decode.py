@@ -20,7 +20,7 @@ from PIL import Image
 from novelfind import decode
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import gpu as gpu_decode
-from novelfind.extract.decoders import pillow
+from novelfind.extract.decoders import jpeg_header, pillow
 from novelfind.extract.decoders.gpu import (
     DecodedBatch,
     GpuDecoder,
@@ -141,7 +141,7 @@ def test_inspect_sends_cmyk_and_rgb_coded_jpegs_to_pillow():
 
 def test_inspect_refuses_what_the_gpu_should_not_take(monkeypatch):
     data = jpeg(photo(200, 150))
-    monkeypatch.setattr(gpu_decode, "GPU_MAX_PIXELS", 200 * 150 - 1)
+    monkeypatch.setattr(jpeg_header, "GPU_MAX_PIXELS", 200 * 150 - 1)
     assert inspect_jpeg(data) == "too many pixels for the GPU path"
     # a lossless (SOF3) frame: patch the SOF0 marker
     monkeypatch.undo()

@@ -26,6 +26,10 @@ A batch of files goes through:
    difference between a DCT-domain reduction and a block average (a level or two of 255);
 4. a file the GPU decoder rejects goes to Pillow, per file: one bad file never fails the batch.
 
+This module is the backend and the pipeline's glue: the nvImageCodec binding (``NvImageCodec``), the batch
+decoder over any ``JpegBackend`` (``GpuDecoder``) and the pipeline's decoders. Step 1's header check is
+``jpeg_header`` and step 3's geometry ``gpu_geometry`` (their names are importable from here too).
+
 For the extraction pipeline (``decoders.DECODERS``): ``GpuFileDecoder`` is the "gpu" decoder (the GPU
 decoder alone); the default "auto" one (``decoders.auto_decoder``), when the model runs on CUDA and
 nvImageCodec is installed, is the GPU decoder and Pillow processes at once (``both_decoder``: one queue,
@@ -37,12 +41,9 @@ but ``NvImageCodec`` is plain torch and runs on the CPU too, which is how it is 
 from __future__ import annotations
 
 import contextlib
-import functools
 import io
 import os
 import tempfile
-import threading
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -52,270 +53,32 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from novelfind import extras, video
-from novelfind.decode import (
-    INPUT_SIZE,
-    MAX_IMAGE_PIXELS,
-    RESIZE_SIZE,
-    crop_box,
-    file_digest,
-    model_input_from_bytes,
-    read_bytes,
-    resized_geometry,
-)
+from novelfind.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
 from novelfind.devices import available_cpus
 from novelfind.errors import DecodeError
 from novelfind.extract.decoders import pillow
+
+# (the header check's and the geometry's other names are importable from here too)
+from novelfind.extract.decoders.gpu_geometry import _reduce, model_input, orient  # noqa: F401
+from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
+    GPU_MAX_PIXELS,
+    JpegInfo,
+    draft_factor,
+    inspect_jpeg,
+)
 from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
 
 if TYPE_CHECKING:
     import torch
 
-# Larger JPEGs are left to Pillow (its reduced-scale decode needs far less memory than a full decode).
-GPU_MAX_PIXELS = 2**27  # 134 MP: medium-format cameras still decode on the GPU
 # Most pixels decoded in one call of the GPU decoder: 2**29 = 537 MP = 1.6 GB of RGB (44 x 12 MP).
 BATCH_PIXELS = 2**29
 # Files per group in FileDecoder: read, digested and decoded together; the next group is read meanwhile.
 GROUP = 64
-# Pillow's 8-bit resampling: fixed-point weights with this many fraction bits (Resample.c).
-_PRECISION_BITS = 32 - 8 - 2
-
-_SOF_GPU = frozenset({0xC0, 0xC1, 0xC2})  # baseline, extended sequential, progressive (Huffman)
-_ORIENTATION = 0x0112
 
 
 class GpuDecodeUnavailable(RuntimeError):
     """GPU JPEG decoding cannot run here (no CUDA, library missing or failing its check)."""
-
-
-@dataclass(frozen=True)
-class JpegInfo:
-    """What the CPU learns from a JPEG's header before the GPU decodes it."""
-
-    width: int  # as stored (before orientation)
-    height: int
-    orientation: int  # EXIF orientation as Pillow applies it: 1 (none) to 8
-    draft: int  # the CPU path's DCT-domain reduction: 1, 2, 4 or 8
-
-    @property
-    def pixels(self) -> int:
-        return self.width * self.height
-
-
-# --------------------------------------------------------------------------- header check (CPU)
-
-
-def draft_factor(width: int, height: int) -> int:
-    """The reduction Pillow's ``draft('RGB', (256, 256))`` gives a JPEG, as ``decode`` asks for it.
-
-    ``decode._open_decoded`` drafts only when both sides are at least 2 x 256; Pillow then takes the
-    largest of 8, 4, 2, 1 not above min(w // 256, h // 256) (``JpegImageFile.draft``).
-    """
-    if min(width, height) < 2 * RESIZE_SIZE:
-        return 1
-    scale = min(width // RESIZE_SIZE, height // RESIZE_SIZE)
-    return next(s for s in (8, 4, 2, 1) if scale >= s)
-
-
-def _jpeg_frame(data: bytes) -> tuple[int, int, int, int, bytes, int | None] | str:
-    """Walk the markers to the frame header: (SOF marker, precision, height, width, component ids,
-    Adobe transform or None), or why the bytes are not a plain JPEG."""
-    if data[:2] != b"\xff\xd8":
-        return "not a JPEG"
-    adobe = None
-    i, n = 2, len(data)
-    while i + 4 <= n:
-        if data[i] != 0xFF:
-            return "malformed JPEG markers"
-        marker = data[i + 1]
-        if marker == 0xFF:  # fill byte
-            i += 1
-            continue
-        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # markers without a length
-            i += 2
-            continue
-        length = int.from_bytes(data[i + 2 : i + 4], "big")
-        if length < 2 or i + 2 + length > n:
-            return "malformed JPEG markers"
-        seg = data[i + 4 : i + 2 + length]
-        if marker == 0xEE and seg[:5] == b"Adobe" and len(seg) >= 12:
-            adobe = seg[11]
-        elif 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
-            if len(seg) < 6:
-                return "malformed JPEG frame header"
-            count = seg[5]
-            if len(seg) < 6 + 3 * count:
-                return "malformed JPEG frame header"
-            ids = bytes(seg[6 + 3 * k] for k in range(count))
-            height, width = int.from_bytes(seg[1:3], "big"), int.from_bytes(seg[3:5], "big")
-            return marker, seg[0], height, width, ids, adobe
-        elif marker == 0xDA:
-            return "scan before frame header"
-        i += 2 + length
-    return "no JPEG frame header"
-
-
-def _pillow_orientation(data: bytes) -> int:
-    """EXIF orientation exactly as ``ImageOps.exif_transpose`` reads it (1 when absent or unknown)."""
-    from PIL import Image
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        with Image.open(io.BytesIO(data)) as img:
-            value = img.getexif().get(_ORIENTATION, 1)
-    return value if value in (2, 3, 4, 5, 6, 7, 8) else 1
-
-
-def inspect_jpeg(data: bytes) -> JpegInfo | str:
-    """A JpegInfo when the GPU can decode ``data`` as the CPU path would; else why Pillow must (a reason).
-
-    Cheap: reads the headers only.
-    """
-    frame = _jpeg_frame(data)
-    if isinstance(frame, str):
-        return frame
-    marker, precision, height, width, ids, adobe = frame
-    if marker not in _SOF_GPU:
-        return f"JPEG coding 0x{marker:02X} (not Huffman baseline/progressive)"
-    if precision != 8:
-        return f"{precision}-bit JPEG"
-    if len(ids) == 3:
-        if ids == b"RGB" or adobe == 0:
-            return "RGB-coded JPEG"  # libjpeg keeps these as RGB; nvJPEG would read them as YCbCr
-    elif len(ids) != 1:
-        return f"JPEG with {len(ids)} components"
-    if width <= 0 or height <= 0:
-        return "empty image"
-    if width * height > min(GPU_MAX_PIXELS, MAX_IMAGE_PIXELS):
-        return "too many pixels for the GPU path"
-    if data.rstrip(b"\x00")[-2:] != b"\xff\xd9":
-        return "no end-of-image marker (truncated?)"  # Pillow decides what a truncated file is
-    try:
-        orientation = _pillow_orientation(data)
-    except Exception as e:  # noqa: BLE001 - whatever Pillow makes of the file, it does so on the fallback
-        return f"header: {type(e).__name__}"
-    return JpegInfo(width, height, orientation, draft_factor(width, height))
-
-
-# --------------------------------------------------------------------------- geometry on the device
-
-
-def _reduce(x: torch.Tensor, a: int) -> torch.Tensor:
-    """(H, W, C) uint8 -> (ceil(H/a), ceil(W/a), C) float32 block means rounded to integers.
-
-    Stands in for libjpeg's 1/a DCT-domain decode (whose output is 8-bit, hence the rounding); edge
-    blocks average the pixels they have.
-    """
-    import torch
-
-    if a == 1:
-        return x.to(torch.float32)
-    h_in, w_in, c = x.shape
-    ph, pw = -h_in % a, -w_in % a
-    if ph or pw:
-        x = torch.nn.functional.pad(x, (0, 0, 0, pw, 0, ph))
-    h, w = (h_in + ph) // a, (w_in + pw) // a
-    sums = x.reshape(h, a, w, a, c).sum(dim=(1, 3), dtype=torch.float32)  # (h, w, C)
-    rows = torch.full((h,), float(a), device=x.device)
-    cols = torch.full((w,), float(a), device=x.device)
-    rows[-1] = h_in - (h - 1) * a
-    cols[-1] = w_in - (w - 1) * a
-    counts = rows[:, None] * cols[None, :]  # (h, w)
-    return torch.floor(sums / counts[:, :, None] + 0.5)
-
-
-def orient(x: torch.Tensor, orientation: int) -> torch.Tensor:
-    """Apply EXIF ``orientation`` to an (H, W, ...) tensor, as ``ImageOps.exif_transpose`` does."""
-    import torch
-
-    if orientation == 2:  # FLIP_LEFT_RIGHT
-        return x.flip(1)
-    if orientation == 3:  # ROTATE_180
-        return x.flip((0, 1))
-    if orientation == 4:  # FLIP_TOP_BOTTOM
-        return x.flip(0)
-    if orientation == 5:  # TRANSPOSE
-        return x.transpose(0, 1)
-    if orientation == 6:  # ROTATE_270: a quarter turn clockwise
-        return torch.rot90(x, -1, (0, 1))
-    if orientation == 7:  # TRANSVERSE
-        return torch.rot90(x, 2, (0, 1)).transpose(0, 1)
-    if orientation == 8:  # ROTATE_90: a quarter turn counter-clockwise
-        return torch.rot90(x, 1, (0, 1))
-    return x
-
-
-@functools.lru_cache(maxsize=512)
-def _resample_weights(in_size: int, out_size: int, in0: float, in1: float) -> tuple[int, np.ndarray]:
-    """Pillow's bilinear weights for source [in0, in1) -> out_size pixels (Resample.c,
-    ``precompute_coeffs`` then ``normalize_coeffs_8bpc``): (first source index, float32 (out, span))."""
-    scale = (in1 - in0) / out_size
-    filterscale = max(scale, 1.0)
-    support = 1.0 * filterscale  # the bilinear filter's support is 1
-    centre = in0 + (np.arange(out_size) + 0.5) * scale  # (out,)
-    xmin = np.maximum(np.trunc(centre - support + 0.5), 0).astype(np.int64)
-    xmax = np.minimum(np.trunc(centre + support + 0.5), in_size).astype(np.int64)
-    first, last = int(xmin.min()), int(xmax.max())
-    src = np.arange(first, last)  # (span,)
-    w = np.maximum(0.0, 1.0 - np.abs((src[None, :] - centre[:, None] + 0.5) / filterscale))  # (out, span)
-    w[(src[None, :] < xmin[:, None]) | (src[None, :] >= xmax[:, None])] = 0.0
-    total = w.sum(axis=1, keepdims=True)
-    w = np.divide(w, total, out=np.zeros_like(w), where=total != 0)
-    one = float(1 << _PRECISION_BITS)
-    w = np.where(w < 0, np.trunc(-0.5 + w * one), np.trunc(0.5 + w * one)) / one  # 8-bit fixed point
-    return first, w.astype(np.float32)
-
-
-def _weights_on(device: torch.device, in_size: int, out_size: int, in0: float, in1: float):
-    first, w = _resample_weights(in_size, out_size, in0, in1)
-    return first, _device_weights(device, in_size, out_size, in0, in1, w)
-
-
-_weights_cache: dict[tuple, torch.Tensor] = {}
-_weights_lock = threading.Lock()
-
-
-def _device_weights(device, in_size, out_size, in0, in1, w: np.ndarray) -> torch.Tensor:
-    import torch
-
-    key = (str(device), in_size, out_size, in0, in1)
-    with _weights_lock:
-        t = _weights_cache.get(key)
-        if t is None:
-            if len(_weights_cache) > 1024:
-                _weights_cache.clear()
-            t = torch.from_numpy(w).to(device)
-            _weights_cache[key] = t
-    return t
-
-
-def _round8(x: torch.Tensor) -> torch.Tensor:
-    """Pillow's 8-bit output of a resampling pass: round half up, clip to 0..255."""
-    import torch
-
-    return torch.floor(x + 0.5).clamp_(0, 255)
-
-
-def model_input(pixels: torch.Tensor, info: JpegInfo) -> torch.Tensor:
-    """Full-resolution decoded pixels (H, W, 3) uint8 -> model input (224, 224, 3) uint8, on their device.
-
-    The CPU path's steps in its order: draft reduction, EXIF orientation, short side to 256 and centre
-    crop with Pillow's bilinear filter (horizontal pass, then vertical, each rounded to 8 bits).
-    """
-    import torch
-
-    x = orient(_reduce(pixels, info.draft), info.orientation)  # (h, w, 3) float32, integer-valued
-    h, w = int(x.shape[0]), int(x.shape[1])
-    box = crop_box(w, h)
-    if box is None:
-        _, _, left, top = resized_geometry(w, h)
-        out = x[top : top + INPUT_SIZE, left : left + INPUT_SIZE]
-    else:
-        x0, wx = _weights_on(x.device, w, INPUT_SIZE, box[0], box[2])  # (224, span_x)
-        y0, wy = _weights_on(x.device, h, INPUT_SIZE, box[1], box[3])  # (224, span_y)
-        src = x[y0 : y0 + wy.shape[1], x0 : x0 + wx.shape[1]].permute(2, 0, 1)  # (3, span_y, span_x)
-        horizontal = _round8(torch.matmul(src, wx.T))  # (3, span_y, 224)
-        out = _round8(torch.matmul(wy, horizontal)).permute(1, 2, 0)  # (224, 224, 3)
-    return out.to(torch.uint8)
 
 
 # --------------------------------------------------------------------------- decoders

@@ -5,7 +5,8 @@
 
 An engine is a function with ``local.extract``'s signature plus the keywords its record names; it drives
 a ``stage.Stage`` as ``local.extract`` does, so lookups, commits, checks and callbacks are the same. Its
-:class:`Engine` record says what it needs from the scan, so the scan asks the record, never the name.
+:class:`Engine` record says what it needs from the scan and which of the engine-dependent settings it
+uses, so the scan asks the record, never the name.
 The functions are named as "module:attribute" strings, imported only when chosen, so an engine's
 dependencies (Ray, say) stay optional; a record added here is a valid ``engine`` at once.
 """
@@ -27,11 +28,26 @@ class Engine:
     # on ``device``, the scan keeps a CPU model for its name, the solver takes this machine's best device,
     # and what the machinery prints in this process goes to stderr (``cli``)
     remote: bool = False
+    # the scan parameters it uses of those only some engines use (``engine_settings()``): a scan refuses a
+    # value given for one its engine ignores (``novelfind.params``), rather than ignore it in silence
+    settings: frozenset[str] = frozenset()
 
 
 ENGINES: dict[str, Engine] = {
-    "local": Engine("novelfind.extract.engines.local:extract", {"decode_timeout": "decode_timeout"}),
+    "local": Engine(
+        "novelfind.extract.engines.local:extract",
+        {"decode_timeout": "decode_timeout"},
+        settings=frozenset({"workers", "decoder", "decode_timeout"}),
+    ),
     "ray": Engine(
-        "novelfind.extract.engines.ray:extract", {"ray_address": "address", "device": "device"}, remote=True
+        "novelfind.extract.engines.ray:extract",
+        {"ray_address": "address", "device": "device"},
+        remote=True,
+        settings=frozenset({"ray_address"}),  # its workers decode with Pillow, as many as the cluster runs
     ),
 }
+
+
+def engine_settings() -> frozenset[str]:
+    """The scan parameters only some engines use: those any ``ENGINES`` record names."""
+    return frozenset().union(*(e.settings for e in ENGINES.values()))

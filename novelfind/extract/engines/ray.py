@@ -28,20 +28,17 @@ with the local engine on CUDA.
 Faults: Ray Data restarts an actor lost with its node and retries its work elsewhere; on top of that the
 engine remembers which files it has yielded, and files still missing after a failed or short round are
 submitted again (``MAX_ROUNDS``). Every file is yielded exactly once. A cluster that cannot be reached is a
-``ClusterError`` within bounded time (a TCP probe, then Ray's own connection with its retries bounded),
-never a hang; so is a cluster that stops producing results for ``stall_timeout`` seconds (all its workers
-lost).
+``ClusterError`` within bounded time (a TCP probe, then Ray's own connection with its retries bounded:
+``ray_connect``), never a hang; so is a cluster that stops producing results for ``stall_timeout``
+seconds (all its workers lost).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import os
 import queue
-import re
-import socket
 import sys
 import tempfile
 import threading
@@ -57,22 +54,22 @@ from novelfind import __version__, atomic, video
 from novelfind.cache import DigestSet
 from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
+from novelfind.extract.engines.ray_connect import (
+    CONNECT_TIMEOUT_S,
+    RAY_CONNECT_ATTEMPTS,
+    RAY_CONNECT_ENV,
+    RAY_LOG_LEVEL_ENV,
+    _bounded_ray_connect,
+    _first_line,
+    _is_system_failure,
+    _probe,
+    _quiet_data_context,
+    _ray_env,
+    _stderr_held,
+    _user_error,
+)
 
 INSTALL_HINT = "pip install 'novelfind[ray]'"
-CONNECT_TIMEOUT_S = 10.0  # TCP probe of HOST:PORT before Ray is asked to connect
-# Ray's own connection attempts. Without a bound, ray.init() retries an address where something listens
-# that is not a Ray head for ever (measured: it had not returned after 200 s). One attempt waits for
-# the GCS up to the timeouts below (Ray reads them when it is imported, so they apply only when novelfind
-# imports Ray first and the user has not set them): measured 8 s per attempt with them, 41 s without
-# (scripts/bench_ray_connect.py, docs/bench/ray-connect.json). One attempt: a head that is up answers
-# the first one, and a second only doubled the wait for an address that is wrong.
-RAY_CONNECT_ATTEMPTS = 1
-RAY_CONNECT_ENV = {"RAY_gcs_rpc_server_connect_timeout_s": "2", "RAY_py_gcs_connect_timeout_s": "3"}
-# The driver's core worker logs from C++ to this process's stderr. Below FATAL it says, on every successful
-# scan, that Ray Data's actors have "constructor arguments in the object store" (an ERROR line about Ray
-# Data's own arguments, ray-project/ray#53727, nothing novelfind passes or can change). novelfind reports
-# every failure of the cluster itself, so the driver logs only fatal errors, unless the user set a level.
-RAY_LOG_LEVEL_ENV = {"RAY_BACKEND_LOG_LEVEL": "fatal"}
 STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
 MAX_ROUNDS = 3  # submissions of the files still missing after a failed round
 MAX_BLOCKS = 20_000  # input blocks per run; more files per block above 20,000 x batch_size files
@@ -218,102 +215,6 @@ class _ExtractWorker:
             "reason": np.array(reasons, dtype=object),
             "node": np.array([self.node.encode("ascii")] * n, dtype=object),
         }
-
-
-# --------------------------------------------------------------------------- connecting
-
-
-def _host_port(address: str) -> tuple[str, int] | None:
-    """("host", port) of HOST:PORT or ray://HOST:PORT; None when there is no port to probe."""
-    rest = address.split("://", 1)[1] if "://" in address else address
-    host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit():
-        return None
-    return host.strip("[]") or "127.0.0.1", int(port)
-
-
-def _probe(address: str, timeout: float) -> None:
-    """ClusterError unless something accepts TCP connections at the address's host and port."""
-    target = _host_port(address)
-    if target is None:
-        raise ClusterError(f"not a Ray cluster address: {address!r} (use auto, HOST:PORT or ray://HOST:PORT)")
-    try:
-        with socket.create_connection(target, timeout=timeout):
-            pass
-    except OSError as err:
-        reason = "timed out" if isinstance(err, socket.timeout) else (err.strerror or str(err))
-        raise ClusterError(f"cannot reach the Ray cluster at {address}: {reason}") from None
-
-
-@contextlib.contextmanager
-def _bounded_ray_connect(attempts: int):
-    """Bound Ray's connection retries (an environment setting Ray reads in ray.init), then restore it."""
-    name = "RAY_gcs_server_port_wait_time_s"
-    old = os.environ.get(name)
-    if old is None:
-        os.environ[name] = str(attempts)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-
-
-@contextlib.contextmanager
-def _ray_env(settings: dict[str, str]) -> Iterator[None]:
-    """Set the variables of ``settings`` the user has not set, for what Ray starts inside; then unset them."""
-    added = [name for name in settings if name not in os.environ]
-    os.environ.update({name: settings[name] for name in added})
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
-
-
-# A line of Ray's C++ log at level I or W: "[2026-11-26 12:36:29,634 W 7099 7099] rpc_client.h:153: ..."
-_RAY_LOG_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d [\d:,.]+ [IW] \d+ \d+\] ")
-
-
-@contextlib.contextmanager
-def _stderr_held() -> Iterator[None]:
-    """Hold what is written to file descriptor 2 meanwhile; if the block succeeds, write it out without Ray's
-    informational and warning log lines, and if it fails, drop it.
-
-    Ray's connection code logs each failed try from C++ (``[... W ...] rpc_client.h:153: Failed to connect
-    to GCS ...``, six lines for one wrong address) before ray.init raises; the ClusterError says it in one
-    line. A successful ray.init logs that it read ``RAY_BACKEND_LOG_LEVEL`` (an ``I`` line).
-    """
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no descriptor 2 (started with stderr closed)
-        yield
-        return
-    held = tempfile.TemporaryFile()
-    ok = False
-    try:
-        os.dup2(held.fileno(), 2)
-        yield
-        ok = True
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        if ok:
-            held.seek(0)
-            data = b"".join(line for line in held.readlines() if not _RAY_LOG_LINE.match(line))
-            if data:
-                os.write(2, data)
-        held.close()
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return (text.splitlines()[0] if text else type(err).__name__)[:300]
 
 
 # --------------------------------------------------------------------------- the engine
@@ -732,68 +633,3 @@ def _pumped(blocks: Iterator[dict], stall_timeout: float) -> Iterator[ResultBatc
         close = getattr(blocks, "close", None)
         if close is not None and not thread.is_alive():
             close()
-
-
-@contextlib.contextmanager
-def _quiet_data_context(ctx):
-    """Ray Data without progress bars or log lines on the driver's terminal (the library prints nothing)."""
-    settings = {
-        "enable_progress_bars": False,
-        "print_on_execution_start": False,
-        "enable_auto_log_stats": False,
-        # a node lost while its actor starts is not a broken UDF: replace the actor a few times
-        "max_consecutive_actor_init_deaths": 3,
-    }
-    saved = {name: getattr(ctx, name) for name in settings if hasattr(ctx, name)}
-    for name in saved:
-        setattr(ctx, name, settings[name])
-    data_log = logging.getLogger("ray.data")
-    level = data_log.level
-    data_log.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            setattr(ctx, name, value)
-        data_log.setLevel(level)
-
-
-def _is_system_failure(err: BaseException) -> bool:
-    """A lost node, actor, worker or object (retry elsewhere), as opposed to an error in our own code."""
-    import ray.exceptions as rex
-
-    system = tuple(
-        getattr(rex, name)
-        for name in (
-            "RayActorError",
-            "ActorDiedError",
-            "ActorUnavailableError",
-            "ObjectLostError",
-            "OwnerDiedError",
-            "NodeDiedError",
-            "WorkerCrashedError",
-            "RaySystemError",
-            "ObjectFetchTimedOutError",
-        )
-        if hasattr(rex, name)
-    )
-    seen: set[int] = set()
-    while err is not None and id(err) not in seen:
-        seen.add(id(err))
-        if isinstance(err, system):
-            return True
-        err = err.__cause__ or err.__context__
-    return False
-
-
-def _user_error(err: BaseException) -> str:
-    """The innermost message of an error raised in a worker (Ray wraps it in layers of its own)."""
-    seen: set[int] = set()
-    inner = err
-    while id(inner) not in seen:
-        seen.add(id(inner))
-        nxt = inner.__cause__ or getattr(inner, "cause", None)
-        if not isinstance(nxt, BaseException):
-            break
-        inner = nxt
-    return _first_line(inner)
