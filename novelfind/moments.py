@@ -37,7 +37,7 @@ past ``knn.EXACT_MAX_N`` rows).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -127,6 +127,9 @@ class Grouper:
         # a moment of its own for that reading, without a look-up; the last reading, on exact rows
         # only, is the answer (``novelfind.knn.certified_order``)
         self.exact: np.ndarray | None = None
+        # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
+        # ``novelfind.ranking.event_knn_scores``), joined to its linked group; None: content alone
+        self.time_mates: Callable[[int], np.ndarray] | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -172,7 +175,14 @@ class Grouper:
     def _alone(self, row: int) -> bool:
         """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for
         the float rounding between that search and ``_linked``, so the answer is the look-up's)."""
+        if self.time_mates is not None and len(self._mates(row)):
+            return False
         return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
+
+    def _mates(self, row: int) -> np.ndarray:
+        """The candidates among the rows time puts in ``row``'s moment."""
+        mates = np.asarray(self.time_mates(row), dtype=np.int64)
+        return mates if self.candidates is None else mates[self.candidates[mates]]
 
     def _closure(self, row: int) -> list[int]:
         """The row's group, grown while it may go on past the photos looked up (``open``): the group's
@@ -208,6 +218,10 @@ class Grouper:
             keep[0] = True
             linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
             self.looked_up[row] = hood[linked]
+            if self.time_mates is not None:  # the burst and the event's odd photos join it
+                extra = self._mates(row)
+                extra = extra[~np.isin(extra, self.looked_up[row])]
+                self.looked_up[row] = np.concatenate([self.looked_up[row], extra])
             # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
             # linked row j: the group may go on past the look-up only where that is under the radius
             if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
