@@ -39,6 +39,9 @@ MAX_GAP = 8 * 3600.0  # seconds: a pause of more than 8 hours always starts a ne
 GAP_FLOOR = 1.0  # seconds added to every gap before its log (two photos in the same second: gap 0)
 BURST_GAP = 3.0  # seconds: frames of a burst are at most 3 s apart
 BURST_RADIUS = 0.6  # distance between unit vectors: consecutive frames of one subject are closer
+# A time shared exactly by more photos than this is a file time written by a copy, not a shot: those
+# photos make no burst (a camera shoots at most about 10 frames in one second)
+SAME_TIME_MAX = 10
 
 
 @dataclass(frozen=True)
@@ -138,6 +141,9 @@ def bursts(
     t = np.asarray(times, dtype=np.float64)
     n = len(t)
     dated = np.flatnonzero(np.isfinite(t))
+    if len(dated):  # copies' file times: no burst
+        _, inverse, counts = np.unique(t[dated], return_inverse=True, return_counts=True)
+        dated = dated[counts[inverse] <= SAME_TIME_MAX]
     order = dated[np.lexsort((dated, t[dated]))]
     link = np.zeros(max(len(order) - 1, 0), dtype=bool)
     if len(order) > 1:

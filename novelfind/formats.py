@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +134,17 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "clip": None if p.clip is None else p.clip.as_json(),
         "member_count": len(p.members),
         "members": [str(m.path) for m in p.members],
+        "span": _span(p),
     }
+
+
+def _span(p: Pick) -> dict[str, Any] | None:
+    """The moment's time span: first and last capture time (ISO 8601, the camera's clock) and how many
+    photos it holds; null without capture times."""
+    if p.span is None:
+        return None
+    first, last = (datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") for t in p.span)
+    return {"first": first, "last": last, "photos": 1 + len(p.members)}
 
 
 def _finite(value: Any) -> float | None:

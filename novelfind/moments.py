@@ -129,7 +129,7 @@ class Grouper:
         self.exact: np.ndarray | None = None
         # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
         # ``novelfind.ranking.event_knn_scores``), joined to its linked group; None: content alone
-        self.time_mates: Callable[[int], np.ndarray] | None = None
+        self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -141,22 +141,26 @@ class Grouper:
         folded = pos = 0
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
-            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
+            want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue
                 if self._alone(row):
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
+                    alone.append(row)
                 else:
                     todo.append(row)
             self._look_up(todo)
+            self._join_in_time(alone)
             while pos < end and len(moments) < k:
                 row, pos = int(order[pos]), pos + 1
                 if row in owner:
                     folded += 1
                     continue
-                group = self._closure(row) if self._settled(row) else [row]
+                # (a row read on its bound is not looked up; time's look-ups may make more rows exact
+                # meanwhile, so what counts is whether this reading looked it up)
+                group = self._closure(row) if row in self.looked_up else [row]
                 earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
                     target, folded = min(earlier), folded + 1
@@ -175,14 +179,19 @@ class Grouper:
     def _alone(self, row: int) -> bool:
         """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for
         the float rounding between that search and ``_linked``, so the answer is the look-up's)."""
-        if self.time_mates is not None and len(self._mates(row)):
-            return False
         return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
 
-    def _mates(self, row: int) -> np.ndarray:
-        """The candidates among the rows time puts in ``row``'s moment."""
-        mates = np.asarray(self.time_mates(row), dtype=np.int64)
-        return mates if self.candidates is None else mates[self.candidates[mates]]
+    def _join_in_time(self, rows: list[int]) -> None:
+        """Add to each looked-up row's group the candidates that time puts in its moment (its burst,
+        the odd photos of its event), all rows asked of ``time_mates`` at once."""
+        if self.time_mates is None or not rows:
+            return
+        for row, mates in zip(rows, self.time_mates(np.asarray(rows, dtype=np.int64)), strict=True):
+            mates = np.asarray(mates, dtype=np.int64)
+            if self.candidates is not None:
+                mates = mates[self.candidates[mates]]
+            mates = mates[~np.isin(mates, self.looked_up[row])]
+            self.looked_up[row] = np.concatenate([self.looked_up[row], mates])
 
     def _closure(self, row: int) -> list[int]:
         """The row's group, grown while it may go on past the photos looked up (``open``): the group's
@@ -218,14 +227,11 @@ class Grouper:
             keep[0] = True
             linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
             self.looked_up[row] = hood[linked]
-            if self.time_mates is not None:  # the burst and the event's odd photos join it
-                extra = self._mates(row)
-                extra = extra[~np.isin(extra, self.looked_up[row])]
-                self.looked_up[row] = np.concatenate([self.looked_up[row], extra])
             # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
             # linked row j: the group may go on past the look-up only where that is under the radius
             if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
                 self.open.add(row)
+        self._join_in_time(rows)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
         """Each moment's representative (its medoid) and its members, nearest first."""

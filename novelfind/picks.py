@@ -13,6 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from novelfind.video import ClipInfo
 
 
@@ -45,6 +47,9 @@ class Pick:
     also: tuple[Path, ...] = ()  # the photo's other files (the RAW of a RAW + JPEG pair), not read
     clip: ClipInfo | None = None  # a clip: its length, the frames read and the moment that is its vector
     members: tuple[Member, ...] = ()  # the other photos of its moment, nearest first; () for a photo alone
+    # the first and last capture time of the moment's dated photos (seconds, as the ranking was given
+    # them); None when none is dated or the ranking had no capture times
+    span: tuple[float, float] | None = None
 
     @property
     def kind(self) -> str:
@@ -75,7 +80,8 @@ def picks_of(
         return Member(f.path, f.size, f.mtime_ns, float(distance), tuple(t.path for t in photos[row].also))
 
     picks = []
-    for index, score, neighbour, distance, rows, far in zip(
+    spans = getattr(ranking, "spans", None)
+    for j, (index, score, neighbour, distance, rows, far) in enumerate(zip(
         ranking.indices,
         ranking.scores,
         ranking.neighbour,
@@ -83,7 +89,8 @@ def picks_of(
         ranking.members,
         ranking.member_distance,
         strict=True,
-    ):
+    )):
+        span = None if spans is None or not np.isfinite(spans[j]).all() else (float(spans[j][0]), float(spans[j][1]))
         f, found = files[int(index)], int(neighbour) >= 0
         picks.append(
             Pick(
@@ -97,6 +104,7 @@ def picks_of(
                 also=tuple(twin.path for twin in photos[int(index)].also),
                 clip=clips.get(f.path),
                 members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
+                span=span,
             )
         )
     return picks
