@@ -647,9 +647,8 @@ METHODS: dict[str, Method] = {
         Method(
             "event-knn",
             event_knn_scores,
-            f"cosine distance to the {KNN_K} nearest neighbours, {EVENT_WEIGHT:.0%} of it measured "
-            "outside the photo's own event (photos taken close in time): odd batches stand out, places "
-            "seen on many days do not",
+            f"cosine distance to the {KNN_K} nearest neighbours, {EVENT_WEIGHT:.0%} of it to those "
+            "outside the photo's own event in time: odd batches stand out, places seen on many days do not",
             feature="pooled",
             cosine=True,
             timed=True,
