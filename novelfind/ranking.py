@@ -544,9 +544,16 @@ def event_knn_scores(
         """Each row's burst, and the odd photos of its event (exact scores >= ODD_SHARE of the row's
         and ODD_MADS above the median): the events of all ``rows`` made exact in one pass."""
         rows = np.asarray(rows, dtype=np.int64)
+        refine(rows)
+        s = current()
         own = rows[timed[rows]]
-        in_events = np.flatnonzero(np.isin(tl.event, tl.event[own])) if len(own) else own
-        refine(np.concatenate([rows, in_events]))
+        # an event-mate whose bound is under the bar is under it exactly too: only the others are
+        # made exact (an ordinary day's photos mostly are under it)
+        bar = np.full(n, np.inf)
+        bar[own] = np.maximum(ODD_SHARE * s[own], med + ODD_MADS * mad)
+        lowest = np.full(int(tl.event.max()) + 1, np.inf)
+        np.minimum.at(lowest, tl.event[own], bar[own])
+        refine(np.flatnonzero(timed & (s >= lowest[tl.event])))
         s = current()
         out = []
         for row in rows.tolist():
