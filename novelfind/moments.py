@@ -49,6 +49,9 @@ from novelfind.sources import FeatureSource, unit_rows
 # 0.05-0.3. 0.15 is the near-duplicate threshold measured on the benchmark (it cost no set anything);
 # it is the ranking's ``dedup`` default and ``--dedup`` sets it (0: every photo is its own moment).
 LINK_RADIUS = 0.15
+# A re-saved or resized copy of a photo is this close to it (distance between unit vectors, 0.01-0.05
+# measured): among the moment's photos this close to its medoid, the best original is shown (``prefer``)
+COPY_RADIUS = 0.05
 # Photos looked up around each candidate: the most one look-up can add to a moment (a larger batch
 # grows by further look-ups, ``GROW_MAX``); it sets the cost (K x NEIGHBOURS rows read back,
 # NEIGHBOURS^2 distances per look-up), not the size of a moment.
@@ -130,6 +133,9 @@ class Grouper:
         # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
         # ``novelfind.ranking.event_knn_scores``), joined to its linked group; None: content alone
         self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
+        # (N,) larger = the better original (pixel count, else file size): among the medoid and its
+        # copies (within COPY_RADIUS) the largest is the representative, not a resave or thumbnail
+        self.prefer: np.ndarray | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -240,6 +246,11 @@ class Grouper:
             ids = np.asarray(rows, dtype=np.int64)  # the head first
             dist = _pairwise(self.unit.take(ids))  # (G, G)
             rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
+            if self.prefer is not None:  # the best original among the medoid's copies (the medoid on ties)
+                copies = np.flatnonzero(dist[rep] < COPY_RADIUS)
+                best = copies[int(np.argmax(self.prefer[ids[copies]]))]
+                if self.prefer[ids[best]] > self.prefer[ids[rep]]:
+                    rep = int(best)
             others = np.delete(np.arange(len(ids)), rep)
             near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
             heads.append(ids[0])

@@ -842,6 +842,7 @@ def rank(
     device=None,
     candidates: np.ndarray | None = None,
     times: np.ndarray | None = None,
+    prefer: np.ndarray | None = None,
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
@@ -868,6 +869,10 @@ def rank(
     differences count), NaN where unknown. ``event-knn`` ranks by it (``novelfind.events``: events,
     bursts); with any method the moments then carry their time ``spans``. Without a dated row,
     ``event-knn`` ranks exactly as ``cosine-knn``.
+
+    ``prefer``: (N,) how good an original each row is (pixel count, else file size; larger is better):
+    a moment is shown by the best original among its medoid and the medoid's copies
+    (``novelfind.moments.COPY_RADIUS``), not by a resave or a thumbnail. None: the medoid.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest other row ``neighbour`` and the ``distance`` to it (raw feature units), and
@@ -900,8 +905,12 @@ def rank(
         config = ADSConfig()
     if times is not None:
         times = events.check_times(times, source.n)
+    if prefer is not None:
+        prefer = np.asarray(prefer, dtype=np.float64)
+        if prefer.shape != (source.n,):
+            raise ValueError(f"prefer must have shape ({source.n},), got {prefer.shape}")
     return _rank(
-        source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n), times
+        source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n), times, prefer
     )
 
 
@@ -915,6 +924,7 @@ def _rank(
     device,
     cand: np.ndarray | None,
     times: np.ndarray | None = None,
+    prefer: np.ndarray | None = None,
 ) -> Ranking:
     """``rank`` on checked input: the source, max |x| and the candidates as a bool mask (or None)."""
     n = source.n
@@ -931,6 +941,7 @@ def _rank(
     xm = xs if method.scale_free else source
     unit = xs if isinstance(xs, UnitSource) else UnitRows(xs)  # moments link rows of unit length
     grouper = Grouper(unit, dedup, candidates=cand)
+    grouper.prefer = prefer
     support = min(k, n)  # a sparse method's support: it does not depend on the candidates
     walked: dict = {}
 

@@ -360,6 +360,8 @@ class _Scan:
                 dedup=p.dedup,
                 device=self.solver_device(len(files)),
                 candidates=candidates if restricted else None,
+                # a moment is shown by its best original: the largest file among the medoid's copies
+                prefer=np.fromiter((f.size for f in files), dtype=np.float64, count=len(files)),
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None

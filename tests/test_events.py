@@ -182,3 +182,20 @@ def test_picks_and_json_carry_the_moment_span():
     undated = picks_of(novelfind.rank(x, 3, method="event-knn"), files, photos)
     assert undated[0].span is None
     assert json.loads(format_results(undated, "json"))["picks"][0]["span"] is None
+
+
+def test_a_moment_is_shown_by_its_best_original_not_a_resave():
+    rng = np.random.default_rng(9)
+    x = np.abs(rng.normal(size=(300, 32))).astype(np.float32)
+    odd = np.zeros(32, np.float32)
+    odd[:2] = 5.0
+    resave = odd + 0.01 * np.abs(rng.normal(size=32)).astype(np.float32)  # a half-size resave: 0.01 away
+    x = np.concatenate([x, [resave, odd]])  # the resave first: it is the medoid on ties
+    sizes = np.full(len(x), 1e6)
+    sizes[-2], sizes[-1] = 2e5, 3e6  # the resave is small, the original large
+    plain = novelfind.rank(x, 1)
+    assert set([plain.indices[0], *plain.members[0]]) == {300, 301}
+    best = novelfind.rank(x, 1, prefer=sizes)
+    assert best.indices[0] == 301 and list(best.members[0]) == [300]
+    sizes[-2], sizes[-1] = 3e6, 2e5
+    assert novelfind.rank(x, 1, prefer=sizes).indices[0] == 300
