@@ -334,14 +334,16 @@ def main() -> None:
     ap.add_argument("--split", choices=("dev", "test"), required=True)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--methods", default="cosine-knn,event-knn,time-alone,cleanlab,isolation-forest")
+    ap.add_argument("--first-draw", type=int, default=0, help="start at this draw (to add draws to a run)")
+    ap.add_argument("--shares", default="0,0.1,0.3", help="shares of one-day places")
     ap.add_argument("--grid", action="store_true", help="also the sensitivity of the constants, on the first draw at 10 %% one-day places (dev)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     f = features(a.split)
     methods = a.methods.split(",")
     rows = []
-    for s in range(a.seeds):
-        for share in SHARES:
+    for s in range(a.first_draw, a.first_draw + a.seeds):
+        for share in [float(v) for v in a.shares.split(",")]:
             seed = SEEDS[a.split] + 17 * s + int(share * 100)
             lib = Library(f, seed, share)
             info = {"seed": seed, "draw": s, "one_day": share, "n": len(lib.labels), "odd": int(lib.labels.sum()), "moments": int(len(np.unique(lib.groups_of[lib.labels]))), "undated": int(np.isnan(lib.times).sum())}
