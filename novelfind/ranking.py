@@ -102,7 +102,7 @@ WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd 
 KNN_K = 10  # neighbours for the density term and the knn baseline
 # event-knn (``event_knn_scores``): the share of the score that is the distance to the photos outside the
 # photo's own event (the rest: plain cosine k-NN), chosen on the dev split of scripts/bench_time.py
-EVENT_WEIGHT = 0.5
+EVENT_WEIGHT = 0.75
 # An event holding more than this share of the library, or more than EVENT_MAX_ROWS photos, is not a
 # moment but the library itself (a copied archive: every file one date): its photos are ranked by plain
 # k-NN, at plain k-NN's cost.
