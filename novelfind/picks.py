@@ -81,16 +81,22 @@ def picks_of(
 
     picks = []
     spans = getattr(ranking, "spans", None)
-    for j, (index, score, neighbour, distance, rows, far) in enumerate(zip(
-        ranking.indices,
-        ranking.scores,
-        ranking.neighbour,
-        ranking.distance,
-        ranking.members,
-        ranking.member_distance,
-        strict=True,
-    )):
-        span = None if spans is None or not np.isfinite(spans[j]).all() else (float(spans[j][0]), float(spans[j][1]))
+    for j, (index, score, neighbour, distance, rows, far) in enumerate(
+        zip(
+            ranking.indices,
+            ranking.scores,
+            ranking.neighbour,
+            ranking.distance,
+            ranking.members,
+            ranking.member_distance,
+            strict=True,
+        )
+    ):
+        span = (
+            None
+            if spans is None or not np.isfinite(spans[j]).all()
+            else (float(spans[j][0]), float(spans[j][1]))
+        )
         f, found = files[int(index)], int(neighbour) >= 0
         picks.append(
             Pick(

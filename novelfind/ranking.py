@@ -374,9 +374,7 @@ def ads_scores(
     def current() -> np.ndarray:
         return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
 
-    return Scores(
-        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
-    )
+    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats)
 
 
 def rank_percentiles(v: np.ndarray) -> np.ndarray:
@@ -525,7 +523,9 @@ def event_knn_scores(
         space = space or principal(src)
         dist, idx = knn.knn_cells(search_space(space.proj, space.resid), kk + EVENT_LOOK, measure=src)
         rows = np.flatnonzero(timed)
-        outside[rows] = _outside_mean(dist[rows], idx[rows], tl.event[rows], tl.event, kk) * (1 + knn.BOUND_SLACK)
+        outside[rows] = _outside_mean(dist[rows], idx[rows], tl.event[rows], tl.event, kk) * (
+            1 + knn.BOUND_SLACK
+        )
     exact = plain.exact & out_exact
 
     def refine(rows: np.ndarray) -> None:
@@ -566,7 +566,9 @@ def event_knn_scores(
         return out
 
     stats = dict(plain.stats, events=int(len(np.unique(tl.event[timed]))), timed_rows=int(timed.sum()))
-    return Scores(current=current, exact=exact, refine=refine, density=plain, stats=stats, time_mates=time_mates)
+    return Scores(
+        current=current, exact=exact, refine=refine, density=plain, stats=stats, time_mates=time_mates
+    )
 
 
 def _outside_mean(dist: np.ndarray, idx: np.ndarray, own: np.ndarray, event: np.ndarray, k) -> np.ndarray:

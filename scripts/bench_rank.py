@@ -186,7 +186,9 @@ def make_times(n: int, kind: str, seed: int = 0) -> np.ndarray | None:
     sizes = rng.geometric(1 / 20, size=n // 5 + 10)
     sizes = sizes[: np.searchsorted(np.cumsum(sizes), n) + 1]
     starts = np.sort(rng.uniform(0, 3 * 365 * 86400.0, len(sizes)))
-    t = np.concatenate([s + np.cumsum(rng.exponential(90.0, z)) for s, z in zip(starts, sizes, strict=True)])[:n]
+    t = np.concatenate([s + np.cumsum(rng.exponential(90.0, z)) for s, z in zip(starts, sizes, strict=True)])[
+        :n
+    ]
     t = rng.permutation(t) + 1.6e9  # rows of the data are in random order
     t[rng.random(n) < 0.05] = np.nan
     return t

@@ -65,7 +65,7 @@ def _pictures(split: str):
     out = []
     scenes = sources.pool("scenes")[side::2]
     for i, pic in enumerate(scenes):
-        for c in range(CROPS_PER_PLACE):
+        for _ in range(CROPS_PER_PLACE):
             out.append(("place", i, sets.cropper(pic)))
     for i, pic in enumerate(scenes[:12]):  # bursts of ordinary places: 5 frames of one crop
         frame = sets.burst(pic, rng)
@@ -129,8 +129,6 @@ def features(split: str) -> dict:
     return out
 
 
-
-
 # --------------------------------------------------------------------------- timed libraries
 
 
@@ -165,7 +163,12 @@ class Library:
         rng.shuffle(subjects)
         for trip, day in enumerate(odd_days[len(sizes) :]):
             where = [p for p in recurring[-6:]] if not one_day_places else one_day_places[:2] + recurring[-3:]
-            self._session(day * DAY + 10 * HOUR, [rng.choice(where) for _ in range(3)], 45, odd=subjects[trip * 3 : trip * 3 + 3])
+            self._session(
+                day * DAY + 10 * HOUR,
+                [rng.choice(where) for _ in range(3)],
+                45,
+                odd=subjects[trip * 3 : trip * 3 + 3],
+            )
         singles = subjects[6:12]
         # ordinary life: sessions on many days at recurring places, with bursts
         for p in one_day_places:  # places seen on one day only
@@ -175,7 +178,9 @@ class Library:
             day = rng.choice(days)
             where = list(rng.choice(recurring, size=int(rng.integers(1, 3)), p=popularity))
             odd = [singles.pop()] if singles and rng.random() < 0.02 else []
-            self._session(day * DAY + rng.uniform(8, 21) * HOUR, where, int(min(60, rng.geometric(1 / 14))), odd=odd)
+            self._session(
+                day * DAY + rng.uniform(8, 21) * HOUR, where, int(min(60, rng.geometric(1 / 14))), odd=odd
+            )
         self._finish(start)
 
     def _view(self, kind: str, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -273,8 +278,9 @@ def _moments_of(order_scores: np.ndarray, x: np.ndarray, k: int):
 
 
 def run_method(name: str, lib: Library, k: int, seed: int):
-    import novelfind
     from quality import moments as Q
+
+    import novelfind
 
     if name in ("cosine-knn", "event-knn", "microcluster", "time-alone"):
         method = "event-knn" if name == "time-alone" else name
@@ -326,8 +332,6 @@ GRID = {  # one constant at a time, from the shipped value: (module, values); EV
 
 
 def main() -> None:
-    from bench_quality import paired
-
     from novelfind import events, ranking
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -336,7 +340,11 @@ def main() -> None:
     ap.add_argument("--methods", default="cosine-knn,event-knn,time-alone,cleanlab,isolation-forest")
     ap.add_argument("--first-draw", type=int, default=0, help="start at this draw (to add draws to a run)")
     ap.add_argument("--shares", default="0,0.1,0.3", help="shares of one-day places")
-    ap.add_argument("--grid", action="store_true", help="also the sensitivity of the constants, on the first draw at 10 %% one-day places (dev)")
+    ap.add_argument(
+        "--grid",
+        action="store_true",
+        help="also the sensitivity of the constants, on the first draw at 10 %% one-day places (dev)",
+    )
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     f = features(a.split)
@@ -346,7 +354,15 @@ def main() -> None:
         for share in [float(v) for v in a.shares.split(",")]:
             seed = SEEDS[a.split] + 17 * s + int(share * 100)
             lib = Library(f, seed, share)
-            info = {"seed": seed, "draw": s, "one_day": share, "n": len(lib.labels), "odd": int(lib.labels.sum()), "moments": int(len(np.unique(lib.groups_of[lib.labels]))), "undated": int(np.isnan(lib.times).sum())}
+            info = {
+                "seed": seed,
+                "draw": s,
+                "one_day": share,
+                "n": len(lib.labels),
+                "odd": int(lib.labels.sum()),
+                "moments": int(len(np.unique(lib.groups_of[lib.labels]))),
+                "undated": int(np.isnan(lib.times).sum()),
+            }
             for name in methods:
                 r = dict(info, method=name, **evaluate(name, lib, seed))
                 rows.append(r)
@@ -360,7 +376,9 @@ def main() -> None:
                             continue
                         setattr(module, const, v)
                         try:
-                            r = dict(info, method=f"event-knn {const}={v:g}", **evaluate("event-knn", lib, seed))
+                            r = dict(
+                                info, method=f"event-knn {const}={v:g}", **evaluate("event-knn", lib, seed)
+                            )
                         finally:
                             setattr(module, const, keep)
                         rows.append(r)
@@ -368,38 +386,66 @@ def main() -> None:
     summary = summarise(rows)
     print(table(summary))
     if a.out:
-        a.out.write_text(json.dumps({"split": a.split, "machine": platform.node() and platform.machine(), "summary": summary, "rows": rows}, indent=1) + "\n")
+        a.out.write_text(
+            json.dumps(
+                {
+                    "split": a.split,
+                    "machine": platform.node() and platform.machine(),
+                    "summary": summary,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+            + "\n"
+        )
 
 
 def summarise(rows: list[dict]) -> dict:
+    """Per share of one-day places and method: mean F1 and moment recall over draws, and the paired
+    differences against ``cosine-knn`` on the same libraries (95 % t-interval)."""
     from bench_quality import paired
 
     out: dict = {}
-    for share in SHARES:
+    for share in sorted({r["one_day"] for r in rows}):
         sub = [r for r in rows if r["one_day"] == share]
         base = {r["draw"]: r for r in sub if r["method"] == "cosine-knn"}
         for name in dict.fromkeys(r["method"] for r in sub):
             mine = [r for r in sub if r["method"] == name]
             entry = {
+                "draws": sorted(r["draw"] for r in mine),
                 "f1_expanded": float(np.mean([r["f1_expanded"] for r in mine])),
                 "moment_recall": float(np.mean([r["moment_recall"] for r in mine])),
                 "seconds": float(np.mean([r["seconds"] for r in mine])),
             }
-            if base and name != "cosine-knn":
+            pairs = [r for r in mine if r["draw"] in base]
+            if name != "cosine-knn" and pairs:
                 for key in ("f1_expanded", "moment_recall"):
-                    entry[f"{key}_vs_cosine_knn"] = paired([r[key] - base[r["draw"]][key] for r in mine])
+                    entry[f"{key}_vs_cosine_knn"] = paired([r[key] - base[r["draw"]][key] for r in pairs])
             out[f"{share:.0%} one-day | {name}"] = entry
     return out
 
 
+def _interval(entry: dict, key: str) -> str:
+    d = entry.get(f"{key}_vs_cosine_knn")
+    if d is None:
+        return ""
+    if d["draws"] == 1:
+        return f"{d['mean']:+.3f} (one draw)"
+    return f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
 def table(summary: dict) -> str:
-    lines = ["| one-day places | method | F1 (expanded) | moment recall | ΔF1 vs cosine-knn [95 % CI] | Δrecall [95 % CI] |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| one-day places | method | draws | F1 (expanded) | moment recall "
+        "| ΔF1 vs cosine-knn [95 % CI] | Δ moment recall [95 % CI] |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for key, e in summary.items():
         share, name = key.split(" | ")
-        def ci(k):
-            d = e.get(f"{k}_vs_cosine_knn")
-            return "" if d is None else f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
-        lines.append(f"| {share.split()[0]} | {name} | {e['f1_expanded']:.3f} | {e['moment_recall']:.3f} | {ci('f1_expanded')} | {ci('moment_recall')} |")
+        lines.append(
+            f"| {share.split()[0]} | {name} | {len(e['draws'])} | {e['f1_expanded']:.3f} "
+            f"| {e['moment_recall']:.3f} | {_interval(e, 'f1_expanded')} | {_interval(e, 'moment_recall')} |"
+        )
     return "\n".join(lines)
 
 
