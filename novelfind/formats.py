@@ -14,7 +14,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +152,22 @@ def _pick_record(p: Pick) -> dict[str, Any]:
         "members_taken": [m.taken for m in p.members],  # lined up with "members"
         "members_taken_source": [m.taken_source for m in p.members],
         "labels": [{"label": label.label, "p": round(float(label.p), 4)} for label in p.labels],
+        "span": _span(p),
     }
 
 
 def labels_text(p: Pick) -> str:
     """``telescope 0.41, planetarium 0.12``: the model's classes for a pick, for people (csv, report)."""
     return ", ".join(f"{label.label} {label.p:.2f}" for label in p.labels)
+
+
+def _span(p: Pick) -> dict[str, Any] | None:
+    """The moment's time span: first and last capture time (ISO 8601, the camera's clock) and how many
+    photos it holds; null without capture times."""
+    if p.span is None:
+        return None
+    first, last = (datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") for t in p.span)
+    return {"first": first, "last": last, "photos": 1 + len(p.members)}
 
 
 def _finite(value: Any) -> float | None:

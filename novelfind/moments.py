@@ -37,7 +37,7 @@ past ``knn.EXACT_MAX_N`` rows).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +49,9 @@ from novelfind.sources import FeatureSource, unit_rows
 # 0.05-0.3. 0.15 is the near-duplicate threshold measured on the benchmark (it cost no set anything);
 # it is the ranking's ``dedup`` default and ``--dedup`` sets it (0: every photo is its own moment).
 LINK_RADIUS = 0.15
+# A re-saved or resized copy of a photo is this close to it (distance between unit vectors, 0.01-0.05
+# measured): among the moment's photos this close to its medoid, the best original is shown (``prefer``)
+COPY_RADIUS = 0.05
 # Photos looked up around each candidate: the most one look-up can add to a moment (a larger batch
 # grows by further look-ups, ``GROW_MAX``); it sets the cost (K x NEIGHBOURS rows read back,
 # NEIGHBOURS^2 distances per look-up), not the size of a moment.
@@ -127,6 +130,12 @@ class Grouper:
         # a moment of its own for that reading, without a look-up; the last reading, on exact rows
         # only, is the answer (``novelfind.knn.certified_order``)
         self.exact: np.ndarray | None = None
+        # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
+        # ``novelfind.ranking.event_knn_scores``), joined to its linked group; None: content alone
+        self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
+        # (N,) larger = the better original (pixel count, else file size): among the medoid and its
+        # copies (within COPY_RADIUS) the largest is the representative, not a resave or thumbnail
+        self.prefer: np.ndarray | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -138,22 +147,26 @@ class Grouper:
         folded = pos = 0
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
-            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
+            want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue
                 if self._alone(row):
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
+                    alone.append(row)
                 else:
                     todo.append(row)
             self._look_up(todo)
+            self._join_in_time(alone)
             while pos < end and len(moments) < k:
                 row, pos = int(order[pos]), pos + 1
                 if row in owner:
                     folded += 1
                     continue
-                group = self._closure(row) if self._settled(row) else [row]
+                # (a row read on its bound is not looked up; time's look-ups may make more rows exact
+                # meanwhile, so what counts is whether this reading looked it up)
+                group = self._closure(row) if row in self.looked_up else [row]
                 earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
                     target, folded = min(earlier), folded + 1
@@ -173,6 +186,18 @@ class Grouper:
         """Whether ``nearest`` puts the row beyond the radius from every other row (with a margin for
         the float rounding between that search and ``_linked``, so the answer is the look-up's)."""
         return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
+
+    def _join_in_time(self, rows: list[int]) -> None:
+        """Add to each looked-up row's group the candidates that time puts in its moment (its burst,
+        the odd photos of its event), all rows asked of ``time_mates`` at once."""
+        if self.time_mates is None or not rows:
+            return
+        for row, mates in zip(rows, self.time_mates(np.asarray(rows, dtype=np.int64)), strict=True):
+            mates = np.asarray(mates, dtype=np.int64)
+            if self.candidates is not None:
+                mates = mates[self.candidates[mates]]
+            mates = mates[~np.isin(mates, self.looked_up[row])]
+            self.looked_up[row] = np.concatenate([self.looked_up[row], mates])
 
     def _closure(self, row: int) -> list[int]:
         """The row's group, grown while it may go on past the photos looked up (``open``): the group's
@@ -212,6 +237,7 @@ class Grouper:
             # linked row j: the group may go on past the look-up only where that is under the radius
             if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
                 self.open.add(row)
+        self._join_in_time(rows)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
         """Each moment's representative (its medoid) and its members, nearest first."""
@@ -220,6 +246,11 @@ class Grouper:
             ids = np.asarray(rows, dtype=np.int64)  # the head first
             dist = _pairwise(self.unit.take(ids))  # (G, G)
             rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
+            if self.prefer is not None:  # the best original among the medoid's copies (the medoid on ties)
+                copies = np.flatnonzero(dist[rep] < COPY_RADIUS)
+                best = copies[int(np.argmax(self.prefer[ids[copies]]))]
+                if self.prefer[ids[best]] > self.prefer[ids[rep]]:
+                    rep = int(best)
             others = np.delete(np.arange(len(ids)), rep)
             near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
             heads.append(ids[0])

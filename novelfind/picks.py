@@ -14,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from novelfind.video import ClipInfo
 
 
@@ -62,6 +64,9 @@ class Pick:
     # the model's most likely ImageNet classes for the photo, most likely first (MobileNet-V2 features
     # only; () for another extractor): a hint at what it shows, not the truth
     labels: tuple[Label, ...] = ()
+    # the first and last capture time of the moment's dated photos (seconds, as the ranking was given
+    # them); None when none is dated or the ranking had no capture times
+    span: tuple[float, float] | None = None
 
     @property
     def kind(self) -> str:
@@ -107,16 +112,24 @@ def picks_of(
         )
 
     picks = []
-    for index, score, neighbour, distance, rows, far, classes in zip(
-        ranking.indices,
-        ranking.scores,
-        ranking.neighbour,
-        ranking.distance,
-        ranking.members,
-        ranking.member_distance,
-        named,
-        strict=True,
+    spans = getattr(ranking, "spans", None)
+    for j, (index, score, neighbour, distance, rows, far, classes) in enumerate(
+        zip(
+            ranking.indices,
+            ranking.scores,
+            ranking.neighbour,
+            ranking.distance,
+            ranking.members,
+            ranking.member_distance,
+            named,
+            strict=True,
+        )
     ):
+        span = (
+            None
+            if spans is None or not np.isfinite(spans[j]).all()
+            else (float(spans[j][0]), float(spans[j][1]))
+        )
         f, found = files[int(index)], int(neighbour) >= 0
         picks.append(
             Pick(
@@ -132,6 +145,7 @@ def picks_of(
                 members=tuple(member(int(r), d) for r, d in zip(rows, far, strict=True)),
                 **taken(int(index)),
                 labels=tuple(Label(str(name), float(p)) for name, p in classes),
+                span=span,
             )
         )
     return picks

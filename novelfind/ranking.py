@@ -67,6 +67,7 @@ Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import os
 from collections.abc import Callable
@@ -75,7 +76,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from novelfind import microclusters
+from novelfind import events, microclusters
 from novelfind.errors import InputError
 from novelfind.moments import LINK_RADIUS, Grouper, UnitRows
 from novelfind.pca import Space, fit_space, spread
@@ -107,6 +108,22 @@ MULTISCALE_K = (3, 10, 50)  # multiscale-knn's neighbourhood sizes (dev: the bes
 WHITEN_DIMS = 64  # principal axes kept by ``ads`` (benchmark: 32 loses subtle differences, 256 is slower)
 WHITEN_FLOOR = 32  # the loudest axes are scaled down to the spread of the 32nd (full whitening hurt digits)
 KNN_K = 10  # neighbours for the density term and the knn baseline
+# event-knn (``event_knn_scores``): the share of the score that is the distance to the photos outside the
+# photo's own event (the rest: plain cosine k-NN), chosen on the dev split of scripts/bench_time.py
+EVENT_WEIGHT = 0.75
+# An event holding more than this share of the library, or more than EVENT_MAX_ROWS photos, is not a
+# moment but the library itself (a copied archive: every file one date): its photos are ranked by plain
+# k-NN, at plain k-NN's cost.
+EVENT_SHARE = 0.05
+EVENT_MAX_ROWS = 2_000
+# Above knn.EXACT_MAX_N rows, each photo's candidates outside its event are found among its
+# KNN_K + EVENT_LOOK nearest candidates (a bound, made exact where the ranking reads)
+EVENT_LOOK = 64
+# The odd photos of one event are one moment: the event's photos scoring at least ODD_SHARE of the
+# moment's best photo's score and at least ODD_MADS robust standard deviations (MAD) above the library's
+# median score (measured on SCALE_ROWS evenly spaced photos), so an ordinary day stays out of a moment
+ODD_SHARE = 0.8
+ODD_MADS = 3.0
 DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
 DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.moments``: why 0.15)
 # the scan parameters of the ADS solver (``ADSConfig``'s, less its internal ``block``), for the methods
@@ -179,6 +196,9 @@ class Ranking:
     members: list[np.ndarray] = field(default_factory=list, repr=False)
     member_distance: list[np.ndarray] = field(default_factory=list, repr=False)
     all_scores: np.ndarray | None = field(default=None, repr=False)  # float32 (N,) when the method scores all
+    # each moment's first and last capture time (K', 2) float64 seconds, NaN where none of its photos
+    # is dated; None when ``rank`` was given no times
+    spans: np.ndarray | None = field(default=None, repr=False)
 
 
 # --------------------------------------------------------------------------- building blocks
@@ -296,6 +316,9 @@ class Scores:
     refine: Callable[[np.ndarray], None] | None = None
     density: KnnScores | None = None  # the raw-space k-NN scores behind it (their nearest rows)
     stats: dict = field(default_factory=dict)
+    # rows -> for each, the other rows of its moment that time says belong with it (its burst, the odd
+    # photos of its event); None: moments by content alone
+    time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
 
     @classmethod
     def of(cls, values: np.ndarray) -> Scores:
@@ -403,9 +426,7 @@ def ads_scores(
     def current() -> np.ndarray:
         return ((1 - density_weight) * za + density_weight * (dens.values - med) / mad).astype(np.float32)
 
-    return Scores(
-        current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats
-    )
+    return Scores(current=current, exact=dens.exact, refine=dens.make_exact, density=dens, stats=dens.stats)
 
 
 def rank_percentiles(v: np.ndarray) -> np.ndarray:
@@ -480,6 +501,158 @@ def microcluster_method_scores(
     return Scores.of(microclusters.microcluster_scores(unit_source(x))[0])
 
 
+def event_knn_scores(
+    x: np.ndarray | FeatureSource,
+    k: int,
+    config: ADSConfig,
+    device=None,
+    support: int | None = None,
+    *,
+    times: np.ndarray | None = None,
+    weight: float | None = None,
+    segment_args: dict | None = None,
+) -> Scores:
+    """The ``event-knn`` method: cosine k-NN, with each photo also measured against the photos *outside
+    its own event* (``novelfind.events``; its burst lies inside its event).
+
+    score = (1 - ``weight``) x (mean distance to the ``KNN_K`` nearest other photos)
+          + ``weight`` x (mean distance to the ``KNN_K`` nearest photos of other events),
+    rows scaled to unit length. A one-off batch (a night of nebulae, a day of scanned pages) has its
+    nearest photos in its own event, so the first term calls it ordinary and the second does not; a
+    place photographed on many days has close photos in other events, so both terms are small; a single
+    odd photo inside an ordinary event is far from everything, so both are large. Content tempers time:
+    an ordinary place seen on one day only is still near the photos of other places (both terms are
+    distances between feature vectors), where time alone would call its whole day novel.
+
+    Undated photos, and the photos of an event larger than ``EVENT_SHARE`` of the library or
+    ``EVENT_MAX_ROWS`` photos (a copied archive), are events of their own: their score is the plain
+    k-NN term. With no dated photo the scores are ``cosine-knn``'s, pick for pick.
+
+    Cost: the plain term is ``cosine-knn``'s certified search. Up to ``knn.EXACT_MAX_N`` rows the
+    outside term is exact for every row (each photo's KNN_K + event size nearest, its own event's
+    dropped); above, it is bounded from the KNN_K + ``EVENT_LOOK`` candidates the cell search finds
+    (+inf where too few lie outside the event) and made exact where the ranking reads, as ``cosine-knn``.
+    """
+    weight = EVENT_WEIGHT if weight is None else weight
+    src = unit_source(x)
+    n = src.n
+    plain, space = density(src, KNN_K)
+    t = None if times is None else events.check_times(times, n)
+    if n == 1 or t is None or not np.isfinite(t).any():
+        return Scores.of_density(plain)
+    tl = events.timeline(t, src, **(segment_args or {}))
+    sizes = tl.sizes(tl.event)
+    cap = min(EVENT_MAX_ROWS, max(2, int(EVENT_SHARE * n)))
+    timed = (sizes >= 2) & (sizes <= cap)
+    if not timed.any():
+        return dataclasses.replace(Scores.of_density(plain), time_mates=_burst_mates(tl))
+    outside = plain.values.copy()  # (N,) the outside term; the plain one where no event counts
+    out_exact = ~timed
+    kk = KNN_K
+
+    def make_outside_exact(rows: np.ndarray) -> None:
+        rows = np.asarray(rows, dtype=np.int64)
+        rows = rows[timed[rows] & ~out_exact[rows]]
+        if not len(rows):
+            return
+        from novelfind import knn
+
+        # batches of rows whose events have about the same size: each asks for k + 2^j neighbours
+        span = np.ceil(np.log2(sizes[rows])).astype(np.int64)
+        for j in np.unique(span):
+            batch = rows[span == j]
+            dist, idx = knn.knn_exact(src, batch, kk + (1 << int(j)), centre=plain.centre)
+            # a small library may hold fewer than KNN_K photos outside the event: the mean over those
+            want = np.minimum(kk, n - sizes[batch])
+            outside[batch] = _outside_mean(dist, idx, tl.event[batch], tl.event, want)
+            out_exact[batch] = True
+
+    from novelfind import knn
+
+    if n <= knn.EXACT_MAX_N:
+        make_outside_exact(np.flatnonzero(timed))
+    else:  # bounds from the cell search, in the same space as the plain term's
+        space = space or principal(src)
+        dist, idx = knn.knn_cells(search_space(space.proj, space.resid), kk + EVENT_LOOK, measure=src)
+        rows = np.flatnonzero(timed)
+        outside[rows] = _outside_mean(dist[rows], idx[rows], tl.event[rows], tl.event, kk) * (
+            1 + knn.BOUND_SLACK
+        )
+    exact = plain.exact & out_exact
+
+    def refine(rows: np.ndarray) -> None:
+        plain.make_exact(rows)
+        make_outside_exact(rows)
+        exact[:] = plain.exact & out_exact
+
+    def current() -> np.ndarray:
+        return ((1 - weight) * plain.values + weight * np.maximum(outside, plain.values)).astype(np.float32)
+
+    sample = spread(n, SCALE_ROWS)
+    refine(sample)
+    med, mad = _median_mad(current()[sample])
+
+    def time_mates(rows: np.ndarray) -> list[np.ndarray]:
+        """Each row's burst, and the odd photos of its event (exact scores >= ODD_SHARE of the row's
+        and ODD_MADS above the median): the events of all ``rows`` made exact in one pass."""
+        rows = np.asarray(rows, dtype=np.int64)
+        refine(rows)
+        s = current()
+        own = rows[timed[rows]]
+        # an event-mate whose bound is under the bar is under it exactly too: only the others are
+        # made exact (an ordinary day's photos mostly are under it)
+        bar = np.full(n, np.inf)
+        bar[own] = np.maximum(ODD_SHARE * s[own], med + ODD_MADS * mad)
+        lowest = np.full(int(tl.event.max()) + 1, np.inf)
+        np.minimum.at(lowest, tl.event[own], bar[own])
+        refine(np.flatnonzero(timed & (s >= lowest[tl.event])))
+        s = current()
+        out = []
+        for row in rows.tolist():
+            mates = [np.flatnonzero(tl.burst == tl.burst[row])]
+            if timed[row]:
+                ev = np.flatnonzero(tl.event == tl.event[row])
+                mates.append(ev[(s[ev] >= ODD_SHARE * s[row]) & (s[ev] >= med + ODD_MADS * mad)])
+            m = np.unique(np.concatenate(mates))
+            out.append(m[m != row])
+        return out
+
+    stats = dict(plain.stats, events=int(len(np.unique(tl.event[timed]))), timed_rows=int(timed.sum()))
+    return Scores(
+        current=current, exact=exact, refine=refine, density=plain, stats=stats, time_mates=time_mates
+    )
+
+
+def _outside_mean(dist: np.ndarray, idx: np.ndarray, own: np.ndarray, event: np.ndarray, k) -> np.ndarray:
+    """Mean of the first k distances of each row (sorted (Q, C)) to neighbours outside its own event
+    ``own`` (Q,); ``k`` an int or one per row; +inf where fewer than k lie outside."""
+    keep = event[idx] != own[:, None]  # (Q, C)
+    order = np.argsort(~keep, axis=1, kind="stable")  # the kept ones first, in distance order
+    first = np.take_along_axis(np.where(keep, dist, np.inf), order, axis=1).astype(np.float64)
+    kr = np.broadcast_to(np.asarray(k, dtype=np.int64), (len(dist),))
+    cols = np.arange(first.shape[1])[None, :]
+    take = cols < kr[:, None]
+    total = np.where(take, first, 0.0).sum(1)
+    out = total / np.maximum(kr, 1)
+    out[(kr > first.shape[1]) | ~np.isfinite(total) | (kr < 1)] = np.inf
+    return out.astype(np.float32)
+
+
+def _burst_mates(tl: events.Timeline) -> Callable[[np.ndarray], list[np.ndarray]] | None:
+    """time_mates for a library whose events are all ranked by plain k-NN: the burst alone."""
+    if len(np.unique(tl.burst)) == len(tl.burst):
+        return None
+
+    def mates(rows: np.ndarray) -> list[np.ndarray]:
+        out = []
+        for row in np.asarray(rows, dtype=np.int64).tolist():
+            m = np.flatnonzero(tl.burst == tl.burst[row])
+            out.append(m[m != row])
+        return out
+
+    return mates
+
+
 def ads_paper_scores(
     x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
 ) -> Scores:
@@ -527,6 +700,7 @@ class Method:
     # the scan parameters it uses of those only some methods use (``method_settings()``): a scan refuses a
     # value given for one its method ignores (``novelfind.params``), rather than ignore it in silence
     settings: frozenset[str] = frozenset()
+    timed: bool = False  # reads when each photo was taken (``rank``'s ``times``), as a keyword
 
 
 METHODS: dict[str, Method] = {
@@ -538,6 +712,15 @@ METHODS: dict[str, Method] = {
             f"cosine distance to the {KNN_K} nearest neighbours",
             feature="pooled",
             cosine=True,
+        ),
+        Method(
+            "event-knn",
+            event_knn_scores,
+            f"cosine distance to the {KNN_K} nearest neighbours, {EVENT_WEIGHT:.0%} of it to those "
+            "outside the photo's own event in time: odd batches stand out, places seen on many days do not",
+            feature="pooled",
+            cosine=True,
+            timed=True,
         ),
         Method(
             "multiscale-knn",
@@ -731,6 +914,8 @@ def rank(
     dedup: float | None = None,
     device=None,
     candidates: np.ndarray | None = None,
+    times: np.ndarray | None = None,
+    prefer: np.ndarray | None = None,
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
@@ -752,6 +937,15 @@ def rank(
     returned; neighbours are searched among all rows. For ``ads-paper`` (scores zero outside a
     K-sparse support) the support is doubled until enough candidates are in it, or it is all N.
     No candidates: an empty Ranking.
+
+    ``times``: when each row was taken, float64 (N,) seconds (UTC epoch or naive local time: only
+    differences count), NaN where unknown. ``event-knn`` ranks by it (``novelfind.events``: events,
+    bursts); with any method the moments then carry their time ``spans``. Without a dated row,
+    ``event-knn`` ranks exactly as ``cosine-knn``.
+
+    ``prefer``: (N,) how good an original each row is (pixel count, else file size; larger is better):
+    a moment is shown by the best original among its medoid and the medoid's copies
+    (``novelfind.moments.COPY_RADIUS``), not by a resave or a thumbnail. None: the medoid.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest row outside its moment ``neighbour`` and the ``distance`` to it (raw feature
@@ -782,7 +976,15 @@ def rank(
         from novelfind.solver import ADSConfig
 
         config = ADSConfig()
-    return _rank(source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n))
+    if times is not None:
+        times = events.check_times(times, source.n)
+    if prefer is not None:
+        prefer = np.asarray(prefer, dtype=np.float64)
+        if prefer.shape != (source.n,):
+            raise ValueError(f"prefer must have shape ({source.n},), got {prefer.shape}")
+    return _rank(
+        source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n), times, prefer
+    )
 
 
 def _rank(
@@ -794,6 +996,8 @@ def _rank(
     dedup: float,
     device,
     cand: np.ndarray | None,
+    times: np.ndarray | None = None,
+    prefer: np.ndarray | None = None,
 ) -> Ranking:
     """``rank`` on checked input: the source, max |x| and the candidates as a bool mask (or None)."""
     n = source.n
@@ -810,6 +1014,7 @@ def _rank(
     xm = xs if method.scale_free else source
     unit = xs if isinstance(xs, UnitSource) else UnitRows(xs)  # moments link rows of unit length
     grouper = Grouper(unit, dedup, candidates=cand)
+    grouper.prefer = prefer
     support = min(k, n)  # a sparse method's support: it does not depend on the candidates
     walked: dict = {}
 
@@ -818,9 +1023,11 @@ def _rank(
         found = walked["moments"] = grouper.group(order, k_eff)
         return found.read if len(found.heads) == k_eff else len(order)
 
+    scorer = functools.partial(method.scorer, times=times) if method.timed else method.scorer
     while True:
-        scored = method.scorer(xm, min(k, n), config, device, support)
+        scored = scorer(xm, min(k, n), config, device, support)
         grouper.exact = scored.exact  # look up only rows whose score is exact (updated in place)
+        grouper.time_mates = scored.time_mates
         if method.cosine and scored.density is not None:  # its distances are between unit rows
             grouper.nearest = scored.density.nearest_distance
         if scored.exact is None:
@@ -847,7 +1054,9 @@ def _rank(
         if len(order) < ranked:  # non-candidates took part of the support: widen geometrically
             grow = max(grow, 2 * support)
         support = min(n, grow)
-    if scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
+    if scored.time_mates is not None:  # the nearest photo outside each moment
+        nb, dist = nearest_outside(xs, picks, found.members)
+    elif scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
         nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
     else:
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
@@ -863,4 +1072,37 @@ def _rank(
         members=found.members,
         member_distance=found.distances,
         all_scores=scores,
+        spans=None if times is None else _spans(times, picks, found.members),
     )
+
+
+def _spans(times: np.ndarray, picks: np.ndarray, members: list[np.ndarray]) -> np.ndarray:
+    """(K, 2): each moment's first and last capture time, NaN where none of its photos is dated."""
+    out = np.full((len(picks), 2), np.nan)
+    for j, (p, m) in enumerate(zip(picks, members, strict=True)):
+        t = times[np.concatenate([[p], m]).astype(np.int64)]
+        t = t[np.isfinite(t)]
+        if len(t):
+            out[j] = t.min(), t.max()
+    return out
+
+
+def nearest_outside(
+    x: FeatureSource, picks: np.ndarray, members: list[np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each pick's nearest row outside its moment (the pick and its members), one exact pass:
+    -> (index (-1 where the moment is the whole library), distance)."""
+    from novelfind import knn
+
+    nb = np.full(len(picks), -1, dtype=np.int64)
+    dist = np.full(len(picks), np.nan, dtype=np.float32)
+    if not len(picks) or x.n == 1:
+        return nb, dist
+    want = 1 + max(len(m) for m in members)
+    d, i = knn.knn_exact(x, picks.astype(np.int64), want)
+    for j, m in enumerate(members):
+        keep = ~np.isin(i[j], m)
+        if keep.any():
+            first = int(np.argmax(keep))
+            nb[j], dist[j] = i[j, first], d[j, first]
+    return nb, dist

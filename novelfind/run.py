@@ -403,7 +403,8 @@ class _Scan:
         ignored photos, the candidates are fewer than the photos; all of them count as neighbours).
         ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk; ``clips``: what
         the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was taken
-        (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``).;
+        (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``): the events of
+        ``event-knn`` and every moment's time span;
         ``extractor``: what made the vectors, whose classes label the picks (``features.classes_of``)."""
         if not len(candidates):
             return [], 0
@@ -418,6 +419,9 @@ class _Scan:
                 dedup=p.dedup,
                 device=self.solver_device(len(files)) if ranking.METHODS[p.method].solver else None,
                 candidates=candidates if restricted else None,
+                # a moment is shown by its best original: the largest file among the medoid's copies
+                prefer=np.fromiter((f.size for f in files), dtype=np.float64, count=len(files)),
+                times=None if taken is None else taken.taken,  # when each photo was taken
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow
             raise InputError(f"cannot rank with these settings: {err}") from None

@@ -174,11 +174,33 @@ def instrument() -> StageClock:
     return clock
 
 
+def make_times(n: int, kind: str, seed: int = 0) -> np.ndarray | None:
+    """Capture times for ``event-knn`` (seconds): ``events``: events of 1 to ~200 photos (geometric
+    sizes, mean 20) seconds to minutes apart inside, on days spread over three years, 5 % undated;
+    ``one-event``: every photo the same time (a copied archive); ``none``: no times."""
+    if kind == "none":
+        return None
+    if kind == "one-event":
+        return np.full(n, 1.7e9)
+    rng = np.random.default_rng(seed)
+    sizes = rng.geometric(1 / 20, size=n // 5 + 10)
+    sizes = sizes[: np.searchsorted(np.cumsum(sizes), n) + 1]
+    starts = np.sort(rng.uniform(0, 3 * 365 * 86400.0, len(sizes)))
+    t = np.concatenate([s + np.cumsum(rng.exponential(90.0, z)) for s, z in zip(starts, sizes, strict=True)])[
+        :n
+    ]
+    t = rng.permutation(t) + 1.6e9  # rows of the data are in random order
+    t[rng.random(n) < 0.05] = np.nan
+    return t
+
+
 def run_case(case: dict) -> dict:
     """One (size, method[, exact]) in this fresh process."""
     import torch
 
     x, outliers = load(Path(case["data"]))
+    times = make_times(len(x), case.get("times", "none"))
+    timed = {"times": times} if times is not None else {}
     if case.get("exact"):
         knn.EXACT_MAX_N = 10**12
     clock = instrument()
@@ -189,7 +211,7 @@ def run_case(case: dict) -> dict:
     rss0 = status_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     cpu0, t0 = time.process_time(), time.perf_counter()
-    r = ranking.rank(x, K, method=case["method"])
+    r = ranking.rank(x, K, method=case["method"], **timed)
     wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     stages = {name: round(s, 3) for name, s in clock.seconds.items()}
     stages["other"] = round(wall - sum(clock.seconds.values()), 3)
@@ -378,6 +400,11 @@ def main() -> None:
     ap.add_argument("--exact-up-to", default="30k", help="also rank with every density exact up to this N")
     ap.add_argument("--alternatives", default="", help="measure the density-term alternatives at this N")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "bench" / "rank.json")
+    ap.add_argument(
+        "--times",
+        default="events",
+        help="capture times given to event-knn: comma-separated of events, one-event, none (make_times)",
+    )
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
@@ -396,7 +423,13 @@ def main() -> None:
     rows: list[dict] = []
     for n in sizes:
         path = ensure_data(args.data_dir, n, args.data)
-        cases = [{"n": n, "method": m, "data": str(path)} for m in methods]
+        cases = [{"n": n, "method": m, "data": str(path)} for m in methods if m != "event-knn"]
+        cases += [
+            {"n": n, "method": m, "data": str(path), "times": t}
+            for m in methods
+            if m == "event-knn"
+            for t in args.times.split(",")
+        ]
         cases += [
             {"n": n, "method": m, "data": str(path), "exact": True}
             for m in methods
@@ -412,7 +445,7 @@ def main() -> None:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             r = rows[-1]
             print(
-                f"N={n:,} {case['method']}{' exact' if case.get('exact') else ''}: "
+                f"N={n:,} {case['method']}{' exact' if case.get('exact') else ''} {case.get('times', '')}: "
                 + (r["error"] if "error" in r else f"share {r['share']:.2f}, {r['wall_s']:.1f} s"),
                 file=sys.stderr,
                 flush=True,
