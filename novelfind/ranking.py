@@ -1054,9 +1054,7 @@ def _rank(
         if len(order) < ranked:  # non-candidates took part of the support: widen geometrically
             grow = max(grow, 2 * support)
         support = min(n, grow)
-    if scored.time_mates is not None:  # the nearest photo outside each moment
-        nb, dist = nearest_outside(xs, picks, found.members)
-    elif scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
+    if scored.density is not None and scored.density.exact[picks].all():  # found by the exact pass
         nb, dist = scored.density.nearest[picks], scored.density.nearest_distance[picks]
     else:
         nb, dist = nearest_neighbours(xs, picks)  # only the final picks; neighbours among all rows
@@ -1085,24 +1083,3 @@ def _spans(times: np.ndarray, picks: np.ndarray, members: list[np.ndarray]) -> n
         if len(t):
             out[j] = t.min(), t.max()
     return out
-
-
-def nearest_outside(
-    x: FeatureSource, picks: np.ndarray, members: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Each pick's nearest row outside its moment (the pick and its members), one exact pass:
-    -> (index (-1 where the moment is the whole library), distance)."""
-    from novelfind import knn
-
-    nb = np.full(len(picks), -1, dtype=np.int64)
-    dist = np.full(len(picks), np.nan, dtype=np.float32)
-    if not len(picks) or x.n == 1:
-        return nb, dist
-    want = 1 + max(len(m) for m in members)
-    d, i = knn.knn_exact(x, picks.astype(np.int64), want)
-    for j, m in enumerate(members):
-        keep = ~np.isin(i[j], m)
-        if keep.any():
-            first = int(np.argmax(keep))
-            nb[j], dist[j] = i[j, first], d[j, first]
-    return nb, dist

@@ -28,6 +28,7 @@ RUNS: dict[str, list[str]] = {
     "bench_cache_check.py": ["--photos", "50", "--repeats", "1", "--out", "{tmp}/out.json"],
     "bench_extract.py": ["--count", "2", "--backends", "torch", "--no-cli", "--rescan-count", "0",
                          "--infer-seconds", "0.2", "--data-dir", "{tmp}/photos", "--out", "{tmp}/out.json"],
+    "bench_dates.py": ["--photos", "3", "--rounds", "1", "--out", "{tmp}/out.json"],
     "bench_float16.py": ["--data", "synthetic", "--sizes", "500", "--seeds", "0", "--out", "{tmp}/out.json"],
     "bench_host.py": ["--dir", "{tmp}/jpegs", "--distinct", "2", "--copies", "1", "--repeats", "1",
                       "--hash-seconds", "0.1", "--cores", "2", "--out", "{tmp}/out.json"],
@@ -39,6 +40,7 @@ RUNS: dict[str, list[str]] = {
                      "--out", "{tmp}/out.json"],
     "bench_scale.py": ["--sizes", "1000", "--extractor", "fake", "--library", "{tmp}/library", "--jobs", "1",
                        "--k", "5", "--out", "{tmp}/out.json"],
+    "bench_shared_writes.py": ["--photos", "3", "--repeats", "1", "--out", "{tmp}/out.json"],
     "bench_small_scan.py": ["--tree", "this={root}", "--runs", "1", "--out", "{tmp}/out.json"],
     "reproduce_paper.py": ["--skip-photos", "--seeds", "1", "--out", "{tmp}/out.json",
                            "--figures", "{tmp}/figures"],
@@ -53,6 +55,17 @@ NOT_RUN: dict[str, str] = {
     "bench_moments.py": "ranks the labelled photo sets, built from PyPI wheels it downloads",
     "bench_video.py": "its libraries of photos and clips are built from the photo sets' PyPI wheels it "
     "downloads (and its speed figures from a folder of real clips)",
+    "bench_report.py": "its camera-sized photos are made from the photo sets' PyPI wheels it downloads; "
+    "tests/test_html_report.py covers the report",
+    "bench_rescan.py": "its library is made from the photo sets' PyPI wheels it downloads; "
+    "tests/test_rescan.py covers what it measures (no model on a re-scan)",
+    "bench_time.py": "its timed libraries are featurised from the photo sets' PyPI wheels it downloads; "
+    "tests/test_events.py covers the method",
+    "score_scale.py": "ranks the README's example set, built from PyPI wheels it downloads",
+    "make_imagenet_classes.py": "rewrites the package's ImageNet class list from torchvision's; "
+    "tests/test_features.py checks the list against torchvision's",
+    "quickstart.sh": "installs the package and scans the example set (downloads); tests/test_docs.py runs "
+    "it through a shim, and its shell is checked below",
     "make_example.py": "writes the README's example set, built from PyPI wheels it downloads",
     "make_docs_samples.py": "scans the README's example set, built from PyPI wheels it downloads",
     "compare_outputs.py": "scans the example and library sets, built from PyPI wheels it downloads",
