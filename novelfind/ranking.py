@@ -116,6 +116,9 @@ EVENT_WEIGHT = 0.75
 # k-NN, at plain k-NN's cost.
 EVENT_SHARE = 0.05
 EVENT_MAX_ROWS = 2_000
+# ... but an event of up to EVENT_MIN_ROWS photos (a night out, a day trip) is always one, in a small
+# library too, as long as it holds less than half of the library
+EVENT_MIN_ROWS = 100
 # Above knn.EXACT_MAX_N rows, each photo's candidates outside its event are found among its
 # KNN_K + EVENT_LOOK nearest candidates (a bound, made exact where the ranking reads)
 EVENT_LOOK = 64
@@ -524,8 +527,8 @@ def event_knn_scores(
     an ordinary place seen on one day only is still near the photos of other places (both terms are
     distances between feature vectors), where time alone would call its whole day novel.
 
-    Undated photos, and the photos of an event larger than ``EVENT_SHARE`` of the library or
-    ``EVENT_MAX_ROWS`` photos (a copied archive), are events of their own: their score is the plain
+    Undated photos, and the photos of an event larger than ``EVENT_SHARE`` of the library (or
+    ``EVENT_MIN_ROWS``, below half of it) or ``EVENT_MAX_ROWS`` photos (a copied archive), are events of their own: their score is the plain
     k-NN term. With no dated photo the scores are ``cosine-knn``'s, pick for pick.
 
     Cost: the plain term is ``cosine-knn``'s certified search. Up to ``knn.EXACT_MAX_N`` rows the
@@ -542,7 +545,7 @@ def event_knn_scores(
         return Scores.of_density(plain)
     tl = events.timeline(t, src, **(segment_args or {}))
     sizes = tl.sizes(tl.event)
-    cap = min(EVENT_MAX_ROWS, max(2, int(EVENT_SHARE * n)))
+    cap = min(EVENT_MAX_ROWS, max(2, int(EVENT_SHARE * n), min(EVENT_MIN_ROWS, (n - 1) // 2)))
     timed = (sizes >= 2) & (sizes <= cap)
     if not timed.any():
         return dataclasses.replace(Scores.of_density(plain), time_mates=_burst_mates(tl))

@@ -199,3 +199,47 @@ def test_a_moment_is_shown_by_its_best_original_not_a_resave():
     assert best.indices[0] == 301 and list(best.members[0]) == [300]
     sizes[-2], sizes[-1] = 3e6, 2e5
     assert novelfind.rank(x, 1, prefer=sizes).indices[0] == 300
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_scan_ranks_a_night_of_odd_photos_by_their_capture_dates(tmp_path, fake_extractor, seed):
+    """Through the whole scan: capture dates read from EXIF reach the ranking. Ordinary scenes recur
+    over 20 days; one night holds 14 photos of a scene seen on no other day, more than the 10
+    neighbours the default measures, so each is ordinary to it; event-knn picks that night as one
+    moment, with its time span."""
+    import json
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    from conftest import make_photo
+    from PIL import Image
+
+    from novelfind.cli import cli
+
+    rng = np.random.default_rng(seed)
+    lib = tmp_path / "lib"
+
+    def dated(path, colour, photo_seed, when):
+        make_photo(path, colour, seed=photo_seed)
+        img = Image.open(path)
+        img.load()
+        exif = Image.Exif()
+        exif.get_ifd(0x8769)[0x9003] = when
+        img.save(path, exif=exif.tobytes())
+
+    scenes = [(40, 60, 200), (30, 160, 60), (150, 150, 150)]
+    for day in range(20):
+        for j, colour in enumerate(scenes):
+            hour = 8 + 4 * j + int(rng.integers(0, 3))
+            dated(lib / f"d{day:02d}_{j}.jpg", colour, 100 * day + j, f"2025:05:{day + 1:02d} {hour:02d}:10:00")
+    for i in range(14):  # a night of astrophotography: one scene, one night
+        dated(lib / f"night_{i:02d}.jpg", (230, 20, 20), 5000 + i, f"2025:05:09 23:{2 * i:02d}:00")
+    out = CliRunner().invoke(
+        cli, ["scan", str(lib), "--k", "3", "--method", "event-knn", "--format", "json", "--no-cache"]
+    )
+    assert out.exit_code == 0, out.output
+    top = json.loads(out.stdout)["picks"][0]
+    moment = [Path(p).name for p in (top["path"], *top["members"])]
+    assert all(name.startswith("night_") for name in moment) and len(moment) >= 10
+    assert top["span"]["first"].startswith("2025-05-09T23:") and top["span"]["photos"] == len(moment)
+    assert not Path(top["neighbour"]).name.startswith("night_")  # the nearest photo outside the moment
