@@ -79,8 +79,7 @@ def thumbnail_decoded(
     def make() -> tuple[str, Thumbnails]:
         frame = None
         if video.is_clip_name(Path(path)):
-            img = video.poster(Path(path), at or 0.0)
-            frame = img.size
+            img, frame = video.poster(Path(path), at or 0.0)
         else:
             img = load_any(Path(path), min_side=max(sizes))
         made: dict[int, Any] = {}

@@ -420,7 +420,10 @@ class _Scan:
                 device=self.solver_device(len(files)) if ranking.METHODS[p.method].solver else None,
                 candidates=candidates if restricted else None,
                 # a moment is shown by its best original: the largest file among the medoid's copies
-                prefer=np.fromiter((f.size for f in files), dtype=np.float64, count=len(files)),
+                # (a clip's size says nothing of its frames: a photo is preferred to it)
+                prefer=np.fromiter(
+                    (0.0 if f.path in clips else f.size for f in files), dtype=np.float64, count=len(files)
+                ),
                 times=None if taken is None else taken.taken,  # when each photo was taken
             )
         except ValueError as err:  # e.g. a learning rate so large that the weights overflow

@@ -309,14 +309,19 @@ def read_clip_for_model(
     return digest, ClipFrames(pixels, tuple(times), duration)
 
 
-def poster(path: str | os.PathLike[str], seconds: float) -> Image.Image:
-    """The clip's frame at the keyframe at or before ``seconds``, upright RGB: the picture a report shows
-    for a clip (at its moment, a keyframe's time, that frame itself). Raises DecodeError."""
+def poster(path: str | os.PathLike[str], seconds: float) -> tuple[Image.Image, tuple[int, int]]:
+    """The clip's frame at the keyframe at or before ``seconds``, upright RGB, scaled to a short side of
+    ``RESIZE_SIZE``: the picture a report shows for a clip (at its moment, a keyframe's time, that frame
+    itself); and the frames' own size, upright (width, height). Raises DecodeError."""
     with _video_stream(path) as (container, stream):
         got = _keyframe_at(container, stream, seconds)
+        size = (int(stream.codec_context.width), int(stream.codec_context.height))
     if got is None:
         raise DecodeError("no frame could be decoded")
-    return got[0]
+    img = got[0]
+    if (img.width > img.height) != (size[0] > size[1]):  # turned upright by its display matrix
+        size = (size[1], size[0])
+    return img, size
 
 
 # --------------------------------------------------------------------------- the rule

@@ -177,6 +177,7 @@ def test_json_document_schema():
             "members_taken": [],
             "members_taken_source": [],
             "labels": [],
+            "span": None,
         }
     ]
     assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]

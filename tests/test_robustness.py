@@ -581,16 +581,16 @@ def test_output_file_is_written_atomically(library, fake_extractor, tmp_path, mo
     assert len(good.splitlines()) == 3
     assert os.listdir(out.parent) == ["picks.tsv"]
 
-    real_replace = os.replace
+    real_rename = os.rename
 
-    def disk_full_on_rename(src, dst, *args, **kwargs):
-        if Path(dst) == out:
+    def disk_full_on_rename(src, dst, *args, **kwargs):  # renamed relative to the folder's descriptor
+        if Path(dst).name == out.name:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return real_replace(src, dst, *args, **kwargs)
+        return real_rename(src, dst, *args, **kwargs)
 
-    monkeypatch.setattr(os, "replace", disk_full_on_rename)
+    monkeypatch.setattr(os, "rename", disk_full_on_rename)
     failed = run("scan", library["root"], "--k", "5", "-o", out, "-q")
-    monkeypatch.setattr(os, "replace", real_replace)
+    monkeypatch.setattr(os, "rename", real_rename)
     assert failed.exit_code == 1
     assert failed.stderr.startswith("error: ") and "No space left on device" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1
@@ -783,7 +783,7 @@ def test_huge_batch_size_gives_the_same_result(library, fake_extractor):
         (["--dedup", "-1"], "'--dedup': -1.0 is not in the range x>=0."),
         (["--dedup", "inf"], "'--dedup': inf is not a finite number."),
         (["--seed", "-1"], "'--seed': -1 is not in the range x>=0."),
-        (["--since", "yesterday"], "--since"),
+        (["--since", "the day before"], "--since"),
         (["--k", "1e3"], "--k"),
     ],
 )
