@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install novelfind with its test dependencies and the MobileNet-V2 weights, then run the whole suite
-# on every core (pytest-xdist, at most 4 workers; a file's tests on one worker). About 8 minutes on an
-# idle 2-core machine. Arguments go to pytest: `-n 0` runs in one process, `-m "not slow"` leaves out
+# on every core (pytest-xdist, at most 4 workers; a file's tests on one worker). About 14 minutes on
+# an idle 2-core machine. Arguments go to pytest: `-n 0` runs in one process, `-m "not slow"` leaves out
 # the tests with the real model and real subprocesses; NOVELFIND_TESTS=full runs the soak, fuzz and
 # damaged-clip tests at their full size.
 set -euo pipefail
