@@ -44,16 +44,16 @@ _API = {
     "Member": ("novelfind.picks", "Member"),
     "Label": ("novelfind.picks", "Label"),
     "Failure": ("novelfind.picks", "Failure"),
-    "ClipInfo": ("novelfind.video", "ClipInfo"),
-    "rank": ("novelfind.ranking", "rank"),
-    "Ranking": ("novelfind.ranking", "Ranking"),
-    "ads": ("novelfind.solver", "ads"),
-    "ADSConfig": ("novelfind.adsconfig", "ADSConfig"),
-    "ADSResult": ("novelfind.solver", "ADSResult"),
+    "ClipInfo": ("novelfind.media.video", "ClipInfo"),
+    "rank": ("novelfind.ranking.driver", "rank"),
+    "Ranking": ("novelfind.ranking.driver", "Ranking"),
+    "ads": ("novelfind.ranking.solver", "ads"),
+    "ADSConfig": ("novelfind.ranking.adsconfig", "ADSConfig"),
+    "ADSResult": ("novelfind.ranking.solver", "ADSResult"),
     "Cache": ("novelfind.cache", "FeatureCache"),
-    "IgnoreList": ("novelfind.ignore", "IgnoreList"),
-    "Ignored": ("novelfind.ignore", "Ignored"),
-    "IgnoreChange": ("novelfind.ignore", "IgnoreChange"),
+    "IgnoreList": ("novelfind.media.ignore", "IgnoreList"),
+    "Ignored": ("novelfind.media.ignore", "Ignored"),
+    "IgnoreChange": ("novelfind.media.ignore", "IgnoreChange"),
     "NovelfindError": ("novelfind.errors", "NovelfindError"),
     "InputError": ("novelfind.errors", "InputError"),
     "MissingExtraError": ("novelfind.errors", "MissingExtraError"),
@@ -86,17 +86,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time, __getattr__ below imports on demand
-    from novelfind.adsconfig import ADSConfig
     from novelfind.cache import FeatureCache as Cache
     from novelfind.errors import InputError, MissingExtraError, NovelfindError
-    from novelfind.ignore import IgnoreChange, Ignored, IgnoreList
+    from novelfind.media.ignore import IgnoreChange, Ignored, IgnoreList
+    from novelfind.media.video import ClipInfo
     from novelfind.params import ScanParameters
-    from novelfind.ranking import Ranking, rank
     from novelfind.picks import Failure, Label, Member, Pick
+    from novelfind.ranking.adsconfig import ADSConfig
+    from novelfind.ranking.driver import Ranking, rank
+    from novelfind.ranking.solver import ADSResult, ads
     from novelfind.results import Counts, Progress, ScanResult
     from novelfind.run import scan
-    from novelfind.solver import ADSResult, ads
-    from novelfind.video import ClipInfo
 
 
 def __getattr__(name: str) -> Any:

@@ -24,8 +24,10 @@ from typing import Any
 import click
 import cloup
 
-from novelfind import __version__, dirs, params, run, weights
-from novelfind.atomic import encode_output
+from novelfind import __version__, params, run
+from novelfind.base import dirs
+from novelfind.base.atomic import encode_output
+from novelfind.base.safe_text import one_line
 from novelfind.cache import FeatureCache, damage, foreign_schema, not_ours, remove_damaged
 from novelfind.config import config_keys, configured_cache, configured_value, read_config, to_default_map
 from novelfind.errors import (
@@ -38,10 +40,10 @@ from novelfind.errors import (
     ParameterError,
 )
 from novelfind.extract.engines import ENGINES
-from novelfind.ignore import IgnoreList, count_photos
-from novelfind.formats import escape_field
-from novelfind.ranking import SOLVER_METHODS
-from novelfind.safe_text import one_line
+from novelfind.media.ignore import IgnoreList, count_photos
+from novelfind.model import weights
+from novelfind.outputs.formats import escape_field
+from novelfind.ranking.driver import SOLVER_METHODS
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -83,7 +85,7 @@ class SinceType(click.DateTime):
         except InputError as err:
             self.fail(str(err), param, ctx)
 
-_SOURCES = "novelfind.sources"  # ctx.meta: parameter name -> ParameterSource, recorded before conversion
+_SOURCES = "novelfind.ranking.sources"  # ctx.meta: parameter name -> ParameterSource, recorded before conversion
 _CONFIG = "novelfind.config"  # ctx.meta: (config file, {parameter name: key as written in it})
 
 
@@ -155,7 +157,7 @@ class NovelfindCommand(cloup.Command):
 
 def _stderr(message: str) -> None:
     """Print one message on stderr as one line: every message novelfind prints there comes through here,
-    so a file name cannot forge a line or speak to the terminal (:func:`novelfind.safe_text.one_line`)."""
+    so a file name cannot forge a line or speak to the terminal (:func:`novelfind.base.safe_text.one_line`)."""
     click.echo(one_line(message), err=True)
 
 

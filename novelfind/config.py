@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from novelfind import atomic, dirs, safe_load
+from novelfind.base import atomic, dirs, safe_load
+from novelfind.base.safe_text import display
 from novelfind.errors import InputError
-from novelfind.safe_text import display
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file sets a few dozen keys: some kilobytes
 

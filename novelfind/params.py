@@ -23,17 +23,22 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from novelfind.adsconfig import ADS_LIMITS, ADSConfig
+from novelfind.base.devices import DEVICES
+from novelfind.base.limits import Limit
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
-from novelfind.devices import DEVICES
 from novelfind.errors import InputError, NeedsError, ParameterError
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
 from novelfind.extract.engines import ENGINES, engine_settings
-from novelfind.features import BACKENDS
-from novelfind.htmlreport import CONTACT_SHEET_FORMATS
-from novelfind.limits import Limit
-from novelfind.ranking import (
+from novelfind.model.features import BACKENDS
+from novelfind.model.weights import FEATURE_DIMS
+from novelfind.outputs.formats import FORMATS
+from novelfind.outputs.placement import PLACE_MODES
+from novelfind.outputs.report import CONTACT_SHEET_FORMATS
+from novelfind.outputs.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
+from novelfind.outputs.xmp import check_keyword
+from novelfind.ranking.adsconfig import ADS_LIMITS, ADSConfig
+from novelfind.ranking.driver import (
     DEFAULT_DEDUP,
     DEFAULT_METHOD,
     METHODS,
@@ -41,11 +46,6 @@ from novelfind.ranking import (
     method_settings,
     methods_help,
 )
-from novelfind.formats import FORMATS
-from novelfind.placement import PLACE_MODES
-from novelfind.weights import FEATURE_DIMS
-from novelfind.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
-from novelfind.xmp import check_keyword
 
 ADS = ADSConfig()  # the solver's defaults: the scan's ADS parameters default to them
 
@@ -110,7 +110,7 @@ class ScanParameters:
 
     Creating one checks every value (InputError naming the parameter) and normalises the types:
     paths become :class:`~pathlib.Path` objects and sequences tuples. The defaults of the ADS
-    solver's settings are the paper's (:class:`novelfind.solver.ADSConfig`). The field order is the
+    solver's settings are the paper's (:class:`novelfind.ranking.solver.ADSConfig`). The field order is the
     order of ``scan()``'s keywords and of the command line's options.
     """
 
@@ -499,7 +499,7 @@ class ScanParameters:
         object.__setattr__(self, name, value)
 
     def solver_config(self) -> ADSConfig:
-        """The ADS solver's settings of this scan (``novelfind.solver.ADSConfig``)."""
+        """The ADS solver's settings of this scan (``novelfind.ranking.solver.ADSConfig``)."""
         return ADSConfig(**{name: getattr(self, name) for name in ADS_LIMITS if name in LIMITS})
 
     def outputs(self) -> list[Path]:

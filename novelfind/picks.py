@@ -2,7 +2,7 @@
 model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
 turns a ranking into picks.
 
-Every output (the list formats in :mod:`novelfind.formats`, the copies in :mod:`novelfind.placement`,
+Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in :mod:`novelfind.outputs.placement`,
 the HTML report, the XMP sidecars) reads these records.
 """
 
@@ -16,12 +16,12 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from novelfind.video import ClipInfo
+from novelfind.media.video import ClipInfo
 
 
 @dataclass(frozen=True)
 class Member:
-    """Another photo of a pick's moment (``novelfind.moments``): a frame of its burst or batch."""
+    """Another photo of a pick's moment (``novelfind.ranking.moments``): a frame of its burst or batch."""
 
     path: Path  # absolute, as found by the walk
     size: int
@@ -29,7 +29,7 @@ class Member:
     distance: float  # to the pick, between feature vectors scaled to unit length
     also: tuple[Path, ...] = ()  # the photo's other files (a RAW + JPEG pair)
     taken: str | None = None  # when it was taken, ISO 8601 (with its offset when known; None: unknown)
-    taken_source: str = "none"  # where that date came from (``novelfind.dates.SOURCES``)
+    taken_source: str = "none"  # where that date came from (``novelfind.media.dates.SOURCES``)
 
     @property
     def files(self) -> tuple[Path, ...]:
@@ -92,10 +92,10 @@ def picks_of(
     dates: Any = None,
     labels: Sequence[Sequence[tuple[str, float]]] | None = None,
 ) -> list[Pick]:
-    """The picks of a ``novelfind.ranking.Ranking`` of the rows of ``files`` (``ImageFile`` records),
+    """The picks of a ``novelfind.ranking.driver.Ranking`` of the rows of ``files`` (``ImageFile`` records),
     best first, each with the members of its moment; ``photos[i].also`` are row i's other files (a
     RAW + JPEG pair); ``clips`` the records of the clips among ``files``, by path; ``dates`` when each
-    row was taken (``novelfind.dates.Dates``); ``labels`` each pick's (class, probability) pairs, in the
+    row was taken (``novelfind.media.dates.Dates``); ``labels`` each pick's (class, probability) pairs, in the
     order of the ranking (None: none)."""
     clips = clips or {}
     named = [()] * len(ranking.indices) if labels is None else labels

@@ -14,13 +14,13 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
-from novelfind.dates import Dates
+from novelfind.media.dates import Dates
+from novelfind.media.video import ClipInfo
+from novelfind.media.walk import ImageFile
+from novelfind.outputs.formats import format_results
+from novelfind.outputs.xmp import SidecarSummary
 from novelfind.params import ScanParameters
-from novelfind.formats import format_results
 from novelfind.picks import Failure, Pick
-from novelfind.video import ClipInfo
-from novelfind.walk import ImageFile
-from novelfind.xmp import SidecarSummary
 
 
 @dataclass(frozen=True)
@@ -65,13 +65,13 @@ class ScanResult:
 
     ``picks`` best first; ``failures`` the unreadable files, in walk order; ``files`` every image that
     was read (one per photo: a RAW + JPEG pair is read through its JPEG; a
-    :class:`~novelfind.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
+    :class:`~novelfind.media.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
     float32 their vectors, row i for ``files[i]`` (rank them again another way with
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
-    (``novelfind.ranking.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
+    (``novelfind.ranking.driver.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
     ``taken`` / ``taken_source``: when each of ``files`` was taken and where that date came from
-    (``dates``: :class:`novelfind.dates.Dates`, with the offsets).
+    (``dates``: :class:`novelfind.media.dates.Dates`, with the offsets).
     ``known_failures``: of ``failures``, the files an earlier scan with the same cache already reported
     and that have not changed since (not passed to ``on_failure`` again). ``notices``: what the user
     should know about the result, one line each (a library of one photo cannot be ranked; nothing new

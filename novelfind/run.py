@@ -3,10 +3,10 @@
 :func:`scan` is what ``novelfind scan`` runs; the command line only parses its options into the same
 keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
 This module only orchestrates; each stage owns its work: the parameters and their checks
-(:mod:`novelfind.params`), walking (:mod:`novelfind.walk`) and grouping twins (:mod:`novelfind.pairs`),
+(:mod:`novelfind.params`), walking (:mod:`novelfind.media.walk`) and grouping twins (:mod:`novelfind.media.pairs`),
 the feature store (:func:`novelfind.cache.open_store`), extraction (:mod:`novelfind.extract`), the
-ignore list (:class:`novelfind.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking`) and everything
-written afterwards (:mod:`novelfind.outputs`). Errors are exceptions:
+ignore list (:class:`novelfind.media.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking.driver`) and everything
+written afterwards (:mod:`novelfind.outputs.write`). Errors are exceptions:
 :class:`~novelfind.errors.InputError` (also a ValueError) for impossible values, other
 :class:`~novelfind.errors.NovelfindError` subclasses for what stops a run (no images, weights
 missing, an output not writable, another run holding an output). ``docs/architecture.md`` draws the map.
@@ -26,21 +26,25 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, dates, decode, devices, features, ranking, video, walk, weights
+from novelfind import __version__
+from novelfind.base import devices
+from novelfind.base.lock import output_lock
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
-from novelfind.ignore import IgnoreList
-from novelfind.lock import output_lock
-from novelfind.outputs import OwnOutputs, check_outputs, held_outputs, write_outputs
-from novelfind.pairs import PhotoList
+from novelfind.media import dates, decode, video, walk
+from novelfind.media.ignore import IgnoreList
+from novelfind.media.pairs import PhotoList
+from novelfind.media.walk import FileList, ImageFile
+from novelfind.model import features, weights
+from novelfind.outputs.write import OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
-from novelfind.pca import map_2d
 from novelfind.picks import Failure, Pick, picks_of
+from novelfind.ranking import driver as ranking
+from novelfind.ranking.pca import map_2d
+from novelfind.ranking.sources import FeatureSource, as_source
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
-from novelfind.sources import FeatureSource, as_source
-from novelfind.walk import FileList, ImageFile
 
 WALK_PROGRESS_EVERY = 1000  # files between two "walk" progress events
 # Methods whose score scale a release changed, with that release: a library last ranked by an earlier
@@ -315,7 +319,7 @@ class _Scan:
 
     def find_photos(self) -> PhotoList:
         """The photos under the paths, in walk order, without the files novelfind wrote itself; twins
-        (RAW + JPEG) are one photo (:class:`novelfind.pairs.PhotoList`). What the walk or this installation
+        (RAW + JPEG) are one photo (:class:`novelfind.media.pairs.PhotoList`). What the walk or this installation
         left out (RAW files without LibRaw, HEIC without pillow-heif, clips without PyAV) is one warning
         line per kind, with the count and the reason (and a few names, for clips); with no photo left, the
         error says it instead."""

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from novelfind.solver import MIN_DRAWS, ADSConfig, ads, ads_reference
+from novelfind.ranking.solver import MIN_DRAWS, ADSConfig, ads, ads_reference
 
 METHODS = ("ads", "ads-literal", "exact-power", "greedy-dispersion", "knn")
 

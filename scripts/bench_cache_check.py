@@ -26,7 +26,7 @@ import numpy as np
 
 import novelfind
 from novelfind.cache import FeatureCache
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 DIM = 1280
 CHUNK = 8192

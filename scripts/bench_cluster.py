@@ -81,7 +81,7 @@ def run_local(paths: list[Path], cpus: int, batch: int) -> dict:
     """The local engine (local.extract, ONNX Runtime), on ``cpus`` cores, no cache."""
     from novelfind.cache import NullCache
     from novelfind.extract.engines import local
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     saved = os.sched_getaffinity(0)
     os.sched_setaffinity(0, set(sorted(saved)[:cpus]))  # decode workers inherit it

@@ -10,7 +10,7 @@ with sub-seconds and offset, and a 24 KB maker note: real cameras' Exif blocks a
 scan extracts every photo (the real weights, on the CPU) and fills the cache; then, run by run in turns
 (so a busy machine slows both alike), a re-scan with the dates cached ("cached") and one whose cache has
 just lost its dates table, as a cache from before it ("upgrade"). Wall and CPU time (user + system) of each
-process; the medians are what to compare. "header_ms" / "header_cpu_ms" is ``novelfind.dates.embedded_date``
+process; the medians are what to compare. "header_ms" / "header_cpu_ms" is ``novelfind.media.dates.embedded_date``
 per photo in this process (files in the page cache), wall and CPU time, the median of ``--rounds`` passes.
 On a shared machine the CPU times are the figures to read (the load average is recorded).
 "dates_step_cpu_ms" is ``dates.scan_dates`` alone on the same cache, in this process: every date cached,
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from novelfind import dates
+    from novelfind.media import dates
 
     with tempfile.TemporaryDirectory(prefix="bench-dates-") as tmp:
         library, cache = Path(tmp) / "lib", Path(tmp) / "cache.sqlite"
@@ -100,7 +100,7 @@ def main() -> None:
         # the dates step alone, in this process, on the same cache: all cached, then after an upgrade
         step: dict[str, list[float]] = {"cached": [], "upgrade": []}
         from novelfind.cache import FeatureCache
-        from novelfind.walk import walk
+        from novelfind.media.walk import walk
 
         files = list(walk([library]))
         for _ in range(args.rounds):

@@ -134,7 +134,7 @@ def make_small_library(folder: Path, count: int) -> None:
 
 
 def _image_files(folder: Path, prefix: str = "") -> list:
-    from novelfind.walk import walk
+    from novelfind.media.walk import walk
 
     return [f for f in walk([folder]) if f.path.name.startswith(prefix)]
 
@@ -233,7 +233,7 @@ def phase_naive(folder: Path, limit: int | None) -> dict:
     import torchvision
     from PIL import Image, ImageOps
 
-    from novelfind.weights import resolve_weights
+    from novelfind.model.weights import resolve_weights
 
     files = [f.path for f in _image_files(folder)][:limit]
     t0 = time.perf_counter()
@@ -273,7 +273,7 @@ def phase_fast(folder: Path, backend: str, workers: int | None, batch_size: int,
     """``local.extract`` (novelfind.extract.engines) with the real extractor and a fresh cache (the files
     named ``prefix*``)."""
     from novelfind.extract.engines.local import extract
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     files = _image_files(folder, prefix)
     extractor = build_extractor(backend=backend, device="cpu")
@@ -304,7 +304,7 @@ def phase_rescan(folder: Path) -> dict:
     import hashlib
 
     from novelfind.extract.engines.local import extract
-    from novelfind.weights import model_key_for
+    from novelfind.model.weights import model_key_for
 
     key = model_key_for()
     cache_path = folder.parent / "rescan-features.sqlite"
@@ -345,7 +345,7 @@ def phase_rescan(folder: Path) -> dict:
 
 def phase_infer(backend: str, batch: int, seconds: float = 4.0) -> dict:
     """Model alone on random pixels: images/s of one backend at one batch size."""
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     extractor = build_extractor(backend=backend, device="cpu")
     x = np.random.default_rng(0).integers(0, 256, (batch, 224, 224, 3), dtype=np.uint8)
@@ -485,7 +485,7 @@ def main() -> int:
     print(f"  {results['data']}", file=sys.stderr)
 
     # warm the exported-model cache so the timed run measures extraction, not the one-off export
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     t = time.perf_counter()
     warm = build_extractor(device="cpu")

@@ -3,7 +3,7 @@
 
 The cache keeps one 1280-d pooled vector per photo; float16 holds it in 3.0 KB instead of 5.8 KB (30 GB
 instead of 58 GB at 10 million), and the logits are computed from what the cache gives back
-(``novelfind.features.Classifier``). Two kinds of data:
+(``novelfind.model.features.Classifier``). Two kinds of data:
 
 - ``real``: the dev split's sets of the quality benchmark (MobileNet-V2 features of real photos,
   ``quality.extract.features``, cached on disk; N = 188-436), K = the number of planted novelties. Each
@@ -39,8 +39,8 @@ sys.path.insert(0, str(HERE))
 import bench_quality  # noqa: E402
 from quality import extract, sets  # noqa: E402
 
-from novelfind.ranking import METHOD_FEATURE, rank  # noqa: E402
-from novelfind.weights import load_classifier, resolve_weights  # noqa: E402
+from novelfind.model.weights import load_classifier, resolve_weights  # noqa: E402
+from novelfind.ranking.driver import METHOD_FEATURE, rank  # noqa: E402
 
 
 def compare(

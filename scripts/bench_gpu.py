@@ -95,7 +95,7 @@ def guarded(out: Path | None, key: str, fn, *args, **kwargs):
 
 
 def walk_files(root: Path) -> list:
-    from novelfind.walk import walk
+    from novelfind.media.walk import walk
 
     return list(walk([root]))
 
@@ -191,7 +191,7 @@ def _scan(root: Path, device: str, k: int, cache: Path, extra: list[str]) -> dic
 
 def _cached_vectors(cache: Path, files: list, feature: str) -> np.ndarray:
     from novelfind.cache import FeatureCache
-    from novelfind.weights import model_key_for
+    from novelfind.model.weights import model_key_for
 
     with FeatureCache(cache, model_key_for()) as c:  # the pooled vectors, whatever the feature
         vecs = c.get_many_by_stat(files)
@@ -262,7 +262,7 @@ def _extract_rate(files: list, decoder: str, batch_size: int, workers: int) -> d
     from novelfind.cache import NullCache
     from novelfind.extract.decoders import gpu as gd
     from novelfind.extract.engines.local import extract
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     made: list = []  # the pipeline's GPU file decoders, to read how many files the GPU really decoded
 
@@ -476,7 +476,7 @@ def cmd_cli(a) -> int:
 
 
 def _model_rate(batch: int, on_device: bool, feature: str, seconds: float = 2.0) -> dict:
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     ex = build_extractor(device=DEVICE, feature=feature, backend="auto" if CUDA else "torch")
     gen = np.random.default_rng(0)
@@ -511,7 +511,7 @@ def cmd_model(a) -> int:
 
 
 def _ads_time(n: int, m: int, k: int) -> dict:
-    from novelfind.solver import ADSConfig, ads
+    from novelfind.ranking.solver import ADSConfig, ads
 
     if CUDA:
         torch.cuda.empty_cache()
@@ -574,8 +574,8 @@ def _clustered(n: int, m: int, seed: int = 0) -> np.ndarray:
 
 
 def _rank_time(n: int, m: int, k: int) -> dict:
-    from novelfind.ranking import rank
-    from novelfind.solver import ADSConfig, ads
+    from novelfind.ranking.driver import rank
+    from novelfind.ranking.solver import ADSConfig, ads
 
     t0 = time.perf_counter()
     x = _clustered(n, m)

@@ -4,7 +4,7 @@
   python scripts/bench_host.py                        # 384 12 MP JPEGs under bench-results/host-jpegs
   python scripts/bench_host.py --out docs/bench/host-2core.json
 
-What runs is the real ``novelfind.walk.walk``, a real ``FeatureCache`` (a fresh file per run) and the
+What runs is the real ``novelfind.media.walk.walk``, a real ``FeatureCache`` (a fresh file per run) and the
 real ``novelfind.extract.engines.local.extract``; only the pixels and the vectors are stand-ins: the "GPU"
 decoder returns a zero image for every JPEG it is given (``GpuFileDecoder`` with a stand-in GPU, so its
 reading, digest and header check are the real ones), and the model returns zero vectors. What is left is
@@ -42,13 +42,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from novelfind.base.devices import available_cpus  # noqa: E402
 from novelfind.cache import FeatureCache  # noqa: E402
-from novelfind.decode import INPUT_SIZE  # noqa: E402
-from novelfind.devices import available_cpus  # noqa: E402
 from novelfind.extract import decoders, stage  # noqa: E402
 from novelfind.extract.decoders import gpu as gpu_decode  # noqa: E402
 from novelfind.extract.engines import local  # noqa: E402
-from novelfind.walk import walk  # noqa: E402
+from novelfind.media.decode import INPUT_SIZE  # noqa: E402
+from novelfind.media.walk import walk  # noqa: E402
 
 DIM = 1000
 ZERO = np.zeros((INPUT_SIZE, INPUT_SIZE, 3), np.uint8)

@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_rank import ensure_data, load, parse_size  # noqa: E402
 
-from novelfind import moments, ranking  # noqa: E402
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import moments  # noqa: E402
 
 
 def main() -> None:

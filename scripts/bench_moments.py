@@ -78,9 +78,9 @@ class Ctx:
         return self._mc[key]
 
     def shipped_groups(self) -> np.ndarray:
-        """The shipped method's microclusters (``novelfind.microclusters``, logits)."""
+        """The shipped method's microclusters (``novelfind.ranking.microclusters``, logits)."""
         if "shipped" not in self._mc:
-            from novelfind.microclusters import microclusters
+            from novelfind.ranking.microclusters import microclusters
 
             self._mc["shipped"] = microclusters(self.xn("lo"))
         return self._mc["shipped"]
@@ -145,10 +145,10 @@ def from_quality(method):
 
 
 def shipped_microcluster(feat: str, **constants):
-    """novelfind's own ``microcluster`` scorer and its microclusters (``novelfind.microclusters``)."""
+    """novelfind's own ``microcluster`` scorer and its microclusters (``novelfind.ranking.microclusters``)."""
 
     def run(c: Ctx):
-        from novelfind.microclusters import microcluster_scores
+        from novelfind.ranking.microclusters import microcluster_scores
 
         scores, labels = microcluster_scores(c.xn(feat), **constants)
         return scores.astype(np.float64), labels

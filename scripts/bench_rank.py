@@ -18,7 +18,7 @@ search, exact rows, ADS, ordering and near-duplicate pass, nearest neighbours of
 wrapping those functions), peak memory above the process's memory before the call (the feature matrix
 itself is listed apart), the rows the certified ranking made exact and how tight its bounds were. Where
 it is affordable (``--exact-up-to``) the same ranking is repeated with every density exact
-(``novelfind.knn.EXACT_MAX_N`` raised) and the picks compared.
+(``novelfind.ranking.knn.EXACT_MAX_N`` raised) and the picks compared.
 
 ``--alternatives N`` measures the ways of computing the density term on the default's density space
 (brute force, faiss HNSW as the old default used it, faiss IVF, the k-means cells, the certified
@@ -49,7 +49,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novelfind import knn, moments, pca, ranking, solver  # noqa: E402
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import knn, moments, pca, solver  # noqa: E402
 
 K = 100  # planted outliers = picks
 

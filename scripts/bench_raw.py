@@ -123,7 +123,7 @@ def make_files(folder: Path, count: int, size: tuple[int, int], seed: int = 0) -
 
 def _worker(kind: str, paths: list[str]) -> dict:
     """Time the decode worker's job on ``paths`` in this process (one core)."""
-    from novelfind import decode, raw
+    from novelfind.media import decode, raw
 
     def job(path: str) -> str:
         if kind == "jpeg":

@@ -41,7 +41,7 @@ sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(ROOT))
 
 from novelfind.cache import CacheWriteError, FeatureCache  # noqa: E402
-from novelfind.walk import ImageFile  # noqa: E402
+from novelfind.media.walk import ImageFile  # noqa: E402
 
 
 def _env(work: Path, **extra: str) -> dict[str, str]:
@@ -118,7 +118,7 @@ import json, multiprocessing, sys, time
 from pathlib import Path
 import numpy as np
 from novelfind.cache import FeatureCache
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 folder, writers, trials = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 
@@ -183,7 +183,7 @@ def bench_first_open(work: Path, trials: int) -> dict:
 
 _DECODE_ONE = r"""
 import json, sys, time
-from novelfind.decode import read_for_model
+from novelfind.media.decode import read_for_model
 from novelfind.errors import DecodeError
 
 def peak_kb():  # this process's own high-water mark (ru_maxrss would include the parent's, inherited)
@@ -281,9 +281,9 @@ def _library(folder: Path, n: int) -> None:
 
 def _wait_for_lock(work: Path, out: Path, holder: subprocess.Popen) -> None:
     """Until ``holder`` has taken the lock on ``out`` (the lock file holds its pid)."""
-    from novelfind.lock import holder_pid
+    from novelfind.base.lock import holder_pid
 
-    code = f"from novelfind.lock import output_lock_path; print(output_lock_path({str(out)!r}))"
+    code = f"from novelfind.base.lock import output_lock_path; print(output_lock_path({str(out)!r}))"
     # in the scans' environment: the lock folder follows XDG_CACHE_HOME
     where = subprocess.run(
         [sys.executable, "-c", code], env=_env(work), capture_output=True, text=True, check=True

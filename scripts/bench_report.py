@@ -42,8 +42,8 @@ def build_library(dest: Path, photos: int, size: tuple[int, int]) -> list[Path]:
     if len(existing) == photos:
         return existing
     sys.path.insert(0, str(HERE))
-    from PIL import Image
     from photosets import example_set
+    from PIL import Image
 
     dest.mkdir(parents=True, exist_ok=True)
     for old in existing[photos:]:

@@ -249,7 +249,7 @@ def child_write(root: str, cache_path: str, n: int) -> dict:
     from types import SimpleNamespace
 
     from novelfind.cache import FeatureCache
-    from novelfind.weights import model_key_for
+    from novelfind.model.weights import model_key_for
 
     gen = put = 0.0
     with FeatureCache(cache_path, model_key_for()) as cache:
@@ -279,7 +279,7 @@ def child_write(root: str, cache_path: str, n: int) -> dict:
 def child_scan(root: str, cache_path: str, n: int) -> dict:
     """The real novelfind.scan on the first n files, seconds per stage from its progress events."""
     import novelfind
-    from novelfind import ranking
+    from novelfind.ranking import driver as ranking
 
     # Ranked from the cache past 2 GiB of vectors, as on a machine of 6 GiB or less (a larger machine ranks
     # in memory up to a third of its memory).

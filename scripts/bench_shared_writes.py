@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 
 import novelfind
-from novelfind import xmp
+from novelfind.outputs import xmp
+from novelfind.outputs.placement import place_picks
 from novelfind.picks import Pick
-from novelfind.placement import place_picks
 
 
 def _photos(folder: Path, n: int) -> list[Path]:

@@ -100,7 +100,7 @@ def features(split: str) -> dict:
         return {k: z[k] for k in z.files}
     from quality import extract, sets
 
-    from novelfind.decode import to_model_input
+    from novelfind.media.decode import to_model_input
 
     pics = _pictures(split)
     sess = extract.session()
@@ -269,8 +269,8 @@ def _moments_of(order_scores: np.ndarray, x: np.ndarray, k: int):
     """Moments of a score-only method: its order grouped by novelfind's own grouping (link radius 0.15)."""
     from quality import moments as Q
 
-    from novelfind.moments import Grouper
-    from novelfind.sources import MatrixSource, UnitSource
+    from novelfind.ranking.moments import Grouper
+    from novelfind.ranking.sources import MatrixSource, UnitSource
 
     order = np.lexsort((np.arange(len(order_scores)), -order_scores))
     m = Grouper(UnitSource(MatrixSource(x))).group(order, k)
@@ -286,7 +286,7 @@ def run_method(name: str, lib: Library, k: int, seed: int):
         method = "event-knn" if name == "time-alone" else name
         x = lib.logits if name == "microcluster" else lib.pooled
         if name == "time-alone":  # the outside-event distance alone: time without content's temper
-            from novelfind import ranking
+            from novelfind.ranking import driver as ranking
 
             keep = ranking.EVENT_WEIGHT
             ranking.EVENT_WEIGHT = 1.0
@@ -332,7 +332,8 @@ GRID = {  # one constant at a time, from the shipped value: (module, values); EV
 
 
 def main() -> None:
-    from novelfind import events, ranking
+    from novelfind.ranking import driver as ranking
+    from novelfind.ranking import events
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--split", choices=("dev", "test"), required=True)

@@ -65,7 +65,7 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 def combine(rule: str, frames: np.ndarray) -> np.ndarray:
     """One clip's vector from its (F, dim) frame vectors by ``rule`` (all but ``max``)."""
-    from novelfind import video
+    from novelfind.media import video
 
     unit = _unit(frames)
     mean = _unit(unit.mean(axis=0))
@@ -128,7 +128,7 @@ def _library_images(seed: int):
 
 def _library(seed: int):
     """(photo inputs (P, 224, 224, 3), their labels, clips' frame inputs [(F, 224, 224, 3)], clip labels)."""
-    from novelfind.decode import to_model_input
+    from novelfind.media.decode import to_model_input
 
     photos, photo_labels, clips, labels = _library_images(seed)
     photo_px = np.stack([to_model_input(p) for p in photos])
@@ -146,7 +146,7 @@ def quality(dev: list[int], test: list[int], folder: Path) -> dict:
     import av
 
     import novelfind
-    from novelfind import video
+    from novelfind.media import video
 
     rows = []
     for split, seeds in (("dev", dev), ("test", test)):
@@ -199,7 +199,7 @@ def quality(dev: list[int], test: list[int], folder: Path) -> dict:
 
 def rule(seeds: list[int]) -> dict:
     import novelfind
-    from novelfind import features
+    from novelfind.model import features
 
     extractor = features.build_extractor(feature="pooled", device="cpu")
     encode = getattr(extractor, "encode", extractor)
@@ -329,8 +329,8 @@ def make_photo(path: Path, seed: int) -> Path:
 
 def _time_decode(paths: list[Path], repeat: int = 3) -> tuple[float, list[int]]:
     """Best of ``repeat`` seconds per file for ``decode_file`` in this process, and the frames it read."""
-    from novelfind import video
     from novelfind.extract.stage import decode_file
+    from novelfind.media import video
 
     best, frames = [], []
     for p in paths:
@@ -359,7 +359,7 @@ def _scan_seconds(folder: Path) -> tuple[float, dict]:
 
 
 def speed(clips_dir: Path, photos: int) -> dict:
-    from novelfind import video
+    from novelfind.media import video
 
     clips_dir.mkdir(parents=True, exist_ok=True)
     made = time.perf_counter()

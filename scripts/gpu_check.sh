@@ -142,7 +142,7 @@ check_install() {
   "$PY" - <<'EOF'
 import faiss, novelfind
 from novelfind.extract.decoders import gpu as gpu_decode
-from novelfind.weights import resolve_weights
+from novelfind.model.weights import resolve_weights
 print("novelfind", novelfind.__file__)
 print("faiss", faiss.__version__)
 print("weights", resolve_weights(download=False))

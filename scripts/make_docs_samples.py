@@ -57,10 +57,10 @@ def cache_upgrade() -> str:
     import numpy as np
     from PIL import Image
 
-    from novelfind import weights
     from novelfind.cache import FeatureCache
-    from novelfind.decode import file_digest
-    from novelfind.walk import ImageFile
+    from novelfind.media.decode import file_digest
+    from novelfind.media.walk import ImageFile
+    from novelfind.model import weights
 
     (logits,), (pooled,) = weights.former_keys().other, weights.former_keys().same
     with tempfile.TemporaryDirectory(prefix="novelfind-sample-") as folder:

@@ -29,7 +29,7 @@ import numpy as np
 from photosets import wheel_path
 from PIL import Image, ImageDraw, ImageOps
 
-from novelfind.solver import ADSConfig, ads, ads_reference
+from novelfind.ranking.solver import ADSConfig, ads, ads_reference
 
 # ---------------------------------------------------------------------------- drawing
 
@@ -213,7 +213,7 @@ def views(img: Image.Image, n: int, rng: np.random.Generator) -> list[Image.Imag
 def extractor():
     """novelfind's extractor (MobileNet-V2 logits), or torchvision's model with the packaged weights."""
     try:
-        from novelfind.features import build_extractor
+        from novelfind.model.features import build_extractor
 
         ex = build_extractor(feature="logits", device="cpu", backend="torch")
         return ex

@@ -71,8 +71,8 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path, required=True)
     args = parser.parse_args()
 
-    from novelfind import video
     from novelfind.errors import DecodeError
+    from novelfind.media import video
 
     seeds = seed_clips(args.workdir / "seeds")
     datas = [p.read_bytes() for p in seeds]

@@ -107,10 +107,10 @@ class FakeExtractor:
 @pytest.fixture
 def fake_extractor(monkeypatch):
     """Replace the real model with FakeExtractor for the CLI; returns the instance to inspect."""
-    import novelfind.features
+    import novelfind.model.features
 
     extractor = FakeExtractor()
-    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: extractor)
+    monkeypatch.setattr(novelfind.model.features, "build_extractor", lambda **kwargs: extractor)
     return extractor
 
 
@@ -173,7 +173,7 @@ def real_weights() -> Path:
     """The verified MobileNet-V2 weights file (the installed package's, no download), or the missing
     prerequisite."""
     from novelfind.errors import WeightsError
-    from novelfind.weights import resolve_weights
+    from novelfind.model.weights import resolve_weights
 
     try:
         return resolve_weights(download=False)
@@ -187,7 +187,7 @@ def real_photos() -> np.ndarray:
     224, 3)."""
     import skimage.data
 
-    from novelfind.decode import to_model_input
+    from novelfind.media.decode import to_model_input
 
     names = ["chelsea", "coffee", "astronaut", "rocket", "cat", "immunohistochemistry"]
     out = []

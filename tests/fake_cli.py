@@ -38,13 +38,13 @@ class SlowCountingExtractor(FakeExtractor):
 
 
 def main() -> None:
-    import novelfind.features
+    import novelfind.model.features
     from novelfind.cli import main as cli_main
 
     extractor = SlowCountingExtractor(
         float(os.environ.get("NOVELFIND_TEST_DELAY") or 0), os.environ.get("NOVELFIND_TEST_COUNTER")
     )
-    novelfind.features.build_extractor = lambda **kwargs: extractor
+    novelfind.model.features.build_extractor = lambda **kwargs: extractor
     sys.argv[0] = "novelfind"
     cli_main()
 

@@ -386,8 +386,8 @@ def claimed_size_bombs() -> dict[str, bytes]:
 
 def check_one(path: Path) -> dict:
     """Decode ``path`` the way a scan does: pixels of the right shape, or a one-line reason."""
-    from novelfind.decode import image_info, read_for_model
     from novelfind.errors import DecodeError
+    from novelfind.media.decode import image_info, read_for_model
 
     try:
         digest, pixels = read_for_model(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from novelfind import xmp
+from novelfind.outputs import xmp
 
 
 def read_sidecar(sidecar: str | os.PathLike[str]) -> dict[str, str | list[str]]:

@@ -16,7 +16,7 @@ from PIL import Image
 
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, decode_file
-from novelfind.htmlreport import ThumbnailDecoder, Thumbnails, _jpeg, thumbnail_decoded
+from novelfind.outputs.report import ThumbnailDecoder, Thumbnails, _jpeg, thumbnail_decoded
 
 STUCK_S = 120.0
 SLOW_S = 1.0

@@ -20,9 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind.knn import KnnScores
-from novelfind.pca import fit_space
-from novelfind.ranking import (
+from novelfind.ranking.driver import (
     DEFAULT_DEDUP,
     KNN_K,
     WHITEN_DIMS,
@@ -32,7 +30,9 @@ from novelfind.ranking import (
     dedup_order,
     l2_normalise,
 )
-from novelfind.solver import ADSConfig
+from novelfind.ranking.knn import KnnScores
+from novelfind.ranking.pca import fit_space
+from novelfind.ranking.solver import ADSConfig
 
 N, M, K = 500, 100, 6
 DATA_SEEDS = (0, 1, 2)

@@ -18,12 +18,12 @@ from conftest import make_photo
 
 import novelfind
 from novelfind import params
+from novelfind.base.lock import RunLock, output_lock_path
 from novelfind.cli import DEFAULTS, cli
 from novelfind.errors import CacheError, ExitCode, InputError, LockedError, NovelfindError
 from novelfind.extract import engines
 from novelfind.extract.engines import local
-from novelfind.lock import RunLock, output_lock_path
-from novelfind.ranking import METHODS
+from novelfind.ranking.driver import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "novelfind"
@@ -236,7 +236,7 @@ def test_a_busy_output_raises_or_waits(library, fake_extractor, tmp_path):
     out = tmp_path / "picks.tsv"
     lock = output_lock_path(out)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    code = ("import sys; from novelfind.lock import RunLock\n"
+    code = ("import sys; from novelfind.base.lock import RunLock\n"
             f"with RunLock({str(lock)!r}):\n    print('held', flush=True); sys.stdin.read()\n")
     holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               text=True)
@@ -341,11 +341,11 @@ def test_public_names_resolve():
 
 
 def test_the_walk_offers_the_decoders_extensions_and_raw_files():
-    """The walk and the decoders agree on the file types (one list each, in novelfind.decode and
-    novelfind.raw); RAW names are walked even without rawpy, to be kept with their JPEG twins."""
-    from novelfind.decode import IMAGE_EXTENSIONS
-    from novelfind.raw import RAW_EXTENSIONS
-    from novelfind.walk import is_image_name
+    """The walk and the decoders agree on the file types (one list each, in novelfind.media.decode and
+    novelfind.media.raw); RAW names are walked even without rawpy, to be kept with their JPEG twins."""
+    from novelfind.media.decode import IMAGE_EXTENSIONS
+    from novelfind.media.raw import RAW_EXTENSIONS
+    from novelfind.media.walk import is_image_name
 
     assert all(is_image_name(f"a{ext.upper()}") for ext in IMAGE_EXTENSIONS | RAW_EXTENSIONS)
     assert is_image_name("IMG_0001.CR2") and is_image_name("x.nef")

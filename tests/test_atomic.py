@@ -1,4 +1,4 @@
-"""Atomic writes (``novelfind.atomic``): the old file or the new one, never half of one, no temp left."""
+"""Atomic writes (``novelfind.base.atomic``): the old file or the new one, never half of one, no temp left."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from novelfind import atomic
-from novelfind.atomic import write_atomic
+from novelfind.base import atomic
+from novelfind.base.atomic import write_atomic
 from novelfind.errors import OutputError
 
 # --- write_atomic ------------------------------------------------------------------------------

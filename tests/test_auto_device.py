@@ -8,10 +8,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind import devices, features
-from novelfind.devices import auto_cuda_min_photos, resolve_device
+from novelfind.base import devices
+from novelfind.base.devices import auto_cuda_min_photos, resolve_device
 from novelfind.extract.engines.local import extract
-from novelfind.features import AutoDeviceExtractor, build_extractor
+from novelfind.model import features
+from novelfind.model.features import AutoDeviceExtractor, build_extractor
 from tests.test_pipeline import DictCache, MeanColour, make_library
 
 

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from conftest import unprivileged
 
-from novelfind.cache import store as cache_store
 from novelfind.cache import (
     APPLICATION_ID,
     SCHEMA_VERSION,
@@ -25,8 +24,9 @@ from novelfind.cache import (
     FeatureCache,
     NullCache,
 )
+from novelfind.cache import store as cache_store
 from novelfind.errors import CacheError
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 REPO = Path(cache_store.__file__).resolve().parents[2]
 DIM = 16
@@ -563,7 +563,7 @@ import sys
 import numpy as np
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 db, name, batches, size, dim = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 go = Path(sys.argv[6]) if len(sys.argv) > 6 else None
@@ -666,7 +666,7 @@ import json, multiprocessing, sqlite3, sys, tempfile
 from pathlib import Path
 import numpy as np
 from novelfind.cache import FeatureCache
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 folder, writers, trials, burners = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
@@ -753,7 +753,7 @@ _READER_SCRIPT = """
 import sys, json
 from pathlib import Path
 from novelfind.cache import FeatureCache
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 db, rounds = sys.argv[1], int(sys.argv[2])
 files = [ImageFile(Path("/lib", f"a-0-{i}.jpg"), 0, i) for i in range(50)]
 hits = []

@@ -14,8 +14,8 @@ from novelfind.cache import FeatureCache
 from novelfind.cache import store as cache_store
 from novelfind.extract import stage
 from novelfind.extract.engines.local import extract
-from novelfind.walk import ImageFile
-from novelfind.weights import FormerKeys
+from novelfind.media.walk import ImageFile
+from novelfind.model.weights import FormerKeys
 
 NEW, OLD_POOLED, OLD_LOGITS = "fake:pooled-v1", "fake:pooled", "fake:logits"
 SENTINEL = 999.0  # what the old classifier-output entries hold: never seen in a result
@@ -201,12 +201,12 @@ def test_one_vector_per_photo_in_the_cache_dtype(tmp_path, dtype):
 def test_the_command_line_says_it_once_on_stderr(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    import novelfind.features
+    import novelfind.model.features
     from novelfind.cli import cli
 
     files = library(tmp_path / "lib", 6)
     model = PooledFake()
-    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: model)
+    monkeypatch.setattr(novelfind.model.features, "build_extractor", lambda **kwargs: model)
     cache = tmp_path / "c.sqlite"
     write_old(cache, OLD_LOGITS, [(f, np.full(2, SENTINEL)) for f in files[:4]])
     result = CliRunner().invoke(cli, ["scan", str(tmp_path / "lib"), "--k", "2", "--dedup", "0", "--cache", str(cache)])
@@ -224,7 +224,7 @@ def test_the_notice_counts_what_the_summary_counts_when_copies_share_their_bytes
 
     from click.testing import CliRunner
 
-    import novelfind.features
+    import novelfind.model.features
     from novelfind.cli import cli
 
     lib = tmp_path / "lib"
@@ -233,7 +233,7 @@ def test_the_notice_counts_what_the_summary_counts_when_copies_share_their_bytes
         (lib / "zz-copies").mkdir(exist_ok=True)
         shutil.copy2(f.path, lib / "zz-copies" / f.path.name)
     model = PooledFake()
-    monkeypatch.setattr(novelfind.features, "build_extractor", lambda **kwargs: model)
+    monkeypatch.setattr(novelfind.model.features, "build_extractor", lambda **kwargs: model)
     cache = tmp_path / "c.sqlite"
     copies = [ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(lib.glob("zz-copies/*"))]
     write_old(cache, OLD_LOGITS, [(f, np.full(2, SENTINEL)) for f in files + copies])
@@ -255,8 +255,8 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
     from click.testing import CliRunner
 
-    from novelfind import weights
     from novelfind.cli import cli
+    from novelfind.model import weights
 
     lib = tmp_path / "lib"
     files = library(lib, 4)
@@ -287,7 +287,7 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
 
 def test_a_cache_without_the_dates_table_gets_it_in_place_and_keeps_its_vectors(tmp_path):
-    from novelfind import dates
+    from novelfind.media import dates
 
     files = library(tmp_path / "lib", 3)
     path = tmp_path / "c.sqlite"

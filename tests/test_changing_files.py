@@ -18,8 +18,8 @@ from click.testing import CliRunner
 from conftest import child_env, make_photo, rank_all_as_json
 
 from novelfind.cli import cli
-from novelfind.decode import file_digest, read_for_model
 from novelfind.errors import DecodeError
+from novelfind.media.decode import file_digest, read_for_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -166,7 +166,7 @@ def test_a_folder_removed_mid_walk_is_reported_and_the_next_scan_agrees_with_the
 ):
     """While the walk lists folder b, folders b and c go: c is reported, the rest is ranked; the next
     scan on the same cache ranks what is left, as a scan without a cache does."""
-    import novelfind.walk
+    import novelfind.media.walk
 
     library = tmp_path / "photos"
     for folder in "abcd":
@@ -192,7 +192,7 @@ def test_a_folder_removed_mid_walk_is_reported_and_the_next_scan_agrees_with_the
     cache = tmp_path / "cache.sqlite"
     args = ["scan", library, "--k", "100", "--dedup", "0", "--format", "json", "--workers", "0"]
     with monkeypatch.context() as m:
-        m.setattr(novelfind.walk.os, "scandir", ListingRemovesFolders)
+        m.setattr(novelfind.media.walk.os, "scandir", ListingRemovesFolders)
         first = CliRunner().invoke(cli, [*map(str, args), "--cache", str(cache)])
     assert first.exit_code == 3, first.output  # finished, some photos unreadable
     assert "Traceback" not in first.stderr

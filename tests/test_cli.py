@@ -15,11 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 import novelfind
-from novelfind import __version__, params, ranking
+from novelfind import __version__, params
+from novelfind.base.lock import output_lock_path
 from novelfind.cli import OPTION_GROUPS, cli
 from novelfind.config import config_keys
 from novelfind.errors import InputError
-from novelfind.lock import output_lock_path
+from novelfind.ranking import driver as ranking
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -323,7 +324,7 @@ def test_exit_codes_are_documented():
 def _hold_lock(path: Path) -> subprocess.Popen:
     """Another process holding the lock file ``path`` until its stdin closes."""
     code = (
-        "import sys; from novelfind.lock import RunLock\n"
+        "import sys; from novelfind.base.lock import RunLock\n"
         f"with RunLock({str(path)!r}):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
@@ -461,7 +462,7 @@ def test_a_keyword_from_the_environment_waits_for_xmp(library, fake_extractor):
 
 def test_the_ads_settings_have_one_set_of_limits():
     """The scan's ADS parameters and the solver's ADSConfig accept and refuse the same values."""
-    from novelfind.adsconfig import ADS_LIMITS, ADSConfig
+    from novelfind.ranking.adsconfig import ADS_LIMITS, ADSConfig
 
     for name, limit in ADS_LIMITS.items():
         if name in params.LIMITS:

@@ -16,8 +16,8 @@ from conftest import make_photo, missing_prerequisite
 from sidecars import read_sidecar
 
 import novelfind
-from novelfind import xmp
 from novelfind.cli import cli, human_size
+from novelfind.outputs import xmp
 
 
 def run(*args):
@@ -284,18 +284,18 @@ def test_human_size():
 def test_ignore_silences_a_file_whose_bytes_cannot_be_read(library, fake_extractor, monkeypatch):
     """A file the scan may not open (permission denied; faked here, since tests may run as root) is put
     on the list by its path, size and time, with a note, and the scan skips it without a word."""
-    import novelfind.ignore
+    import novelfind.media.ignore
 
     root = library["root"]
     locked = truncated_jpeg(root / "trip0" / "locked.jpg")
-    real = novelfind.ignore.digest_file
+    real = novelfind.media.ignore.digest_file
 
     def digest_file(path):
         if Path(path) == locked:
             raise PermissionError(13, "Permission denied")
         return real(path)
 
-    monkeypatch.setattr(novelfind.ignore, "digest_file", digest_file)
+    monkeypatch.setattr(novelfind.media.ignore, "digest_file", digest_file)
     added = run("ignore", locked)
     assert (added.exit_code, added.stdout) == (0, "added\t1\n")
     assert added.stderr == (f"note: {locked} cannot be read (Permission denied): ignored by its path, size "

@@ -18,12 +18,12 @@ import torch
 from conftest import make_photo
 from PIL import Image
 
-from novelfind import decode
 from novelfind.extract import stage
 from novelfind.extract.decoders import gpu as gpu_decode
 from novelfind.extract.engines import local
-from novelfind.features import CUDA_TOLERANCE, build_extractor
-from novelfind.solver import ADSConfig, ads
+from novelfind.media import decode
+from novelfind.model.features import CUDA_TOLERANCE, build_extractor
+from novelfind.ranking.solver import ADSConfig, ads
 
 pytestmark = [pytest.mark.cuda, pytest.mark.usefixtures("cuda")]  # skip before building any fixture
 
@@ -75,7 +75,7 @@ def test_ads_on_cuda_is_deterministic(cuda):
 
 @pytest.mark.parametrize("method", ["ads", "ads-paper"])
 def test_ranking_on_cuda_matches_cpu(cuda, method, record_property):
-    from novelfind import ranking
+    from novelfind.ranking import driver as ranking
 
     x, out = planted(5000, 128, 12, 7)
     on_gpu = ranking.rank(x, 12, method=method, device="cuda")
@@ -260,7 +260,7 @@ def jpeg_folder(tmp_path_factory, jpegs) -> Path:
 
 def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, real_weights, jpeg_folder, record_property):
     from novelfind.cache import NullCache
-    from novelfind.walk import walk
+    from novelfind.media.walk import walk
 
     files = list(walk([jpeg_folder]))
     ex = build_extractor(device="cuda")

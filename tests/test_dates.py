@@ -1,4 +1,4 @@
-"""When each photo was taken (``novelfind.dates``): EXIF with and without its offset and sub-seconds, no
+"""When each photo was taken (``novelfind.media.dates``): EXIF with and without its offset and sub-seconds, no
 EXIF, a reset clock, RAW files, clips, XMP sidecars, a copied library whose file times are not trusted,
 the dates kept in the cache, ``--since`` by capture date and in relative forms, and the outputs that say
 where each date came from."""
@@ -21,10 +21,11 @@ from conftest import make_photo
 from PIL import Image
 
 import novelfind
-from novelfind import dates, params
+from novelfind import params
 from novelfind.cache import FeatureCache
 from novelfind.cli import cli
 from novelfind.errors import InputError
+from novelfind.media import dates
 
 DAY = 86400
 

@@ -11,9 +11,9 @@ import pytest
 from conftest import missing_prerequisite
 from PIL import Image
 
-from novelfind import decode
-from novelfind.decode import INPUT_SIZE, image_info, load_image, read_for_model, to_model_input
 from novelfind.errors import DecodeError
+from novelfind.media import decode
+from novelfind.media.decode import INPUT_SIZE, image_info, load_image, read_for_model, to_model_input
 
 
 def _quadrants(w: int = 40, h: int = 20) -> Image.Image:
@@ -169,7 +169,7 @@ def test_very_thin_image_is_cheap(tmp_path):
     code = textwrap.dedent(
         f"""
         import json
-        from novelfind.decode import read_for_model
+        from novelfind.media.decode import read_for_model
         def peak_kb():  # this process's own high-water mark (ru_maxrss includes the parent's)
             with open("/proc/self/status") as status:
                 return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))

@@ -18,13 +18,14 @@ from PIL import Image
 from stalling import NOT_STOPPED, SLOW_S, WOKE_UP, StallingDecoder, StallingThumbnails
 
 import novelfind
-from novelfind import decode, htmlreport
 from novelfind.cli import cli
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.engines import local
 from novelfind.extract.stage import decode_file
+from novelfind.media import decode
+from novelfind.outputs import report as htmlreport
 
 LIMIT_S = 8.0  # far above a test photo's decode (milliseconds) and SLOW_S, even on a busy machine
 STOPPED = f"decoding took longer than {LIMIT_S:g} s; stopped"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from novelfind import dirs
+from novelfind.base import dirs
 
 
 @pytest.fixture

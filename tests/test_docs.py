@@ -285,7 +285,7 @@ def one_pick():
 
 
 def test_every_format_is_in_the_format_tables():
-    from novelfind.formats import FORMATS
+    from novelfind.outputs.formats import FORMATS
 
     for name, path in {**OUTPUT_DOCS, "docs/output-schema.md": SCHEMA}.items():
         documented = format_table(path.read_text())
@@ -293,7 +293,7 @@ def test_every_format_is_in_the_format_tables():
 
 
 def test_the_documented_tsv_columns_are_the_ones_written():
-    from novelfind.formats import TSV_COLUMNS, format_results
+    from novelfind.outputs.formats import TSV_COLUMNS, format_results
 
     line = format_results([one_pick()], "tsv").rstrip("\n")
     assert len(line.split("\t")) == len(TSV_COLUMNS) == 4
@@ -310,7 +310,7 @@ def test_the_documented_csv_columns_are_the_ones_written():
     import csv
     import io
 
-    from novelfind.formats import CSV_COLUMNS, format_results
+    from novelfind.outputs.formats import CSV_COLUMNS, format_results
 
     header, row = list(csv.reader(io.StringIO(format_results([one_pick()], "csv"))))
     assert tuple(header) == CSV_COLUMNS and len(row) == len(header)
@@ -330,7 +330,7 @@ def test_every_pick_field_is_documented():
     fields and properties in docs/api.md."""
     import dataclasses
 
-    from novelfind.formats import _pick_record
+    from novelfind.outputs.formats import _pick_record
     from novelfind.picks import Pick
 
     record = _pick_record(one_pick())

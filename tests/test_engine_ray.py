@@ -25,7 +25,7 @@ import pytest
 from conftest import make_photo, missing_prerequisite
 
 import novelfind
-from novelfind.atomic import encode_output
+from novelfind.base.atomic import encode_output
 from novelfind.errors import ClusterError, ExitCode
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def photos(tmp_path_factory) -> list[str]:
 def local_results(photos, model_cache):
     """What the local engine makes of each file: (digest, stored vector: the pooled one) or (None, reason)."""
     from novelfind.extract.stage import decode_file
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     extractor = build_extractor(backend="onnx", device="cpu", cache_dir=model_cache)
     out = []

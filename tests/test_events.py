@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import novelfind
-from novelfind import events, ranking
-from novelfind.sources import ChunkedSource
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import events
+from novelfind.ranking.sources import ChunkedSource
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -130,7 +131,7 @@ def test_a_single_odd_photo_in_an_ordinary_day_is_still_found():
 
 
 def test_chunked_equals_in_memory_above_the_exact_limit(monkeypatch):
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     monkeypatch.setattr(knn, "EXACT_MAX_N", 500)  # the certified path (bounds, exact top)
     x, t, batch = _library(6)
@@ -167,7 +168,7 @@ def test_picks_and_json_carry_the_moment_span():
     from pathlib import Path
     from types import SimpleNamespace
 
-    from novelfind.formats import format_results
+    from novelfind.outputs.formats import format_results
     from novelfind.picks import picks_of
 
     x, t, batch = _library(8)

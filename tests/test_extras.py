@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from novelfind import extras
+from novelfind.base import extras
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_installed_finds_without_importing(fake_modules):
 
 def test_importing_novelfind_imports_no_extra():
     code = (
-        "import sys, novelfind.decode, novelfind.raw, novelfind.xmp, novelfind.features,"
+        "import sys, novelfind.media.decode, novelfind.media.raw, novelfind.outputs.xmp, novelfind.model.features,"
         " novelfind.extract.engines.local\n"
         "heavy = ('rawpy', 'exiv2', 'onnxruntime', 'ray', 'nvidia.nvimgcodec')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"

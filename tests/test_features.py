@@ -9,10 +9,11 @@ import warnings
 import numpy as np
 import pytest
 
-from novelfind import devices, features, weights
+from novelfind.base import devices
 from novelfind.errors import WeightsError
-from novelfind.features import BACKEND_TOLERANCE, build_extractor
-from novelfind.weights import WEIGHTS_FILE, model_key_for, resolve_weights
+from novelfind.model import features, weights
+from novelfind.model.features import BACKEND_TOLERANCE, build_extractor
+from novelfind.model.weights import WEIGHTS_FILE, model_key_for, resolve_weights
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +332,7 @@ def test_labels_cost_no_torch_import(real_weights):
     code = (
         "import json, sys, types\n"
         "import numpy as np\n"
-        "from novelfind import features, weights\n"
+        "from novelfind.model import features, weights\n"
         "ex = types.SimpleNamespace(model_key=weights.model_key_for(), feature='pooled',\n"
         f"                          weights={str(real_weights)!r})\n"
         "pooled = np.random.default_rng(0).uniform(0, 1, (5, 1280)).astype(np.float32)\n"

@@ -63,7 +63,7 @@ def test_onnxruntime_telemetry_is_off_before_the_first_session(tmp_path):
     home.mkdir()
     code = (
         "import onnxruntime, os\n"
-        "from novelfind import features\n"
+        "from novelfind.model import features\n"
         "ort = features.onnxruntime()\n"
         "path = os.path.join(os.path.dirname(ort.__file__), 'datasets', 'mul_1.onnx')\n"
         "ort.InferenceSession(path, providers=['CPUExecutionProvider'])\n"
@@ -71,7 +71,7 @@ def test_onnxruntime_telemetry_is_off_before_the_first_session(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "ORT_"))}
     env.update(HOME=str(home), PYTHONPATH=str(ROOT))
     # novelfind imported first, as the command does: the variable is set before onnxruntime loads
-    code = "import novelfind.features\n" + code
+    code = "import novelfind.model.features\n" + code
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert _files_under(home) == set()
@@ -105,7 +105,7 @@ def damaged_novelfind_cache(tmp_path) -> Path:
     import numpy as np
 
     from novelfind.cache import FeatureCache
-    from novelfind.walk import ImageFile
+    from novelfind.media.walk import ImageFile
 
     path = tmp_path / "features.sqlite"
     with FeatureCache(path, "m1") as cache:
@@ -216,7 +216,7 @@ def test_ignoring_a_file_that_is_not_an_image_reports_it(library, tmp_path):
     assert result.exit_code == 3
     assert result.stdout == "added\t1\n"
     assert result.stderr == f"warning: not added: {notes} is not a photo novelfind reads\n"
-    assert [e.path for e in __import__("novelfind.ignore").ignore.IgnoreList(listfile).entries()] == [
+    assert [e.path for e in __import__("novelfind.media.ignore").media.ignore.IgnoreList(listfile).entries()] == [
         library["odd"][0]
     ]
 
@@ -246,7 +246,7 @@ def test_one_photo_is_singular(tmp_path, fake_extractor):
 
 
 def test_one_raw_file_left_out_is_singular(tmp_path, fake_extractor, monkeypatch):
-    from novelfind import raw
+    from novelfind.media import raw
 
     monkeypatch.setattr(raw, "available", lambda: False)
     make_photo(tmp_path / "lib" / "a.jpg", (10, 200, 30), seed=1)
@@ -271,8 +271,8 @@ def test_re_ignoring_a_folder_counts_photos_not_files(tmp_path):
 
 
 def test_a_text_file_named_like_a_raw_file_is_not_a_raw_file():
-    from novelfind import raw
     from novelfind.errors import DecodeError
+    from novelfind.media import raw
 
     if not raw.available():
         pytest.skip("rawpy is not installed")

@@ -19,8 +19,8 @@ from conftest import child_env, rank_all_as_json, sized
 from fuzzing import FORMATS, SUFFIX, cases, claimed_size_bombs
 from PIL import Image
 
-from novelfind.decode import read_for_model
 from novelfind.errors import DecodeError
+from novelfind.media.decode import read_for_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = ROOT / "tests" / "fuzzing.py"

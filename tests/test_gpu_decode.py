@@ -17,7 +17,6 @@ import pytest
 import torch
 from PIL import Image
 
-from novelfind import decode
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import gpu as gpu_decode
 from novelfind.extract.decoders import jpeg_header, pillow
@@ -34,6 +33,7 @@ from novelfind.extract.decoders.gpu import (
     stack_pixels,
 )
 from novelfind.extract.engines.local import extract
+from novelfind.media import decode
 
 
 def photo(w: int, h: int, seed: int = 0) -> np.ndarray:

@@ -26,10 +26,10 @@ from click.testing import CliRunner
 from conftest import child_env, make_photo, rank_all_as_json
 from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all, flat_png, forged_names, many_scans_jpeg
 
-from novelfind import decode
 from novelfind.cli import cli
-from novelfind.decode import image_info, load_image, read_for_model
 from novelfind.errors import DecodeError
+from novelfind.media import decode
+from novelfind.media.decode import image_info, load_image, read_for_model
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -120,7 +120,7 @@ def test_many_frames_and_pages_decode_only_the_first(hostile, monkeypatch):
 
 _PEAK_SCRIPT = """
 import json, sys
-from novelfind.decode import read_for_model
+from novelfind.media.decode import read_for_model
 def peak_kb():  # this process's own high-water mark (ru_maxrss would include the parent's, inherited)
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
@@ -274,7 +274,7 @@ def test_a_sidecar_planted_as_a_link_is_refused_by_name(fake_extractor, small_li
 
 def test_retracting_a_tag_restores_an_empty_sidecar_to_the_byte(tmp_path):
     pytest.importorskip("exiv2")
-    from novelfind import xmp
+    from novelfind.outputs import xmp
 
     photo = make_photo(tmp_path / "IMG_1.jpg", (200, 30, 30), seed=1, size=(32, 24))
     sidecar = tmp_path / "IMG_1.jpg.xmp"
@@ -374,8 +374,8 @@ def test_a_damaged_cached_vector_is_extracted_again_with_one_warning(
 
 def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
     from novelfind.cache import FeatureCache
-    from novelfind.walk import ImageFile
-    from novelfind.weights import STORED_NORM_MAX
+    from novelfind.media.walk import ImageFile
+    from novelfind.model.weights import STORED_NORM_MAX
 
     warned: list[str] = []
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
@@ -452,7 +452,7 @@ def test_ignore_list_escapes_a_planted_added_field_and_path(tmp_path):
 
 
 def test_one_line_escapes_what_a_terminal_or_splitlines_would_act_on():
-    from novelfind.safe_text import one_line
+    from novelfind.base.safe_text import one_line
 
     text = "a\nb\rc\x1b[31md\x07e\u2028f\u2029g\x85h\u202ei\udce9j Été"
     shown = one_line(text)
@@ -577,8 +577,8 @@ def test_dates_beyond_what_file_times_hold_pick_none_or_all(fake_extractor, smal
 
 
 def test_a_lock_file_planted_as_a_link_is_not_opened(tmp_path):
+    from novelfind.base.lock import RunLock
     from novelfind.errors import NovelfindError
-    from novelfind.lock import RunLock
 
     victim = tmp_path / "victim.txt"
     victim.write_text("keep")

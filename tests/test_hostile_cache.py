@@ -19,7 +19,7 @@ from conftest import make_photo
 from novelfind.cache import APPLICATION_ID, CacheWriteError, FeatureCache, guard
 from novelfind.cli import cli
 from novelfind.errors import CacheError
-from novelfind.walk import ImageFile
+from novelfind.media.walk import ImageFile
 
 ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r"
 
@@ -238,7 +238,7 @@ def test_huge_blobs_are_never_loaded(tmp_path):
 
 
 def test_a_negative_pooled_value_is_damage_with_one_warning(tmp_path):
-    from novelfind.weights import STORED_NORM_MAX, STORED_VALUE_MIN
+    from novelfind.model.weights import STORED_NORM_MAX, STORED_VALUE_MIN
 
     warned: list[str] = []
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
@@ -254,7 +254,8 @@ def test_a_negative_pooled_value_is_damage_with_one_warning(tmp_path):
 
 
 def test_the_scan_gives_the_cache_the_models_bounds(monkeypatch, tmp_path):
-    from novelfind import run, weights
+    from novelfind import run
+    from novelfind.model import weights
 
     seen = {}
 
@@ -271,7 +272,7 @@ def test_the_scan_gives_the_cache_the_models_bounds(monkeypatch, tmp_path):
     root = tmp_path / "lib"
     make_photo(root / "a.jpg", (1, 2, 3), seed=1)
     monkeypatch.setattr(run, "open_store", fake_open_store)
-    monkeypatch.setattr("novelfind.features.build_extractor", lambda **kwargs: Pooled())
+    monkeypatch.setattr("novelfind.model.features.build_extractor", lambda **kwargs: Pooled())
     with pytest.raises(RuntimeError, match="stop here"):
         run.scan([root], cache=tmp_path / "c.sqlite")
     assert seen["min_value"] == weights.STORED_VALUE_MIN and seen["max_norm"] == weights.STORED_NORM_MAX
@@ -357,7 +358,7 @@ def test_a_deeply_nested_sidecar_is_reported_and_left_alone(fake_extractor, smal
 
 
 def test_safe_load_bounds(tmp_path):
-    from novelfind import safe_load
+    from novelfind.base import safe_load
 
     # brackets inside strings are no nesting
     assert safe_load.load_json('{"a": "[[[[\\"[[", "b": [[1]]}', max_bytes=100, max_depth=3) == {

@@ -20,10 +20,10 @@ from click.testing import CliRunner
 from clips import claiming_png, flat, pan, write_clip, write_png_clip
 from conftest import make_photo
 
-from novelfind import decode
 from novelfind.cli import cli
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, decode_file, guarded
+from novelfind.media import decode
 
 pytest.importorskip("av")
 
@@ -49,7 +49,7 @@ def _written(path: Path, data: bytes) -> Path:
 
 _PEAK = """
 import json, resource, sys
-from novelfind import decode
+from novelfind.media import decode
 from novelfind.extract.stage import decode_file
 if sys.argv[2] != "default":
     decode.set_pixel_budget(int(sys.argv[2]))

@@ -1,4 +1,4 @@
-"""The HTML report, the library map and the contact sheet (novelfind.htmlreport), rendered in Chromium."""
+"""The HTML report, the library map and the contact sheet (novelfind.outputs.report), rendered in Chromium."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 from conftest import missing_prerequisite
 from PIL import Image, ImageDraw
 
-from novelfind import htmlreport as nfhtml
 from novelfind.errors import OutputError
-from novelfind.htmlreport import write_contact_sheet, write_html_report
-from novelfind.pca import map_2d
+from novelfind.outputs import report as nfhtml
+from novelfind.outputs.report import write_contact_sheet, write_html_report
 from novelfind.picks import Pick
+from novelfind.ranking.pca import map_2d
 
 # --- fixtures ----------------------------------------------------------------------------------
 
@@ -339,9 +339,9 @@ def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
 
 
 def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
-    from novelfind.adsconfig import ADS_LIMITS
     from novelfind.params import ScanParameters
-    from novelfind.ranking import METHODS
+    from novelfind.ranking.adsconfig import ADS_LIMITS
+    from novelfind.ranking.driver import METHODS
 
     out = tmp_path / "r.html"
     for name, method in METHODS.items():
@@ -356,7 +356,7 @@ def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tm
 
 
 def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch):
-    from novelfind import ranking
+    from novelfind.ranking import driver as ranking
 
     x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
     for name, method in ranking.METHODS.items():
@@ -424,7 +424,7 @@ def test_a_clips_thumbnail_leaves_its_rank_visible(tmp_path, width):
     poster and its "▶ clip" mark) reaches left of the column, over the rank number."""
     from clips import flat, write_clip
 
-    from novelfind.video import ClipInfo
+    from novelfind.media.video import ClipInfo
 
     frames = [flat((200, 40, 40), size=(320, 180), seed=i) for i in range(20)]
     clip = write_clip(tmp_path / "moment.mp4", frames)
@@ -500,7 +500,7 @@ def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
 
 def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, library, fake_extractor):
     import novelfind
-    from novelfind import dirs
+    from novelfind.base import dirs
 
     kept = tmp_path / "caches"
     kept.mkdir()

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_photo
 
-from novelfind import decode
-from novelfind.ignore import IgnoreList, IgnoreListError, default_path, digest_file
+from novelfind.media import decode
+from novelfind.media.ignore import IgnoreList, IgnoreListError, default_path, digest_file
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,7 +122,7 @@ def test_a_file_whose_bytes_cannot_be_read_is_added_by_path_size_and_time(ignore
 
     photos[0].chmod(0o000)
     script = (
-        "import sys; from novelfind.ignore import IgnoreList; "
+        "import sys; from novelfind.media.ignore import IgnoreList; "
         "c = IgnoreList(sys.argv[1]).add(sys.argv[2:]); print(c.failures, len(c.changed), c.by_stat); "
         "print(IgnoreList(sys.argv[1]).find([[c.changed[0]]]).mask[0])"
     )
@@ -184,9 +184,9 @@ def test_explicit_file_in_a_new_folder(tmp_path, photos):
 
 
 def test_survives_cache_clear(photos):
+    from novelfind.base.dirs import feature_cache_path
     from novelfind.cache import FeatureCache
     from novelfind.cli import cli
-    from novelfind.dirs import feature_cache_path
 
     IgnoreList().add(photos[:2])
     FeatureCache(feature_cache_path(), model_key="m").close()  # the cache a scan would have made
@@ -225,7 +225,7 @@ def test_written_atomically_without_leftovers(ignored, photos):
 
 _ADD_SCRIPT = """
 import sys
-from novelfind.ignore import IgnoreList
+from novelfind.media.ignore import IgnoreList
 lst = IgnoreList(sys.argv[1])
 for p in sys.argv[2:]:
     lst.add_files([(p.rsplit("/", 1)[-1], p, 1)])
@@ -255,7 +255,7 @@ class _File:
 
 def test_find_reads_only_files_of_an_ignored_size(ignored, photos, tmp_path, monkeypatch):
     """A library's ignored photos are found by size first: no other file is looked up or read."""
-    from novelfind import ignore
+    from novelfind.media import ignore
 
     ignored.add([photos[2]])
     same_size = tmp_path / "photos" / "same-size.jpg"
@@ -276,7 +276,7 @@ def test_find_reads_only_files_of_an_ignored_size(ignored, photos, tmp_path, mon
 
 
 def test_find_takes_digests_the_cache_knows(ignored, photos, monkeypatch):
-    from novelfind import ignore
+    from novelfind.media import ignore
 
     ignored.add([photos[1]])
     monkeypatch.setattr(ignore, "digest_file", lambda path: pytest.fail(f"read {path}"))
@@ -297,14 +297,14 @@ def test_any_file_of_a_photo_makes_it_ignored(ignored, photos, tmp_path):
 
 
 def test_find_with_an_empty_list_reads_nothing(ignored, photos, monkeypatch):
-    from novelfind import ignore
+    from novelfind.media import ignore
 
     monkeypatch.setattr(ignore, "digest_file", lambda path: pytest.fail(f"read {path}"))
     assert ignored.find([[_File(p)] for p in photos]).mask.tolist() == [False] * 5
 
 
 def test_a_scans_steps_check_find_and_add_picks(tmp_path):
-    from novelfind.walk import ImageFile
+    from novelfind.media.walk import ImageFile
 
     a, b, c = (make_photo(tmp_path / f"{n}.jpg", (40 * i, 90, 200), seed=i) for i, n in enumerate("abc"))
     files = [ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in (a, b, c)]

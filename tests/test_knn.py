@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from novelfind import knn
+from novelfind.ranking import knn
 
 
 def clustered(n, d, seed, clusters=12, spread=0.3):
@@ -130,7 +130,7 @@ def test_knn_scores_at_several_neighbour_counts_bound_then_exact():
 
 def _lower_space(x, dims):
     """Principal coordinates plus residual norm: distances there are at most those in x."""
-    from novelfind.pca import fit_space
+    from novelfind.ranking.pca import fit_space
 
     space = fit_space(x, dims)
     return np.hstack([space.proj, space.resid[:, None]])

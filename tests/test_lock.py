@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-import novelfind.lock as lock_mod
+import novelfind.base.lock as lock_mod
+from novelfind.base.lock import RunLock, holder_pid
 from novelfind.errors import ExitCode, LockedError, NovelfindError
-from novelfind.lock import RunLock, holder_pid
 
 REPO = Path(lock_mod.__file__).resolve().parents[1]
 
 _HOLDER_SCRIPT = """
 import sys
-from novelfind.lock import RunLock
+from novelfind.base.lock import RunLock
 with RunLock(sys.argv[1]):
     print("held", flush=True)
     sys.stdin.readline()  # hold until told (or killed)

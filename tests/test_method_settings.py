@@ -13,10 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 import novelfind
-from novelfind import params, ranking
+from novelfind import params
 from novelfind.cli import cli
 from novelfind.errors import ExitCode, InputError, NeedsError
 from novelfind.extract.engines import ENGINES, Engine, engine_settings
+from novelfind.ranking import driver as ranking
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind import knn, microclusters, ranking
-from novelfind.ranking import rank
-from novelfind.sources import ChunkedSource
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import knn, microclusters
+from novelfind.ranking.driver import rank
+from novelfind.ranking.sources import ChunkedSource
 
 
 def _chunked(x: np.ndarray, rows: int) -> ChunkedSource:
@@ -96,8 +97,8 @@ def test_microcluster_refuses_a_library_past_its_size_before_any_work():
     """Its cost grows with N^2: past ``MICROCLUSTER_MAX_ROWS`` the scan stops before extracting, and
     rank() before scoring; at the limit it is accepted (the small libraries above rank)."""
     import novelfind
-    from novelfind import ranking
     from novelfind.errors import InputError
+    from novelfind.ranking import driver as ranking
 
     limit = ranking.MICROCLUSTER_MAX_ROWS
     assert ranking.read_in_chunks("microcluster", limit, 1280) is False

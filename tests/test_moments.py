@@ -1,4 +1,4 @@
-"""Moments (novelfind/moments.py): a pick and the other photos of its burst or batch, in every output.
+"""Moments (novelfind/ranking/moments.py): a pick and the other photos of its burst or batch, in every output.
 
 Grouping is checked on vectors (``novelfind.rank``, from a matrix and from chunks, past
 ``knn.EXACT_MAX_N``), and end to end on photos with the deterministic fake extractor: a burst of five
@@ -20,12 +20,14 @@ from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite
 
 import novelfind
-from novelfind import knn, moments, ranking, xmp
 from novelfind.cli import cli
-from novelfind.formats import format_results, unescape_field
+from novelfind.outputs import xmp
+from novelfind.outputs.formats import format_results, unescape_field
+from novelfind.outputs.placement import place_picks
 from novelfind.picks import Member, Pick
-from novelfind.placement import place_picks
-from novelfind.sources import ChunkedSource
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import knn, moments
+from novelfind.ranking.sources import ChunkedSource
 
 MTIME_NS = 1_700_000_000_123_456_789
 

@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from novelfind.pairs import Photo, group_photos
+from novelfind.media.pairs import Photo, group_photos
 
 
 @dataclass(frozen=True)
@@ -194,8 +194,8 @@ def test_grouping_invariants(entries):
 
 
 def test_a_scans_compact_photo_list_groups_as_group_photos_does(tmp_path):
-    from novelfind.pairs import PhotoList
-    from novelfind.walk import FileList, ImageFile
+    from novelfind.media.pairs import PhotoList
+    from novelfind.media.walk import FileList, ImageFile
 
     names = ["a.CR2", "a.JPG", "a.d/x.jpg", "b.jpg", "sub/b.NEF", "sub/b.jpg", "c.heic", "c.jpg", "c.png",
              "d.jpg", "d.jpeg", "e.jpg", "sub/a.jpg"]  # a folder between twins; two JPEGs of one name

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from novelfind import decode
 from novelfind.errors import CacheError
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
 from novelfind.extract.engines.local import extract
+from novelfind.media import decode
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,13 @@ from click.testing import CliRunner
 from conftest import make_photo
 from PIL import Image
 
-from novelfind import atomic, outputs, xmp
+from novelfind.base import atomic
 from novelfind.cli import cli
 from novelfind.errors import OutputError
+from novelfind.outputs import write as outputs
+from novelfind.outputs import xmp
+from novelfind.outputs.placement import MANIFEST_NAME, place_picks
 from novelfind.picks import Pick
-from novelfind.placement import MANIFEST_NAME, place_picks
 
 TRIES = 40
 SECRET = b"db password hunter2\n"

@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from novelfind import knn, pca
-from novelfind import ranking as rank_mod
-from novelfind.ranking import METHODS, rank
-from novelfind.solver import ADSConfig, ads
+from novelfind.ranking import driver as rank_mod
+from novelfind.ranking import knn, pca
+from novelfind.ranking.driver import METHODS, rank
+from novelfind.ranking.solver import ADSConfig, ads
 
 
 def blob_with_outliers(n=400, m=40, k=5, seed=0, shift=6.0, offset=0.0):

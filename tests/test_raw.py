@@ -10,8 +10,9 @@ import pytest
 from conftest import missing_prerequisite
 from PIL import Image, ImageOps
 
-from novelfind import decode, extras, raw
+from novelfind.base import extras
 from novelfind.errors import DecodeError
+from novelfind.media import decode, raw
 
 try:
     import imagecodecs  # noqa: F401 - tifffile needs it to write the JPEG preview

@@ -1,4 +1,4 @@
-"""Text formats (novelfind.formats) and placing the picks in a folder (novelfind.placement)."""
+"""Text formats (novelfind.outputs.formats) and placing the picks in a folder (novelfind.outputs.placement)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from novelfind import formats, placement
-from novelfind.atomic import encode_output
+from novelfind.base.atomic import encode_output
 from novelfind.errors import OutputError
-from novelfind.formats import escape_field, format_results, unescape_field
+from novelfind.media.video import ClipInfo
+from novelfind.outputs import formats, placement
+from novelfind.outputs.formats import escape_field, format_results, unescape_field
+from novelfind.outputs.placement import MANIFEST_NAME, pick_filename, place_picks
 from novelfind.picks import Pick, iso_utc
-from novelfind.placement import MANIFEST_NAME, pick_filename, place_picks
-from novelfind.video import ClipInfo
 
 MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
 

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite
 
 from novelfind.cli import cli
-from novelfind.ranking import METHODS
+from novelfind.ranking.driver import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -180,16 +180,16 @@ def corpus(tmp_path):
 
 
 def test_awkward_corpus_every_file_ranked_or_reported_once(corpus, fake_extractor, tmp_path, monkeypatch):
-    import novelfind.walk
+    import novelfind.media.walk
 
-    real_walk = novelfind.walk.walk
+    real_walk = novelfind.media.walk.walk
 
     def walk_then_delete(*args, **kwargs):
         files = list(real_walk(*args, **kwargs))
         corpus.vanishing.unlink()  # gone after the walk listed it, before it is decoded
         return iter(files)
 
-    monkeypatch.setattr(novelfind.walk, "walk", walk_then_delete)
+    monkeypatch.setattr(novelfind.media.walk, "walk", walk_then_delete)
     result = run("scan", corpus.root, *RANK_ALL_JSON, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 3, result.stderr
     doc = json.loads(result.stdout)
@@ -228,8 +228,8 @@ def test_decompression_bomb_is_refused_before_decoding(corpus, monkeypatch):
     """The bomb's header claims 4.3 gigapixels: it must be refused without loading pixel data."""
     from PIL import ImageFile
 
-    from novelfind.decode import load_image, read_for_model
     from novelfind.errors import DecodeError
+    from novelfind.media.decode import load_image, read_for_model
 
     loads = []
     real_load = ImageFile.ImageFile.load
@@ -607,8 +607,8 @@ def _features(n: int = 12, m: int = 8, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
 def test_solver_and_rank_reject_nan_and_inf(poison):
-    from novelfind.ranking import METHODS, rank
-    from novelfind.solver import ads, ads_reference
+    from novelfind.ranking.driver import METHODS, rank
+    from novelfind.ranking.solver import ads, ads_reference
 
     x = _features()
     x[3, 2] = poison
@@ -623,8 +623,8 @@ def test_solver_and_rank_reject_nan_and_inf(poison):
 
 @pytest.mark.parametrize("k", [0, -1, -(2**40)])
 def test_solver_and_rank_reject_k_below_one(k):
-    from novelfind.ranking import rank
-    from novelfind.solver import ads
+    from novelfind.ranking.driver import rank
+    from novelfind.ranking.solver import ads
 
     with pytest.raises(ValueError, match=str(k)):
         ads(_features(), k)
@@ -634,8 +634,8 @@ def test_solver_and_rank_reject_k_below_one(k):
 
 @pytest.mark.parametrize("shape", [(0, 8), (5, 0), (8,), (2, 3, 4)])
 def test_solver_and_rank_reject_bad_shapes(shape):
-    from novelfind.ranking import rank
-    from novelfind.solver import ads
+    from novelfind.ranking.driver import rank
+    from novelfind.ranking.solver import ads
 
     x = np.zeros(shape, np.float32)
     with pytest.raises(ValueError):
@@ -647,7 +647,7 @@ def test_solver_and_rank_reject_bad_shapes(shape):
 def _near_copies_listed(x: np.ndarray, picks: np.ndarray) -> int:
     """How many of ``picks`` lie within the default near-duplicate distance of an earlier pick (unit rows)
     -- the list's filled tail; they must all come after the distinct picks."""
-    from novelfind.ranking import DEFAULT_DEDUP, l2_normalise
+    from novelfind.ranking.driver import DEFAULT_DEDUP, l2_normalise
 
     u = l2_normalise(np.asarray(x, np.float64) / max(float(np.abs(x).max()), 1e-300))[picks]
     near = [bool((np.linalg.norm(u[:i] - u[i], axis=1) < DEFAULT_DEDUP).any()) for i in range(len(u))]
@@ -684,8 +684,8 @@ def _assert_sane_ranking(r, n: int, k: int, filled: int = 0) -> None:
     ["k>n", "n=1", "identical", "zeros", "huge-finite", "tiny", "one-column", "duplicated-pairs"],
 )
 def test_rank_gives_a_defined_result_on_degenerate_features(case):
-    from novelfind.ranking import METHODS, rank
-    from novelfind.solver import ads
+    from novelfind.ranking.driver import METHODS, rank
+    from novelfind.ranking.solver import ads
 
     x = _features(20, 8)
     k = 5

@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_photo
 
-from novelfind import video, walk
 from novelfind.cli import cli
-from novelfind.decode import HEIF_EXTENSIONS
-from novelfind.video import VIDEO_EXTENSIONS
+from novelfind.media import video, walk
+from novelfind.media.decode import HEIF_EXTENSIONS
+from novelfind.media.video import VIDEO_EXTENSIONS
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Tests for the ADS solver (novelfind.solver)."""
+"""Tests for the ADS solver (novelfind.ranking.solver)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from novelfind.solver import ADSConfig, ADSResult, _k_at, ads, ads_reference
+from novelfind.ranking.solver import ADSConfig, ADSResult, _k_at, ads, ads_reference
 
 SOLVERS = [ads, ads_reference]
 
@@ -137,7 +137,7 @@ def test_cuda_matches_cpu_selection(cuda):
 
 
 def test_spread_rows_stay_in_range_past_float32_integers():
-    from novelfind.solver import _spread_rows
+    from novelfind.ranking.solver import _spread_rows
 
     for n in (1, 2, 5, 8192, 16_777_220, 100_000_007):
         rows = _spread_rows(n, 8192)
@@ -151,7 +151,7 @@ def test_batched_blocks_path(monkeypatch):
     x, _ = planted(1000, 16, 10)
     cfg = ADSConfig(block=96)  # 10 full blocks and a tail of 40 rows
     one = ads(x, 10, cfg)
-    monkeypatch.setattr("novelfind.solver._blocks_per_step", lambda device, block: 3)
+    monkeypatch.setattr("novelfind.ranking.solver._blocks_per_step", lambda device, block: 3)
     three = ads(x, 10, cfg)
     np.testing.assert_allclose(one.weights, three.weights, rtol=1e-4, atol=1e-6)
     assert one.ranking.tolist() == three.ranking.tolist()
@@ -253,7 +253,7 @@ def test_block_size_does_not_change_the_answer_on_clear_data(monkeypatch):
     rows; a 10,000-row block needs N > 10,000 and, for the test only, a floor of one draw per epoch.
     The rows per block that really ran are recorded and checked.
     """
-    import novelfind.solver as solver_mod
+    import novelfind.ranking.solver as solver_mod
 
     widths: list[int] = []
     real_block_sums = solver_mod._block_sums

@@ -7,9 +7,10 @@ import sqlite3
 import numpy as np
 import pytest
 
-from novelfind import knn, pca, ranking
-from novelfind.ranking import rank
-from novelfind.sources import ChunkedSource, MatrixSource, blocks
+from novelfind.ranking import driver as ranking
+from novelfind.ranking import knn, pca
+from novelfind.ranking.driver import rank
+from novelfind.ranking.sources import ChunkedSource, MatrixSource, blocks
 
 
 def _features(n: int, m: int, seed: int, offset: float = 0.0) -> np.ndarray:
@@ -234,7 +235,7 @@ def test_chunked_ranking_finds_outliers_that_differ_off_the_principal_axes(seed,
 
 
 def ranking_config(seed: int):
-    from novelfind.solver import ADSConfig
+    from novelfind.ranking.solver import ADSConfig
 
     return ADSConfig(seed=seed)
 

@@ -22,14 +22,14 @@ from PIL import Image
 from stalling import StallingDecoder
 
 import novelfind
-from novelfind import video
 from novelfind.cache import FeatureCache
 from novelfind.cli import cli
 from novelfind.errors import DecodeError
 from novelfind.extract.decoders import pillow
 from novelfind.extract.engines.local import extract
 from novelfind.extract.stage import decode_file
-from novelfind.walk import FileList, walk
+from novelfind.media import video
+from novelfind.media.walk import FileList, walk
 
 RED, GREEN, BLUE = (220, 40, 40), (40, 200, 60), (40, 60, 200)
 
@@ -243,10 +243,10 @@ def test_clips_are_cached_by_content_and_read_again_when_the_rule_changes(tmp_pa
 
 def without_pyav(monkeypatch) -> None:
     """The walk as it is on an installation without PyAV: clips are not offered, but counted."""
-    import novelfind.walk
+    import novelfind.media.walk
 
-    walked = novelfind.walk.WALKED_EXTENSIONS - video.VIDEO_EXTENSIONS
-    monkeypatch.setattr(novelfind.walk, "WALKED_EXTENSIONS", walked)
+    walked = novelfind.media.walk.WALKED_EXTENSIONS - video.VIDEO_EXTENSIONS
+    monkeypatch.setattr(novelfind.media.walk, "WALKED_EXTENSIONS", walked)
 
 
 def test_without_pyav_clips_are_counted_named_and_the_photos_ranked(tmp_path, fake_extractor, monkeypatch):

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import unprivileged
 
-import novelfind.walk as scan
-from novelfind.decode import IMAGE_EXTENSIONS
+import novelfind.media.walk as scan
 from novelfind.errors import ExitCode, InputError
-from novelfind.walk import ImageFile, walk
+from novelfind.media.decode import IMAGE_EXTENSIONS
+from novelfind.media.walk import ImageFile, walk
 
 REPO = Path(scan.__file__).resolve().parents[1]
 
@@ -71,7 +71,7 @@ def test_walk_offers_exactly_what_the_decoder_reads(tmp_path, suffix):
     """An extension the decoder reads is walked; one it cannot read is not offered at all."""
     from PIL import Image, features
 
-    from novelfind.decode import read_for_model
+    from novelfind.media.decode import read_for_model
 
     if suffix == ".avif":
         can_read = bool(features.check("avif"))
@@ -388,7 +388,7 @@ def test_undecodable_file_names_are_found(tmp_path):
 
 _UNREADABLE_SCRIPT = """
 import json, sys
-from novelfind.walk import walk
+from novelfind.media.walk import walk
 errors = []
 found = [str(f.path) for f in walk(sys.argv[1], on_error=lambda p, r: errors.append([str(p), r]))]
 print(json.dumps({"found": found, "errors": errors}))

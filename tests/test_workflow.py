@@ -19,9 +19,10 @@ from PIL import Image
 from sidecars import read_sidecar
 
 import novelfind
-from novelfind import dirs, extras, xmp
+from novelfind.base import dirs, extras
 from novelfind.cli import cli
-from novelfind.ignore import IgnoreList
+from novelfind.media.ignore import IgnoreList
+from novelfind.outputs import xmp
 
 try:
     import rawpy  # noqa: F401
@@ -428,9 +429,9 @@ def test_xmp_problems_are_warnings_even_with_quiet_and_exit_3(library, fake_extr
 
 
 def test_xmp_without_its_library_is_a_clear_error_before_any_work(library, fake_extractor, monkeypatch):
-    import novelfind.outputs
+    import novelfind.outputs.write
 
-    monkeypatch.setattr(novelfind.outputs, "xmp_available", lambda: False)
+    monkeypatch.setattr(novelfind.outputs.write, "xmp_available", lambda: False)
     result = run("scan", library["root"], "--xmp")
     assert (result.exit_code, result.stdout) == (2, "")
     assert result.stderr == (

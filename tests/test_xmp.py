@@ -15,8 +15,8 @@ import pytest
 from conftest import missing_prerequisite, unprivileged
 from sidecars import read_sidecar
 
-from novelfind import xmp
-from novelfind.xmp import SidecarError, SidecarPick
+from novelfind.outputs import xmp
+from novelfind.outputs.xmp import SidecarError, SidecarPick
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -522,7 +522,7 @@ def test_symlinked_sidecar_is_refused_and_its_target_left_alone(tmp_path):
 _UNPRIVILEGED_SCRIPT = """
 import json, sys
 from pathlib import Path
-from novelfind import xmp
+from novelfind.outputs import xmp
 problems = []
 summary = xmp.apply_picks(
     [xmp.SidecarPick(Path(p), i + 1, 1.0) for i, p in enumerate(sys.argv[3:])],

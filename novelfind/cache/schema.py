@@ -24,11 +24,10 @@ import sqlite3
 import time
 from pathlib import Path
 
-from novelfind.cache import guard
-from novelfind.cache import failures
+from novelfind.base.safe_text import display
+from novelfind.cache import failures, guard
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
 from novelfind.errors import CacheError
-from novelfind.safe_text import display
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x4E564644  # "NVFD" in the SQLite header: this file is a novelfind cache
@@ -76,7 +75,7 @@ CREATE TABLE IF NOT EXISTS clips (
 ) WITHOUT ROWID
 """
 
-# When each photo was taken, as its bytes say (``novelfind.dates.embedded_date``): keyed by the content
+# When each photo was taken, as its bytes say (``novelfind.media.dates.embedded_date``): keyed by the content
 # digest like the vectors, for every model at once. Created in a cache of any age: a cache from before it
 # gets its dates on the next scan, from the photos' headers (no decode).
 _DATES = """

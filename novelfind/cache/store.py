@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from novelfind import dirs
-from novelfind.cache import guard
-from novelfind.cache import failures
+from novelfind.base import dirs
+from novelfind.base.safe_text import display
+from novelfind.cache import failures, guard
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     SQLITE_BUSY,
@@ -51,10 +51,9 @@ from novelfind.cache.schema import (
     schema_cookie,
 )
 from novelfind.errors import CacheError
-from novelfind.safe_text import display
 
 if TYPE_CHECKING:
-    from novelfind.walk import ImageFile
+    from novelfind.media.walk import ImageFile
 
 
 MMAP_BYTES = 1 << 30  # memory-mapped reads: lookups in a big cache ~2x faster than with read()
@@ -261,7 +260,7 @@ class FeatureCache:
         min_value: float | None = None,
     ) -> FeatureCache:
         """The cache at ``path``; None means the user's cache (``$NOVELFIND_CACHE``, else
-        ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.dirs.feature_cache_path`).
+        ``~/.cache/novelfind/features.sqlite``: :func:`novelfind.base.dirs.feature_cache_path`).
 
         With ``create`` False a missing file is ``CacheError("no cache at PATH")`` instead of a new,
         empty cache. Use it as a context manager, or call :meth:`close`::
@@ -555,7 +554,7 @@ class FeatureCache:
     ) -> list[tuple[str | None, tuple[float | None, int | None, str] | None]]:
         """Per file, (its digest as recorded when it was read, if it still has that size and mtime; the
         capture date stored for those bytes as (taken, utc_offset, source), or None when none is yet):
-        what ``novelfind.dates`` needs to read only the headers of photos without a stored date."""
+        what ``novelfind.media.dates`` needs to read only the headers of photos without a stored date."""
         found: dict[bytes, tuple[int, int, str, Any]] = {}
         stats = _stat_keys(files)
         sql = (

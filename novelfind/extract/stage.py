@@ -22,13 +22,13 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from novelfind import video
 from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
-from novelfind.features import Extractor
-from novelfind.raw import read_any_for_model
-from novelfind.sources import STREAM_CHUNK, ChunkedSource
-from novelfind.walk import FileList
+from novelfind.media import video
+from novelfind.media.raw import read_any_for_model
+from novelfind.media.walk import FileList
+from novelfind.model.features import Extractor
+from novelfind.ranking.sources import STREAM_CHUNK, ChunkedSource
 
 STAT_CHUNK = 2048  # files per cache stat lookup
 HEAD_CHUNK = 8192  # stored vectors turned into features at a time (bounds the temporary copy)

@@ -3,7 +3,7 @@
 One forward pass of MobileNet-V2 (the shipped weights and preprocessing) gives every feature kind:
 
 - ``logits`` (1000) and ``pooled`` (1280): what novelfind ships; checked against the shipped extractor
-  (``novelfind.features.build_extractor``) on the first batch of every run.
+  (``novelfind.model.features.build_extractor``) on the first batch of every run.
 - ``mid`` (752): mean and standard deviation over positions of the outputs of inverted-residual blocks
   3, 6, 10, 13 and 16 (24, 32, 64, 96 and 160 channels at strides 4, 8, 16, 16 and 32): mid-level
   texture statistics that the classifier head throws away. Prototype for the ranking research.
@@ -36,7 +36,7 @@ def _net():
     import torchvision
     from torch import nn
 
-    from novelfind.weights import MOBILENET_V2, resolve_weights
+    from novelfind.model.weights import MOBILENET_V2, resolve_weights
 
     class MultiNet(nn.Module):
         """uint8 (B, 224, 224, 3) -> logits (B, 1000), pooled (B, 1280), mid (B, 752)."""
@@ -69,7 +69,7 @@ def _net():
 
 
 def model_path() -> Path:
-    from novelfind.weights import WEIGHTS_SHA256
+    from novelfind.model.weights import WEIGHTS_SHA256
 
     tag = hashlib.sha1(f"{WEIGHTS_SHA256}-{MID_BLOCKS}-v1".encode()).hexdigest()[:10]
     return sources.data_dir() / "models" / f"mobilenet-multi-{tag}.onnx"
@@ -107,7 +107,7 @@ def session():
 
 def _check_against_shipped(pix: np.ndarray, logits: np.ndarray, pooled: np.ndarray) -> None:
     """The logits and pooled features must be the shipped extractor's (within float tolerance)."""
-    from novelfind.features import build_extractor
+    from novelfind.model.features import build_extractor
 
     for kind, mine in (("logits", logits), ("pooled", pooled)):
         ref = build_extractor(feature=kind, device="cpu")(pix)
@@ -117,7 +117,7 @@ def _check_against_shipped(pix: np.ndarray, logits: np.ndarray, pooled: np.ndarr
 
 
 def cache_key() -> str:
-    from novelfind.weights import PREPROCESS_VERSION
+    from novelfind.model.weights import PREPROCESS_VERSION
 
     for p in sources.POOLS:  # pool indexes must exist for the fingerprint
         sources.pool(p)
@@ -130,7 +130,7 @@ _WORKER_SET: sets.LabelledSet | None = None
 
 
 def _pixels(s: sets.LabelledSet, idx: range) -> np.ndarray:
-    from novelfind.decode import to_model_input
+    from novelfind.media.decode import to_model_input
 
     pix = []
     for i in idx:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from novelfind.solver import ADSConfig, ads
+from novelfind.ranking.solver import ADSConfig, ads
 
 DEDUP = 0.15  # the shipped default near-duplicate threshold (distance between L2-normalised features)
 KNN_K = 10
@@ -43,7 +43,7 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
         import importlib
 
         mod = None
-        for name in ("novelfind.ranking", "novelfind.rank"):
+        for name in ("novelfind.ranking.driver", "novelfind.rank"):
             try:
                 mod = importlib.import_module(name)
                 break
@@ -57,15 +57,15 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
 
 
 def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
-    """The ``ads`` method's score (``novelfind.ranking.ads_scores``) with another share for its
+    """The ``ads`` method's score (``novelfind.ranking.driver.ads_scores``) with another share for its
     density term: 1.0 is the default without its ADS term (the shipped density term alone, by the same
     code path as the default's at every N), 0.5 the default itself. The order is read as ``rank`` reads
-    it (``novelfind.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
+    it (``novelfind.ranking.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
     (above ``knn.EXACT_MAX_N`` rows) by upper bounds, which only AP sees."""
 
     def run(f: dict, k: int, seed: int) -> Scored:
-        from novelfind import ranking
-        from novelfind.knn import certified_order
+        from novelfind.ranking import driver as ranking
+        from novelfind.ranking.knn import certified_order
 
         x = np.ascontiguousarray(f[kind], dtype=np.float32)
         sc = ranking.ads_scores(x, k, ADSConfig(seed=seed), density_weight=density_weight)

@@ -4,7 +4,7 @@ A *moment* is a representative photo and its members. Every method measured here
 that the metrics over moments compare like with like:
 
 - a score-only method (cosine k-NN, cleanlab, IsolationForest, ADS, GLOSH) is walked best first and each
-  pick takes as members its microcluster: the shipped method's (``novelfind.microclusters``), or
+  pick takes as members its microcluster: the shipped method's (``novelfind.ranking.microclusters``), or
   ``microclusters`` here (its single-linkage component at radius r, when that component holds at most a
   share c of the library; else the pick alone); a photo already a member of an earlier pick is passed
   over;
@@ -176,7 +176,7 @@ def farthest_first(reps_x: np.ndarray, count: int) -> list[int]:
 def ads_choice(reps_x: np.ndarray, count: int, seed: int) -> list[int]:
     """ADS (paper Algorithm 1, the shipped solver) on the shortlist's representatives: the ``count``
     with the largest weights, in weight order."""
-    from novelfind.solver import ADSConfig, ads
+    from novelfind.ranking.solver import ADSConfig, ads
 
     if len(reps_x) <= count:
         return list(range(len(reps_x)))

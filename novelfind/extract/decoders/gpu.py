@@ -52,9 +52,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from novelfind import extras, video
-from novelfind.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
-from novelfind.devices import available_cpus
+from novelfind.base import extras
+from novelfind.base.devices import available_cpus
 from novelfind.errors import DecodeError
 from novelfind.extract.decoders import pillow
 
@@ -67,6 +66,8 @@ from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
     inspect_jpeg,
 )
 from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
+from novelfind.media import video
+from novelfind.media.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
 
 if TYPE_CHECKING:
     import torch

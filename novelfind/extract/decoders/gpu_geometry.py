@@ -1,4 +1,4 @@
-"""The CPU path's geometry (``novelfind.decode.to_model_input``) emulated in torch, on the device the
+"""The CPU path's geometry (``novelfind.media.decode.to_model_input``) emulated in torch, on the device the
 pixels were decoded on: Pillow's ``draft`` (libjpeg's DCT-domain 1/2, 1/4 or 1/8 decode) as an average
 over the same pixel blocks, then EXIF orientation, then Pillow's antialiased bilinear resize of the centre
 crop with its filter weights computed as Pillow computes them, each stage rounded to 8 bits like
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from novelfind.decode import INPUT_SIZE, crop_box, resized_geometry
 from novelfind.extract.decoders.jpeg_header import JpegInfo
+from novelfind.media.decode import INPUT_SIZE, crop_box, resized_geometry
 
 if TYPE_CHECKING:
     import torch

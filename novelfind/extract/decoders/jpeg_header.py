@@ -13,7 +13,7 @@ import io
 import warnings
 from dataclasses import dataclass
 
-from novelfind.decode import MAX_IMAGE_PIXELS, RESIZE_SIZE
+from novelfind.media.decode import MAX_IMAGE_PIXELS, RESIZE_SIZE
 
 # Larger JPEGs are left to Pillow (its reduced-scale decode needs far less memory than a full decode).
 GPU_MAX_PIXELS = 2**27  # 134 MP: medium-format cameras still decode on the GPU

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import decode
+from novelfind.base.lock import pid_alive
 from novelfind.extract.stage import Decoded, decode_file, use_known
-from novelfind.lock import pid_alive
+from novelfind.media import decode
 
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
 # A decode in a worker process that runs longer than this is stopped and its file reported. The largest
@@ -57,7 +57,7 @@ def _worker_init(
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
 
     With ``memory_share`` (bytes), the worker's address space is limited to its size now plus that share
-    (:func:`novelfind.decode.limit_address_space`): a decoder that tries to hold more fails with
+    (:func:`novelfind.media.decode.limit_address_space`): a decoder that tries to hold more fails with
     MemoryError, reported as its file's failure.
 
     A worker reports through return values only, so it lets go of the scan's stdout and stderr (a pipe

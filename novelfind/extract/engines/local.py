@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from novelfind.devices import available_cpus
+from novelfind.base.devices import available_cpus
 from novelfind.extract.decoders import DECODERS
 from novelfind.extract.stage import Extraction, FeatureStore, OnFailure, OnProgress, OnWarning, Stage, load
-from novelfind.features import Extractor
+from novelfind.model.features import Extractor
 
 # Fewer misses than this are decoded by one worker process (``workers`` 0) rather than one per core:
 # starting a pool of them costs more than a few files take to decode.

@@ -50,9 +50,9 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import __version__, atomic, video
+from novelfind import __version__
+from novelfind.base import atomic
 from novelfind.cache import DigestSet
-from novelfind.decode import INPUT_SIZE
 from novelfind.errors import ClusterError
 from novelfind.extract.engines.ray_connect import (
     CONNECT_TIMEOUT_S,
@@ -68,6 +68,8 @@ from novelfind.extract.engines.ray_connect import (
     _stderr_held,
     _user_error,
 )
+from novelfind.media import video
+from novelfind.media.decode import INPUT_SIZE
 
 INSTALL_HINT = "pip install 'novelfind[ray]'"
 STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
@@ -148,8 +150,8 @@ def _worker_extractor(spec: _ModelSpec):
     """The extractor a worker runs: the package's own classes on node-local copies of the shipped files."""
     import ray
 
-    from novelfind.features import OnnxExtractor, TorchExtractor
-    from novelfind.weights import WEIGHTS_FILE
+    from novelfind.model.features import OnnxExtractor, TorchExtractor
+    from novelfind.model.weights import WEIGHTS_FILE
 
     base = Path(tempfile.gettempdir()) / NODE_DIR
     weights = base / WEIGHTS_FILE
@@ -250,7 +252,7 @@ class RayEngine:
         stall_timeout: float = STALL_TIMEOUT_S,
         model_cache_dir: Path | None = None,
     ):
-        from novelfind.weights import FEATURE_DIMS, POOLED_DIM, model_key_for
+        from novelfind.model.weights import FEATURE_DIMS, POOLED_DIM, model_key_for
 
         if feature not in FEATURE_DIMS:
             raise ValueError(f"feature must be one of {sorted(FEATURE_DIMS)}, got {feature!r}")
@@ -301,7 +303,7 @@ class RayEngine:
         kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
         try:
             if not joining:
-                from novelfind.devices import available_cpus
+                from novelfind.base.devices import available_cpus
 
                 with _ray_env(RAY_LOG_LEVEL_ENV), _stderr_held():
                     ray.init(num_cpus=available_cpus(), include_dashboard=False, **kwargs)
@@ -369,8 +371,8 @@ class RayEngine:
         """Verify the weights, export + verify the ONNX graph here, and put the bytes in the object store."""
         if self._spec is not None:
             return self._spec
-        from novelfind.features import OnnxExtractor
-        from novelfind.weights import resolve_weights, sha256_file
+        from novelfind.model.features import OnnxExtractor
+        from novelfind.model.weights import resolve_weights, sha256_file
 
         ray = self._ray
         device, actors, cpus, gpus = self._plan()

@@ -1,9 +1,9 @@
 """Ranking methods: which K images are the most novel.
 
 ``rank(features, k)`` returns the picks best first, each with its nearest other image. ``features`` is
-an (N, M) array, or a source of vectors read in chunks (``novelfind.sources``): a library whose matrix
+an (N, M) array, or a source of vectors read in chunks (``novelfind.ranking.sources``): a library whose matrix
 passes the memory budget (``fits_in_memory``) is ranked from the feature cache that way. There is one
-ranking path over either source: the same PCA (``novelfind.pca``), the same scores, the same
+ranking path over either source: the same PCA (``novelfind.ranking.pca``), the same scores, the same
 grouping into moments; the source decides only how the vectors are read. Ranked from a matrix and from
 the same vectors in chunks, the picks, their scores, neighbours and distances are the same (tested).
 
@@ -17,14 +17,14 @@ ranks from chunks):
   benchmark's test split (README, "Quality"): it beats IsolationForest, the ADS blend (the earlier
   default) and Algorithm 1, and no candidate chosen on the dev split beat it on test by a margin
   that counts. The neighbour search is the certified one of ``knn`` below (exact up to
-  ``novelfind.knn.EXACT_MAX_N`` rows, bounds and an exact top above).
+  ``novelfind.ranking.knn.EXACT_MAX_N`` rows, bounds and an exact top above).
 - ``multiscale-knn``: cosine k-NN at several neighbourhood sizes, fused by rank
   (``multiscale_scores``). For each k in ``MULTISCALE_K`` (3, 10, 50) every row gets the mean distance
   to its k nearest other rows, turned into a rank percentile; the score is the mean of the
   percentiles. Made to see both a subject shot once (small k) and a small group of similar odd photos
   (large k): the best of about 75 candidates on the dev split, but on test it lost the rare-subject
   set and ended 0.02 below ``cosine-knn``; kept for groups of similar photos (art, quality faults).
-- ``microcluster``: odd batches and single odd photos on one scale (``novelfind.microclusters``): the
+- ``microcluster``: odd batches and single odd photos on one scale (``novelfind.ranking.microclusters``): the
   mean distance to the 50 nearest photos outside the photo's microcluster (its largest single-linkage
   component, over a geometric series of radii between unit rows, that holds at most a tenth of the
   library), on the logits, so the members of a batch far from the rest no longer hide each other.
@@ -35,8 +35,8 @@ ranks from chunks):
   local-density term (mean distance to the ``KNN_K`` nearest neighbours, raw features). Whitening
   makes subtle differences (a defect, a different digit) count next to the big ones; the density
   term keeps small clusters of ordinary pictures from looking novel. Sub-quadratic: ADS costs
-  O(E N J d); the density term is exact for every row up to ``novelfind.knn.EXACT_MAX_N`` rows and,
-  above, exact for the top of the ranking and certified (``novelfind.knn``: upper bounds from
+  O(E N J d); the density term is exact for every row up to ``novelfind.ranking.knn.EXACT_MAX_N`` rows and,
+  above, exact for the top of the ranking and certified (``novelfind.ranking.knn``: upper bounds from
   candidates found in the principal axes, the top made exact until no bound can reach it), so the
   picks are those of the exact computation at any N, from a matrix or from chunks. (An earlier
   from-cache path measured the density in the 64 axes instead: it found 0 of 100 planted outliers
@@ -53,7 +53,7 @@ with it, in ``scripts/baselines.py``.
 The scores that ``Ranking.all_scores`` holds are exact for the picks and every row ranked above the
 last one examined; past ``EXACT_MAX_N`` rows the others hold upper bounds.
 
-Moments: the picks are moments (``novelfind.moments``). Reading the ranked candidates best first, a
+Moments: the picks are moments (``novelfind.ranking.moments``). Reading the ranked candidates best first, a
 candidate forms a moment with the photos linked to it by steps shorter than ``dedup`` (distances
 between L2-normalised feature vectors: 0 = same direction, sqrt(2) = orthogonal, so the radius does not
 depend on the feature kind), and a later candidate of an earlier moment is folded into it: k picks are k
@@ -76,11 +76,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from novelfind import events, microclusters
 from novelfind.errors import InputError
-from novelfind.moments import LINK_RADIUS, Grouper, UnitRows
-from novelfind.pca import Space, fit_space, spread
-from novelfind.sources import (
+from novelfind.ranking import events, microclusters
+from novelfind.ranking.moments import LINK_RADIUS, Grouper, UnitRows
+from novelfind.ranking.pca import Space, fit_space, spread
+from novelfind.ranking.sources import (
     ChunkedSource,
     FeatureSource,
     MatrixSource,
@@ -91,16 +91,16 @@ from novelfind.sources import (
 )
 
 if TYPE_CHECKING:
-    from novelfind.knn import KnnScores
-    from novelfind.solver import ADSConfig
+    from novelfind.ranking.knn import KnnScores
+    from novelfind.ranking.solver import ADSConfig
 
-# torch (the solver is torch code; novelfind.knn is numpy) is imported where it is used: the command
+# torch (the solver is torch code; novelfind.ranking.knn is numpy) is imported where it is used: the command
 # line and the cache commands import this module for METHODS and must start without paying for torch.
 
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
 DEFAULT_METHOD = "cosine-knn"
-# The largest library ``microcluster`` (novelfind.microclusters) ranks. It measures every pair: 10,000
+# The largest library ``microcluster`` (novelfind.ranking.microclusters) ranks. It measures every pair: 10,000
 # photos took 306 s on a busy 2-core machine (docs/bench/rank-microcluster.json), so 50,000 would take
 # over an hour and a half; past that it refuses before anything is extracted.
 MICROCLUSTER_MAX_ROWS = 50_000
@@ -128,7 +128,7 @@ EVENT_LOOK = 64
 ODD_SHARE = 0.8
 ODD_MADS = 3.0
 DENSITY_WEIGHT = 0.5  # share of the local-density term in ``ads``'s score (benchmark, all sets)
-DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.moments``: why 0.15)
+DEFAULT_DEDUP = LINK_RADIUS  # the link radius of moments (``novelfind.ranking.moments``: why 0.15)
 # the scan parameters of the ADS solver (``ADSConfig``'s, less its internal ``block``), for the methods
 # that run it
 SOLVER_SETTINGS = frozenset({"epochs", "partners", "lr", "momentum", "seed", "restarts"})
@@ -193,7 +193,7 @@ class Ranking:
     # the moment holds the whole library)
     neighbour: np.ndarray
     distance: np.ndarray  # float32 (K',) distance to it (raw features; between unit rows for COSINE_METHODS)
-    duplicates_dropped: int = 0  # candidates folded into a better moment (``novelfind.moments``)
+    duplicates_dropped: int = 0  # candidates folded into a better moment (``novelfind.ranking.moments``)
     # each pick's moment: the other photos' rows, nearest to the pick first (empty: a photo alone), and
     # their distances to it (between rows scaled to unit length)
     members: list[np.ndarray] = field(default_factory=list, repr=False)
@@ -245,7 +245,7 @@ def l2_normalise(x: np.ndarray) -> np.ndarray:
 
 def nearest_neighbours(x: np.ndarray | FeatureSource, picks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Nearest other row of each pick (raw space), exact, one blocked pass -> (index, distance)."""
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     src = as_source(x)
     if src.n == 1 or len(picks) == 0:
@@ -311,7 +311,7 @@ class Scores:
 
     ``current()`` gives the scores (N,): exact where ``exact`` (None: everywhere), elsewhere an upper
     bound; ``refine(rows)`` makes those rows exact (``exact`` is updated in place). ``rank`` reads the
-    order through ``novelfind.knn.certified_order``, so its picks are those of the exact scores.
+    order through ``novelfind.ranking.knn.certified_order``, so its picks are those of the exact scores.
     """
 
     current: Callable[[], np.ndarray]
@@ -340,7 +340,7 @@ class Scores:
 
 def _ads_weights(x: np.ndarray, support: int, config: ADSConfig, device=None) -> np.ndarray:
     """ADS weights as an (N,) score (zero outside the ``support``-sparse support)."""
-    from novelfind.solver import solve
+    from novelfind.ranking.solver import solve
 
     return np.asarray(solve(x, support, config, device=device).weights, dtype=np.float32)
 
@@ -372,7 +372,7 @@ def density(
     ``means_at``: also the mean distance to the k_s nearest for these k_s <= ``neighbours``
     (``KnnScores.at``), from the same neighbours.
     """
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     src = as_source(x)
     if src.n <= knn.EXACT_MAX_N:
@@ -499,7 +499,7 @@ def cosine_knn_scores(
 def microcluster_method_scores(
     x: np.ndarray | FeatureSource, k: int, config: ADSConfig, device=None, support: int | None = None
 ) -> Scores:
-    """The ``microcluster`` method (:mod:`novelfind.microclusters`): the mean distance to the nearest rows
+    """The ``microcluster`` method (:mod:`novelfind.ranking.microclusters`): the mean distance to the nearest rows
     outside the row's microcluster, rows scaled to unit length; exact for every row."""
     return Scores.of(microclusters.microcluster_scores(unit_source(x))[0])
 
@@ -516,7 +516,7 @@ def event_knn_scores(
     segment_args: dict | None = None,
 ) -> Scores:
     """The ``event-knn`` method: cosine k-NN, with each photo also measured against the photos *outside
-    its own event* (``novelfind.events``; its burst lies inside its event).
+    its own event* (``novelfind.ranking.events``; its burst lies inside its event).
 
     score = (1 - ``weight``) x (mean distance to the ``KNN_K`` nearest other photos)
           + ``weight`` x (mean distance to the ``KNN_K`` nearest photos of other events),
@@ -558,7 +558,7 @@ def event_knn_scores(
         rows = rows[timed[rows] & ~out_exact[rows]]
         if not len(rows):
             return
-        from novelfind import knn
+        from novelfind.ranking import knn
 
         # batches of rows whose events have about the same size: each asks for k + 2^j neighbours
         span = np.ceil(np.log2(sizes[rows])).astype(np.int64)
@@ -570,7 +570,7 @@ def event_knn_scores(
             outside[batch] = _outside_mean(dist, idx, tl.event[batch], tl.event, want)
             out_exact[batch] = True
 
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     if n <= knn.EXACT_MAX_N:
         make_outside_exact(np.flatnonzero(timed))
@@ -803,7 +803,7 @@ def features_help() -> str:
 def dedup_order(order: np.ndarray, xn: np.ndarray, k: int, threshold: float | None) -> tuple[np.ndarray, int]:
     """First k of ``order`` skipping any within ``threshold`` of an already kept one (rows of xn): the
     plain near-duplicate pass over a matrix, as the research scripts measure it (``rank`` groups its
-    picks into moments instead, ``novelfind.moments``).
+    picks into moments instead, ``novelfind.ranking.moments``).
 
     -> (kept indices int64, number skipped before the k-th was kept). Greedy and sequential in meaning,
     but evaluated a block of candidates at a time: one matmul against the kept rows (a preallocated
@@ -930,7 +930,7 @@ def rank(
     ``device``: where the solver runs (``"cpu"``, ``"cuda"``; None: CPU).
 
     ``dedup``: the link radius of moments (distance between L2-normalised features;
-    ``novelfind.moments``): a candidate linked to a better pick by steps shorter than this is one of
+    ``novelfind.ranking.moments``): a candidate linked to a better pick by steps shorter than this is one of
     its moment's ``members``, not a pick of its own. None means ``DEFAULT_DEDUP`` (0.15), 0 makes every
     photo its own moment. Every photo is a pick or a member, so k >= N lists the whole library.
 
@@ -942,13 +942,13 @@ def rank(
     No candidates: an empty Ranking.
 
     ``times``: when each row was taken, float64 (N,) seconds (UTC epoch or naive local time: only
-    differences count), NaN where unknown. ``event-knn`` ranks by it (``novelfind.events``: events,
+    differences count), NaN where unknown. ``event-knn`` ranks by it (``novelfind.ranking.events``: events,
     bursts); with any method the moments then carry their time ``spans``. Without a dated row,
     ``event-knn`` ranks exactly as ``cosine-knn``.
 
     ``prefer``: (N,) how good an original each row is (pixel count, else file size; larger is better):
     a moment is shown by the best original among its medoid and the medoid's copies
-    (``novelfind.moments.COPY_RADIUS``), not by a resave or a thumbnail. None: the medoid.
+    (``novelfind.ranking.moments.COPY_RADIUS``), not by a resave or a thumbnail. None: the medoid.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest row outside its moment ``neighbour`` and the ``distance`` to it (raw feature
@@ -976,7 +976,7 @@ def rank(
     if not dedup >= 0:
         raise ValueError(f"dedup must be >= 0, got {dedup}")
     if config is None:
-        from novelfind.solver import ADSConfig
+        from novelfind.ranking.solver import ADSConfig
 
         config = ADSConfig()
     if times is not None:
@@ -1042,8 +1042,8 @@ def _rank(
             if cand is not None:
                 order = order[cand[order]]
             walk(order)
-        else:  # exact as far as the grouping into moments reads (novelfind.knn)
-            from novelfind.knn import certified_order
+        else:  # exact as far as the grouping into moments reads (novelfind.ranking.knn)
+            from novelfind.ranking.knn import certified_order
 
             order, scores = certified_order(
                 scored.current, scored.exact, scored.refine, walk, rows=cand, first=2 * k_eff + 2 * KNN_K

@@ -30,15 +30,15 @@ from typing import Any, NamedTuple
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from novelfind import video
-from novelfind.atomic import write_atomic
-from novelfind.decode import decode_processes_within_budget
-from novelfind.devices import available_cpus
+from novelfind.base.atomic import write_atomic
+from novelfind.base.devices import available_cpus
 from novelfind.errors import OutputError
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, guarded
-from novelfind.raw import image_info_any, load_any
-from novelfind.dates import SOURCE_WORDS
+from novelfind.media import video
+from novelfind.media.dates import SOURCE_WORDS
+from novelfind.media.decode import decode_processes_within_budget
+from novelfind.media.raw import image_info_any, load_any
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -503,7 +503,7 @@ def write_html_report(
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
-    ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.pca.map_2d`), ``pick_indices``
+    ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.ranking.pca.map_2d`), ``pick_indices``
     (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
     titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
     ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
@@ -680,7 +680,7 @@ def _pick_card(
 
 
 def _taken(p: Pick | Member, exif: str | None = None) -> str:
-    """When the photo was taken and where that date came from (``novelfind.dates``); a pick made
+    """When the photo was taken and where that date came from (``novelfind.media.dates``); a pick made
     without the scan's dates (``picks_of`` without them) shows the EXIF date of its header."""
     if p.taken is not None:
         return f"{p.taken.replace('T', ' ')} ({SOURCE_WORDS.get(p.taken_source, p.taken_source)})"
@@ -708,8 +708,8 @@ def _member_strip(p: Pick, thumbs: Mapping[tuple[Path, int], str | None]) -> str
 def _settings_used(run: Mapping[str, Any]) -> dict[str, Any]:
     """The run record less the settings its method does not use: the ADS solver's (``epochs``,
     ``partners``, ...) only for a method that runs the solver (``ranking.Method.solver``)."""
-    from novelfind.adsconfig import ADS_LIMITS
-    from novelfind.ranking import METHODS
+    from novelfind.ranking.adsconfig import ADS_LIMITS
+    from novelfind.ranking.driver import METHODS
 
     method = METHODS.get(str(run.get("method")))
     if method is None or method.solver:  # an unknown method: show everything

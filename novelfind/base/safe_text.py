@@ -10,7 +10,7 @@ standard library's ``repr`` quotes and escapes every non-ASCII letter, which mak
 (``Été.jpg``) unreadable.
 
 Backslashes are left as they are: this is for reading, not for parsing (the result formats of
-:mod:`novelfind.formats` are the exact, reversible ones).
+:mod:`novelfind.outputs.formats` are the exact, reversible ones).
 """
 
 from __future__ import annotations

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from novelfind import atomic, safe_load
-from novelfind.atomic import describe
+from novelfind.base import atomic, safe_load
+from novelfind.base.atomic import describe
+from novelfind.base.lock import pid_alive
+from novelfind.base.safe_text import display
 from novelfind.errors import OutputError
-from novelfind.formats import dumps_json
-from novelfind.lock import pid_alive
+from novelfind.outputs.formats import dumps_json
 from novelfind.picks import Pick
-from novelfind.safe_text import display
 
 PLACE_MODES = ("copy", "symlink", "hardlink")
 MANIFEST_NAME = ".novelfind-picks.json"

@@ -1,6 +1,6 @@
 """Batched feature extraction (torchvision MobileNet-V2, IMAGENET1K_V1): the extractors and
-``build_extractor``. The weights, their transforms and the model key are ``novelfind.weights``' record
-(``MOBILENET_V2``); where the model runs is ``novelfind.devices``' choice.
+``build_extractor``. The weights, their transforms and the model key are ``novelfind.model.weights``' record
+(``MOBILENET_V2``); where the model runs is ``novelfind.base.devices``' choice.
 
 The network is wrapped so that it takes the decoded pixels as they come from ``decode.read_for_model``:
 uint8 (B, 224, 224, 3). The wrapper does the ImageNet normalisation and NHWC -> NCHW itself, so the
@@ -35,10 +35,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from novelfind import atomic, devices, dirs, extras
-from novelfind.decode import INPUT_SIZE
+from novelfind.base import atomic, devices, dirs, extras
 from novelfind.errors import InputError, WeightsError
-from novelfind.weights import (
+from novelfind.media.decode import INPUT_SIZE
+from novelfind.model.weights import (
     FEATURE_DIMS,
     MOBILENET_V2,
     POOLED_DIM,

@@ -4,8 +4,8 @@ report, the contact sheet and the XMP sidecars.
 :func:`check_outputs` runs first, before the slow part, so a scan that could never write its outputs
 fails in a second; :class:`OwnOutputs` keeps what novelfind wrote out of the photos it ranks;
 :func:`write_outputs` writes what was asked for, in turn, the sidecars last. The writers themselves
-live in :mod:`novelfind.formats` (lists), :mod:`novelfind.placement` (copies), :mod:`novelfind.htmlreport`
-(report, contact sheet) and :mod:`novelfind.xmp` (sidecars).
+live in :mod:`novelfind.outputs.formats` (lists), :mod:`novelfind.outputs.placement` (copies), :mod:`novelfind.outputs.report`
+(report, contact sheet) and :mod:`novelfind.outputs.xmp` (sidecars).
 """
 
 from __future__ import annotations
@@ -19,18 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic, dirs
-from novelfind.atomic import write_atomic
+from novelfind.base import atomic, dirs
+from novelfind.base.atomic import write_atomic
+from novelfind.base.safe_text import display
 from novelfind.errors import InputError, MissingExtraError, OutputError
-from novelfind.formats import format_results
-from novelfind.htmlreport import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
+from novelfind.media.walk import FileList, scanned_path_within
+from novelfind.outputs.formats import format_results
+from novelfind.outputs.placement import MANIFEST_NAME, open_picks_folder, place_picks
+from novelfind.outputs.report import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
+from novelfind.outputs.xmp import SidecarPick, SidecarSummary, apply_picks
+from novelfind.outputs.xmp import available as xmp_available
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
-from novelfind.placement import MANIFEST_NAME, open_picks_folder, place_picks
-from novelfind.safe_text import display
-from novelfind.walk import FileList, scanned_path_within
-from novelfind.xmp import SidecarPick, SidecarSummary, apply_picks
-from novelfind.xmp import available as xmp_available
 
 
 def check_outputs(params: ScanParameters) -> None:
@@ -252,6 +252,6 @@ def _write_sidecars(
         ],
         roots=p.paths,
         keyword=p.xmp_keyword,
-        on_problem=problem,  # the record of tagged sidecars: novelfind.dirs.sidecar_record_path()
+        on_problem=problem,  # the record of tagged sidecars: novelfind.base.dirs.sidecar_record_path()
         keep=keep,
     )

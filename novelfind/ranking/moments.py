@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from novelfind.sources import FeatureSource, unit_rows
+from novelfind.ranking.sources import FeatureSource, unit_rows
 
 # Two photos whose unit-length feature vectors are closer than this are frames of one moment (linked
 # through others, single linkage): a re-saved or resized copy is 0.01-0.05 apart, frames of one burst
@@ -128,10 +128,10 @@ class Grouper:
         # bool (N,): the rows whose score is exact (None: all). The certified order reads its order
         # on bounds first and again once the rows read are exact: a row read on its bound is taken as
         # a moment of its own for that reading, without a look-up; the last reading, on exact rows
-        # only, is the answer (``novelfind.knn.certified_order``)
+        # only, is the answer (``novelfind.ranking.knn.certified_order``)
         self.exact: np.ndarray | None = None
         # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
-        # ``novelfind.ranking.event_knn_scores``), joined to its linked group; None: content alone
+        # ``novelfind.ranking.driver.event_knn_scores``), joined to its linked group; None: content alone
         self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
         # (N,) larger = the better original (pixel count, else file size): among the medoid and its
         # copies (within COPY_RADIUS) the largest is the representative, not a resave or thumbnail
@@ -219,7 +219,7 @@ class Grouper:
         """The single-linkage group of each row among its ``neighbours`` nearest rows, one exact pass."""
         if not rows:
             return
-        from novelfind import knn
+        from novelfind.ranking import knn
 
         query = np.asarray(rows, dtype=np.int64)
         dist, idx = knn.knn_exact(

@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from novelfind import extras, safe_load
-from novelfind.decode import RESIZE_SIZE, pixel_budget, to_model_input
+from novelfind.base import extras, safe_load
 from novelfind.errors import DecodeError
+from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input
 
 # What the walk offers as clips: what phones, cameras and camcorders write (.mts/.m2ts: AVCHD).
 VIDEO_EXTENSIONS: frozenset[str] = frozenset(
@@ -172,7 +172,7 @@ def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
     """(container, its first video stream) of the clip at ``path``, closed afterwards; FFmpeg's and the
     file system's errors become DecodeError with the reason.
 
-    The decoded-pixels budget (``--max-decode-pixels``, :func:`novelfind.decode.pixel_budget`) holds for
+    The decoded-pixels budget (``--max-decode-pixels``, :func:`novelfind.media.decode.pixel_budget`) holds for
     clips as for photos, before a frame is decoded: FFmpeg's ``max_pixels`` is set for the decoding that
     opening the file does (``avformat_find_stream_info`` decodes a frame of a stream that does not say its
     size: a 16000 x 16000 PNG named ``clip.mp4`` took 0.77 GB there), the frame size the stream and its

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from novelfind.decode import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
+from novelfind.base.safe_text import display
 from novelfind.errors import InputError
-from novelfind.raw import RAW_EXTENSIONS
-from novelfind.safe_text import display
-from novelfind.video import INSTALL_HINT as VIDEO_INSTALL_HINT
-from novelfind.video import VIDEO_EXTENSIONS
-from novelfind.video import installed as video_installed
+from novelfind.media.decode import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
+from novelfind.media.raw import RAW_EXTENSIONS
+from novelfind.media.video import INSTALL_HINT as VIDEO_INSTALL_HINT
+from novelfind.media.video import VIDEO_EXTENSIONS
+from novelfind.media.video import installed as video_installed
 
 OnError = Callable[[Path, str], None]
 OnSkipped = Callable[[str, str], None]  # (kind, the file's name)

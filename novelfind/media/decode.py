@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
-from novelfind import extras
+from novelfind.base import extras
 from novelfind.errors import DecodeError
-from novelfind.weights import MOBILENET_V2
+from novelfind.model.weights import MOBILENET_V2
 
 # The model's pixels, from its weights' record (IMAGENET1K_V1's transforms): the shorter side resized to
 # RESIZE_SIZE, then the centre INPUT_SIZE square (``weights.PREPROCESS_VERSION`` names them in the cache key).
@@ -302,7 +302,7 @@ def read_bytes(path: str | os.PathLike) -> bytes:
 
 def _max_file_bytes() -> int:
     """The largest image file read into memory: an uncompressed image of the budget, with 16 MiB of
-    metadata (RAW files are read by :mod:`novelfind.raw`)."""
+    metadata (RAW files are read by :mod:`novelfind.media.raw`)."""
     return _pixel_budget * BYTES_PER_PIXEL + (16 << 20)
 
 

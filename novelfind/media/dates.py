@@ -284,7 +284,7 @@ def raw_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
 def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     """A clip's ``creation_time``: the container's, else its first video stream's (UTC, as ISO 8601)."""
     try:
-        from novelfind import extras
+        from novelfind.base import extras
 
         av = extras.load("av")
     except Exception:  # noqa: BLE001 - without PyAV clips are not read at all
@@ -305,8 +305,8 @@ def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
 
 def embedded_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     """What the file's own bytes say (never raises): the value the cache keeps for its digest."""
-    from novelfind.raw import is_raw_name
-    from novelfind.video import is_clip_name
+    from novelfind.media.raw import is_raw_name
+    from novelfind.media.video import is_clip_name
 
     if is_clip_name(path):
         return clip_date(path, now)
@@ -326,7 +326,7 @@ def sidecar_date(paths: Sequence[str | os.PathLike[str]], now: float | None = No
     """The capture date in the first XMP sidecar of ``paths`` (a photo's files) that has one, read as
     text (at most ``SIDECAR_MAX_BYTES``, no XML parser): ``photoshop:DateCreated``, else
     ``exif:DateTimeOriginal``, else ``xmp:CreateDate``, as attribute or element."""
-    from novelfind.xmp import sidecar_candidates
+    from novelfind.outputs.xmp import sidecar_candidates
 
     seen: set[Path] = set()
     for photo in paths:

@@ -15,7 +15,7 @@ camera already stored a processed preview. Two paths, cheapest first:
 ``scripts/bench_raw.py`` measures both paths on 24 MP DNGs.
 
 ``read_any_for_model``, ``model_input_any``, ``load_any`` and ``image_info_any`` take any file the walk
-offers and send a RAW file here, anything else to :mod:`novelfind.decode`: the decoders (Pillow's worker
+offers and send a RAW file here, anything else to :mod:`novelfind.media.decode`: the decoders (Pillow's worker
 processes, the GPU decoder's CPU path, Ray workers), the HTML report and the contact sheet call them, so a
 RAW is read wherever a JPEG is.
 
@@ -37,8 +37,10 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
-from novelfind import decode, extras
-from novelfind.decode import (
+from novelfind.base import extras
+from novelfind.errors import DecodeError
+from novelfind.media import decode
+from novelfind.media.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
     RESIZE_SIZE,
@@ -46,7 +48,6 @@ from novelfind.decode import (
     file_digest,
     model_input_of,
 )
-from novelfind.errors import DecodeError
 
 # Lower-case, with the dot: the formats LibRaw reads that cameras of the last twenty years write.
 RAW_EXTENSIONS: frozenset[str] = frozenset(
@@ -290,7 +291,7 @@ def image_info(path: str | os.PathLike[str]) -> dict:
 def read_any_for_model(
     path: str | os.PathLike[str], known: Container[str] = frozenset()
 ) -> tuple[str, np.ndarray | None]:
-    """``read_for_model`` of this module for a RAW file, of :mod:`novelfind.decode` for any other."""
+    """``read_for_model`` of this module for a RAW file, of :mod:`novelfind.media.decode` for any other."""
     reader = read_for_model if is_raw_name(path) else decode.read_for_model
     return reader(path, known)
 
@@ -310,5 +311,5 @@ def load_any(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Im
 
 
 def image_info_any(path: str | os.PathLike[str]) -> dict:
-    """``image_info`` of this module for a RAW file, of :mod:`novelfind.decode` for any other."""
+    """``image_info`` of this module for a RAW file, of :mod:`novelfind.media.decode` for any other."""
     return image_info(path) if is_raw_name(path) else decode.image_info(path)

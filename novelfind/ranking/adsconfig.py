@@ -1,8 +1,8 @@
 """``ADSConfig``: the ADS solver's settings, their defaults and their limits, in one place.
 
-Apart from ``novelfind.solver`` (torch code), so that ``novelfind.params`` can take the scan's ADS
+Apart from ``novelfind.ranking.solver`` (torch code), so that ``novelfind.params`` can take the scan's ADS
 defaults and limits from here, and the command line can start, without importing torch. The solver
-itself re-exports it (``novelfind.solver.ADSConfig``).
+itself re-exports it (``novelfind.ranking.solver.ADSConfig``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numbers
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from novelfind.limits import Limit
+from novelfind.base.limits import Limit
 
 
 def _setting(default: Any, limit: Limit) -> Any:

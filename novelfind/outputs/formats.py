@@ -2,7 +2,7 @@
 escaping that keeps one pick on one line.
 
 The formats are described in ``docs/output-schema.md``. The HTML report and the contact sheet are in
-:mod:`novelfind.htmlreport`; placing the picks in a folder is :mod:`novelfind.placement`.
+:mod:`novelfind.outputs.report`; placing the picks in a folder is :mod:`novelfind.outputs.placement`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from novelfind.base.safe_text import escaped
 from novelfind.picks import Pick, iso_utc
-from novelfind.safe_text import escaped
 
 RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments

@@ -2,7 +2,7 @@
 report's map (``map_2d``).
 
 One implementation for a matrix in memory and for vectors read from the cache in chunks
-(``novelfind.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so both give
+(``novelfind.ranking.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so both give
 the same axes bit for bit. The axes come from the covariance (M x M, float64, accumulated from float32
 block products), whose eigenvectors ``numpy.linalg.eigh`` returns; each axis points where its largest
 loading is positive, so the result does not depend on the sign the eigensolver happens to return. Past
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from novelfind.sources import BLOCK, FeatureSource, as_source, blocks
+from novelfind.ranking.sources import BLOCK, FeatureSource, as_source, blocks
 
 RELATIVE_FLOOR = 1e-6  # axes with less variance than this share of the largest carry only rounding
 

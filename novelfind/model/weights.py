@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import dirs
+from novelfind.base import dirs
 from novelfind.errors import WeightsError
 
 log = logging.getLogger(__name__)

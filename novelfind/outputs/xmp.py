@@ -63,7 +63,7 @@ write bits (never setuid, setgid or sticky) and, where allowed, its owner; a new
 cron job belongs to the photo's owner. Others may write to the library's folders, so each sidecar's
 folder is opened once (below a scanned folder, each level without following a link) and everything in
 it, reading, writing, setting the mode and the owner, renaming, deleting, goes through descriptors
-(:mod:`novelfind.atomic`): a link swapped in at any moment is never written through or handed to
+(:mod:`novelfind.base.atomic`): a link swapped in at any moment is never written through or handed to
 anyone.
 """
 
@@ -81,12 +81,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind import atomic, dirs, extras, safe_load
-from novelfind.atomic import write_atomic
+from novelfind.base import atomic, dirs, extras, safe_load
+from novelfind.base.atomic import write_atomic
+from novelfind.base.lock import RunLock
+from novelfind.base.safe_text import display
 from novelfind.errors import NovelfindError, OutputError
-from novelfind.lock import RunLock
-from novelfind.raw import is_raw_name
-from novelfind.safe_text import display
+from novelfind.media.raw import is_raw_name
 
 NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
 PREFIX = "novelfind"
@@ -378,7 +378,7 @@ def _folder(folder: Path, root: str | None, shown: Path) -> Iterator[int]:
     """The folder of a sidecar, opened once; every call on the sidecar is relative to it.
 
     Under a scanned folder ``root``, each folder below it is opened with ``O_NOFOLLOW``
-    (:func:`novelfind.atomic.open_below`): a folder of the library swapped for a link during the scan
+    (:func:`novelfind.base.atomic.open_below`): a folder of the library swapped for a link during the scan
     is refused, never entered. Raises SidecarError (``shown``: the sidecar named in it).
     """
     try:
@@ -430,7 +430,7 @@ def _write(
     or for a new sidecar the usual mode of a new file (0o666 less the umask). It keeps its owner; a new
     one made by root is given to the owner and group of ``photo`` (its name in the same folder), so a
     root cron job does not leave files the user cannot edit. Mode and owner are set on the new file's
-    descriptor, never by name (:func:`novelfind.atomic.replacing_at`).
+    descriptor, never by name (:func:`novelfind.base.atomic.replacing_at`).
     """
     if old is not None:
         try:
@@ -640,7 +640,7 @@ def _untagged(path: Path, data: bytes) -> tuple[Action, bytes]:
 
 
 def default_ledger_path() -> Path:
-    """The record of the sidecars novelfind has tagged (:func:`novelfind.dirs.sidecar_record_path`)."""
+    """The record of the sidecars novelfind has tagged (:func:`novelfind.base.dirs.sidecar_record_path`)."""
     return dirs.sidecar_record_path()
 
 

@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from novelfind.base.safe_text import display
 from novelfind.errors import OutputError
-from novelfind.safe_text import display
 
 LINK_REFUSED = "it is a symbolic link novelfind did not create (not followed)"
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)

@@ -13,10 +13,10 @@ or computes the digest of those few files only, never of the whole library. The 
 (what ``novelfind ignore --list`` shows) and for removal by path of a file that is gone; scans keep it up
 to date (``relocate``).
 
-A photo of several files (RAW + JPEG, see :mod:`novelfind.pairs`) is ignored when any of its files is on
+A photo of several files (RAW + JPEG, see :mod:`novelfind.media.pairs`) is ignored when any of its files is on
 the list, so ``novelfind ignore IMG_0042.CR2`` ignores the photo listed as ``IMG_0042.JPG``.
 
-It is user data, not cache: a JSON file in the user data folder (:func:`novelfind.dirs.ignore_list_path`:
+It is user data, not cache: a JSON file in the user data folder (:func:`novelfind.base.dirs.ignore_list_path`:
 on Linux ``~/.local/share/novelfind/ignored.json``), which ``novelfind cache clear`` does not touch.
 Every change is a read-modify-write under a lock file, written atomically (a temporary file, then a
 rename), so two runs adding at once both keep their entries and a crash never leaves half a list.
@@ -34,11 +34,12 @@ from typing import Any
 
 import numpy as np
 
-from novelfind import atomic, dirs, safe_load, video, walk
-from novelfind.atomic import write_atomic
-from novelfind.decode import file_digest
+from novelfind.base import atomic, dirs, safe_load
+from novelfind.base.atomic import write_atomic
+from novelfind.base.lock import RunLock
 from novelfind.errors import DecodeError, NovelfindError
-from novelfind.lock import RunLock
+from novelfind.media import video, walk
+from novelfind.media.decode import file_digest
 
 FORMAT_VERSION = 1
 _LIST_LIMIT = 256 << 20  # bytes: a million entries are about 200 MB; a larger file is not a list of ours
@@ -49,7 +50,7 @@ class IgnoreListError(NovelfindError):
 
 
 def default_path() -> Path:
-    """The ignore list used when none is named (:func:`novelfind.dirs.ignore_list_path`)."""
+    """The ignore list used when none is named (:func:`novelfind.base.dirs.ignore_list_path`)."""
     return dirs.ignore_list_path()
 
 

@@ -16,7 +16,7 @@ has a true score at most its upper bound, so it cannot belong above a row whose 
 (``certified_order``). The search's recall changes only how many rows must be made exact, never the
 answer; ``KnnScores.stats`` says how close the bounds were.
 
-The same holds when the vectors are read from the cache in chunks (``novelfind.sources``), where no
+The same holds when the vectors are read from the cache in chunks (``novelfind.ranking.sources``), where no
 matrix is at hand. The candidates are searched in the principal coordinates p plus the residual norm
 |r| (65 numbers a row, in memory), where distances are lower bounds of the raw ones
 (``|p_a - p_b|^2 + (|r_a| - |r_b|)^2 <= d_ab^2``); each cell of rows reads the raw rows of the cells
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from novelfind.devices import available_cpus
-from novelfind.sources import FeatureSource, as_source, blocks
+from novelfind.base.devices import available_cpus
+from novelfind.ranking.sources import FeatureSource, as_source, blocks
 
 EXACT_MAX_N = 4_096  # up to here every row is computed exactly (N^2 d flops); above, bounds + exact top
 CELL_ROWS = 256  # approximate search: rows per k-means cell
@@ -127,7 +127,7 @@ def knn_exact(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other rows of x (N, d) for each row in ``rows``: (distances (Q, k), indices (Q, k)).
 
-    ``x``: a matrix, or a source read in chunks (``novelfind.sources``: its blocks of rows are read with
+    ``x``: a matrix, or a source read in chunks (``novelfind.ranking.sources``: its blocks of rows are read with
     ``take``, one after the other). Exact: a blocked matrix product of all queries against ``chunk`` rows
     of x at a time (so x is read once), ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` on rows centred at
     ``centre`` (default: the mean of x), keeping a running top-k. In memory, with more than one block of
@@ -373,7 +373,7 @@ def knn_cells(
     sorted (an upper bound there too, good when rows near in x are near in ``measure``). A cell's
     candidates are gathered once, so the rows read stay near the cache. ``cells_out``: a list that
     receives the cells (row indices per cell).
-    ``measure`` may be a source read in chunks (``novelfind.sources``): each cell then reads the rows
+    ``measure`` may be a source read in chunks (``novelfind.ranking.sources``): each cell then reads the rows
     of its ``probe`` cells with ``take`` (``probe`` x N rows in all, a cell at a time) and the distances
     are those the matrix would give, bit for bit.
     """
@@ -528,7 +528,7 @@ class KnnScores:
         cells: list[np.ndarray] = []
         if search is None:
             if source.matrix is None:
-                raise ValueError("a source read in chunks needs a search space (novelfind.pca.fit_space)")
+                raise ValueError("a source read in chunks needs a search space (novelfind.ranking.pca.fit_space)")
             dist, _ = knn_cells(source.matrix, kk, cells_out=cells)  # (N, k)
         else:  # candidates found in ``search``, measured in x
             dist, _ = knn_cells(search, kk, measure=source, cells_out=cells)

@@ -7,7 +7,7 @@ calls the whole batch ordinary. The outlier-detection literature calls such a ba
 a small group far from the rest of the data, to be found and scored as a whole, so that its members do
 not mask each other.
 
-The score here, ``microcluster`` in ``novelfind.ranking``:
+The score here, ``microcluster`` in ``novelfind.ranking.driver``:
 
 1. **Microclusters**: single-linkage components of the library (photos closer than a radius,
    chained, followed along each photo's ``GRAPH_K`` nearest neighbours) at a geometric series of radii,
@@ -41,7 +41,7 @@ import math
 
 import numpy as np
 
-from novelfind.sources import FeatureSource, as_source, blocks
+from novelfind.ranking.sources import FeatureSource, as_source, blocks
 
 RATIO = 1.25  # each linkage radius is the previous one / RATIO, from 2 (the largest unit distance) down
 MIN_RADIUS = 0.05  # no smaller radius: re-saved copies of one photo are ~0.01-0.05 apart
@@ -77,7 +77,7 @@ def _neighbours(src: FeatureSource, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other rows of every row, (N, k) distances and indices, exact (``knn.knn_exact``),
     ``QUERY_ROWS`` query rows per pass over the source: memory O(QUERY_ROWS x M + N x k), never the
     whole matrix, whichever the source."""
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     n = src.n
     dist = np.empty((n, k), np.float32)
@@ -138,7 +138,7 @@ def _outside_means(src: FeatureSource, rows: np.ndarray, labels: np.ndarray, k: 
     """Mean distance of each of ``rows`` to its k nearest rows of another label: one pass over the
     source's blocks, a running top-k of squared distances (rows of the same label masked out), the
     chosen k measured again from the differences (``knn._direct_distances``)."""
-    from novelfind import knn
+    from novelfind.ranking import knn
 
     q = np.ascontiguousarray(src.take(rows), dtype=np.float32)  # (Q, d)
     qsq = (q * q).sum(1, keepdims=True)  # (Q, 1)

@@ -30,9 +30,9 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from novelfind import raw
-from novelfind.raw import RAW_EXTENSIONS
-from novelfind.walk import FileList, ImageFile
+from novelfind.media import raw
+from novelfind.media.raw import RAW_EXTENSIONS
+from novelfind.media.walk import FileList, ImageFile
 
 JPEG_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg"})
 HEIF_EXTENSIONS: frozenset[str] = frozenset({".heic", ".heif", ".hif"})

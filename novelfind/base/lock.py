@@ -19,7 +19,7 @@ from types import TracebackType
 
 import filelock
 
-from novelfind import dirs
+from novelfind.base import dirs
 from novelfind.errors import LockedError, NovelfindError
 
 

@@ -1,0 +1,2 @@
+"""What a library holds: the walk, the photo, RAW and clip files, their decoding and capture dates,
+the ignore list."""

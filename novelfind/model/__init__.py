@@ -1,0 +1,1 @@
+"""The model: MobileNet-V2's weights and the feature extractors."""

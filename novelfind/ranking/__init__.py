@@ -1,0 +1,1 @@
+"""Ranking: the methods, their k-NN, event, moment and solver parts, over a feature source."""
