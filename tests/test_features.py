@@ -339,7 +339,7 @@ def test_labels_cost_no_torch_import(real_weights):
         "labels = features.classes_of(ex, pooled)\n"
         "print(json.dumps([len(labels), 'torch' in sys.modules, 'torchvision' in sys.modules]))\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(features.__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(features.__file__).resolve().parents[2])}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == [5, False, False]

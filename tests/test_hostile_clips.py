@@ -135,7 +135,7 @@ def test_a_decode_past_the_process_share_fails_alone_and_normal_decodes_go_on(tm
 
 def test_the_address_space_limit_is_the_baseline_plus_the_share(tmp_path):
     script = (
-        "import resource; from novelfind import decode; "
+        "import resource; from novelfind.media import decode; "
         "base = decode._address_space(); limit = decode.limit_address_space(1 << 30); "
         "print(base, limit, resource.getrlimit(resource.RLIMIT_AS)[0])"
     )

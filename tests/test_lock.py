@@ -16,7 +16,7 @@ import novelfind.base.lock as lock_mod
 from novelfind.base.lock import RunLock, holder_pid
 from novelfind.errors import ExitCode, LockedError, NovelfindError
 
-REPO = Path(lock_mod.__file__).resolve().parents[1]
+REPO = Path(lock_mod.__file__).resolve().parents[2]
 
 _HOLDER_SCRIPT = """
 import sys

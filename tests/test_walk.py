@@ -16,7 +16,7 @@ from novelfind.errors import ExitCode, InputError
 from novelfind.media.decode import IMAGE_EXTENSIONS
 from novelfind.media.walk import ImageFile, walk
 
-REPO = Path(scan.__file__).resolve().parents[1]
+REPO = Path(scan.__file__).resolve().parents[2]
 
 
 def touch(path: Path, data: bytes = b"x") -> Path:
