@@ -24,6 +24,7 @@ from novelfind.cache import (
     FeatureCache,
     NullCache,
 )
+from novelfind.cache import connection as cache_connection
 from novelfind.cache import store as cache_store
 from novelfind.errors import CacheError
 from novelfind.media.walk import ImageFile
@@ -167,7 +168,7 @@ def test_get_many_lines_up_with_its_input(db):
 
 
 def test_every_batch_lookup_lines_up_across_chunks(db, monkeypatch):
-    monkeypatch.setattr(cache_store, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
+    monkeypatch.setattr(cache_connection, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
     files = [fake(i) for i in range(20)]
     with FeatureCache(db, "m1") as c:
         c.put_many([(files[i], f"d{i}", vec(i)) for i in range(0, 20, 2)])
