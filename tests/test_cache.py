@@ -557,6 +557,26 @@ def test_null_cache_stores_nothing():
         c.clear()
 
 
+def test_null_cache_keeps_up_with_the_store_protocol_and_feature_cache(db):
+    """Every method a scan needs of a store (``Store``) is on both stores, and every method NullCache has
+    is FeatureCache's too, with the same parameters: a table's null part cannot drift from the table."""
+    import inspect
+
+    from novelfind.cache.store import Store
+
+    with FeatureCache(db, "m") as real:
+        assert isinstance(real, Store) and isinstance(NullCache(), Store)
+    def methods(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+    needed, nulls = methods(Store), methods(NullCache)
+    assert needed <= nulls
+    for name in nulls:
+        assert list(inspect.signature(getattr(NullCache, name)).parameters) == list(
+            inspect.signature(getattr(FeatureCache, name)).parameters
+        ), name
+
+
 # -- crashes and concurrency (real processes) ----------------------------------------------------------
 
 _WRITER_SCRIPT = """
