@@ -57,9 +57,7 @@ def _to_blob(vector: np.ndarray, dtype: str = "float32") -> bytes:
     return _storable(vector, dtype).tobytes()
 
 
-def _sound(
-    blobs: Sequence[tuple[bytes, int]], max_norm: float, min_value: float | None = None
-) -> np.ndarray:
+def _sound(blobs: Sequence[tuple[bytes, int]], max_norm: float, min_value: float | None = None) -> np.ndarray:
     """bool (N,): which stored vectors ``(blob, dim)`` are finite with a norm of at most ``max_norm`` and,
     given ``min_value``, no value below it.
 
