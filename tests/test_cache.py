@@ -24,6 +24,7 @@ from novelfind.cache import (
     FeatureCache,
     NullCache,
 )
+from novelfind.cache import connection as cache_connection
 from novelfind.cache import store as cache_store
 from novelfind.errors import CacheError
 from novelfind.media.walk import ImageFile
@@ -167,7 +168,7 @@ def test_get_many_lines_up_with_its_input(db):
 
 
 def test_every_batch_lookup_lines_up_across_chunks(db, monkeypatch):
-    monkeypatch.setattr(cache_store, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
+    monkeypatch.setattr(cache_connection, "_CHUNK", 3)  # every lookup below spans several IN (...) chunks
     files = [fake(i) for i in range(20)]
     with FeatureCache(db, "m1") as c:
         c.put_many([(files[i], f"d{i}", vec(i)) for i in range(0, 20, 2)])
@@ -554,6 +555,26 @@ def test_null_cache_stores_nothing():
         assert c.info()["entries"] == 0
         assert c.prune() == 0
         c.clear()
+
+
+def test_null_cache_keeps_up_with_the_store_protocol_and_feature_cache(db):
+    """Every method a scan needs of a store (``Store``) is on both stores, and every method NullCache has
+    is FeatureCache's too, with the same parameters: a table's null part cannot drift from the table."""
+    import inspect
+
+    from novelfind.cache.store import Store
+
+    with FeatureCache(db, "m") as real:
+        assert isinstance(real, Store) and isinstance(NullCache(), Store)
+    def methods(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
+
+    needed, nulls = methods(Store), methods(NullCache)
+    assert needed <= nulls
+    for name in nulls:
+        assert list(inspect.signature(getattr(NullCache, name)).parameters) == list(
+            inspect.signature(getattr(FeatureCache, name)).parameters
+        ), name
 
 
 # -- crashes and concurrency (real processes) ----------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 from conftest import make_photo
 
 from novelfind.cache import FeatureCache
-from novelfind.cache import store as cache_store
+from novelfind.cache import models as cache_models
 from novelfind.extract import stage
 from novelfind.extract.engines.local import extract
 from novelfind.media.walk import ImageFile
@@ -86,7 +86,7 @@ def test_upgrade_renames_the_same_vectors_and_keeps_what_the_new_key_has(tmp_pat
 
 
 def test_upgrade_in_several_transactions(tmp_path, monkeypatch):
-    monkeypatch.setattr(cache_store, "UPGRADE_CHUNK", 2)
+    monkeypatch.setattr(cache_models, "UPGRADE_CHUNK", 2)
     files = library(tmp_path / "lib", 5)
     path = tmp_path / "c.sqlite"
     write_old(path, OLD_POOLED, [(f, np.full(6, float(i))) for i, f in enumerate(files)])

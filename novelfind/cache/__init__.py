@@ -7,11 +7,16 @@ with a warning.
 
 One concern a module: :mod:`~novelfind.cache.schema` (the file's tables, its mark and the tables
 added to older files), :mod:`~novelfind.cache.recovery` (damage, moving a file aside, retries while
-busy), :mod:`~novelfind.cache.failures` (the files scans could not read, so each is reported once)
-and :mod:`~novelfind.cache.store` (``FeatureCache``'s lookups and writes, ``NullCache``,
-``open_store``). The names below are the package's interface.
+busy), :mod:`~novelfind.cache.connection` (the open file the tables share: lock, transactions), a
+module per table (:mod:`~novelfind.cache.vectors`, :mod:`~novelfind.cache.models`,
+:mod:`~novelfind.cache.dates`, :mod:`~novelfind.cache.clips`, :mod:`~novelfind.cache.rankings`,
+:mod:`~novelfind.cache.failures`: the files scans could not read, so each is reported once),
+:mod:`~novelfind.cache.upkeep` (info, prune, clear) and :mod:`~novelfind.cache.store` (``FeatureCache``
+composed of them, the ``Store`` protocol, ``NullCache``, ``open_store``). The names below are the
+package's interface.
 """
 
+from novelfind.cache.rankings import ranking_root
 from novelfind.cache.recovery import (
     BUSY_TIMEOUT_S,
     CacheWarning,
@@ -26,16 +31,8 @@ from novelfind.cache.schema import (
     foreign_schema,
     not_ours,
 )
-from novelfind.cache.store import (
-    DEFAULT_DTYPE,
-    DEFAULT_MAX_NORM,
-    DTYPES,
-    DigestSet,
-    FeatureCache,
-    NullCache,
-    open_store,
-    ranking_root,
-)
+from novelfind.cache.store import FeatureCache, NullCache, open_store
+from novelfind.cache.vectors import DEFAULT_DTYPE, DEFAULT_MAX_NORM, DTYPES, DigestSet
 
 __all__ = [
     "APPLICATION_ID",

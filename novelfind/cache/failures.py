@@ -7,28 +7,22 @@ mtime) counts it as a *known* failure, says nothing and exits 0; a file that cha
 copied over again) is tried again, and reported again if it still fails. ``novelfind failures`` lists
 the table, ``--forget`` empties it (so every unreadable file is reported at the next scan again).
 
-A table of its own, added in place to caches an older novelfind wrote (:func:`create`), like the
-``rankings`` table: the schema version stays, and an older novelfind never looks at it. The functions
-take the cache's SQLite connection; :class:`~novelfind.cache.store.FeatureCache` calls them under its
-lock and in its write transactions.
+A table of its own (:mod:`novelfind.cache.schema` makes it), added in place to caches an older
+novelfind wrote, like the ``rankings`` table: the schema version stays, and an older novelfind never
+looks at it. The functions take the cache's SQLite connection; :class:`Failures`, ``FeatureCache``'s
+part for the table, calls them under its lock and in its write transactions. :class:`NullFailures` is
+the same for no cache, where every unreadable file is new.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-TABLE = """
-CREATE TABLE IF NOT EXISTS failures (
-    path      BLOB PRIMARY KEY,     -- os.fsencode(absolute path), as in the files table
-    size      INTEGER NOT NULL,     -- -1 when the file could not even be looked at
-    mtime_ns  INTEGER NOT NULL,     -- -1 likewise
-    reason    TEXT NOT NULL,        -- the one-line reason the scan gave
-    first_seen TEXT NOT NULL        -- ISO 8601, UTC: when a scan first failed to read it
-) WITHOUT ROWID
-"""
+from novelfind.cache.connection import CacheFile
+from novelfind.errors import CacheError
 
 
 class KnownFailure(NamedTuple):
@@ -39,11 +33,6 @@ class KnownFailure(NamedTuple):
     mtime_ns: int
     reason: str
     first_seen: str
-
-
-def create(conn: sqlite3.Connection) -> None:
-    """Add the table (to a new cache, and in place to one an older novelfind wrote)."""
-    conn.execute(TABLE)
 
 
 def load(conn: sqlite3.Connection) -> dict[bytes, KnownFailure]:
@@ -73,8 +62,45 @@ def record(conn: sqlite3.Connection, rows: Iterable[tuple[bytes, int, int, str]]
         )
 
 
-def forget(conn: sqlite3.Connection, paths: Iterable[bytes] | None = None) -> int:
+def forget_paths(conn: sqlite3.Connection, paths: Iterable[bytes] | None = None) -> int:
     """Forget the failures of ``paths`` (None: all of them); returns how many were forgotten."""
     if paths is None:
         return conn.execute("DELETE FROM failures").rowcount
     return sum(conn.execute("DELETE FROM failures WHERE path = ?", (p,)).rowcount for p in paths)
+
+
+class Failures(CacheFile):
+    """``FeatureCache``'s record of unreadable files (the ``failures`` table)."""
+
+    def known_failures(self) -> dict[bytes, KnownFailure]:
+        """The files earlier scans could not read, by path (``os.fsencode``)."""
+        with self._reading() as conn:
+            return load(conn)
+
+    def record_failures(
+        self, rows: Sequence[tuple[bytes, int, int, str]], forget: Sequence[bytes] = ()
+    ) -> None:
+        """Remember (path, size, mtime_ns, reason) of files that could not be read, and forget the
+        failures of ``forget`` (files read since, or gone), in one transaction."""
+        if not rows and not forget:
+            return
+        with self._writing() as conn:
+            forget_paths(conn, forget)
+            record(conn, rows)
+
+    def forget_failures(self, paths: Sequence[bytes] | None = None) -> int:
+        """Forget the failures of ``paths`` (None: all); the next scan reports those files again."""
+        with self._writing(error=CacheError) as conn:
+            return forget_paths(conn, paths)
+
+
+class NullFailures:
+    """:class:`Failures` for no cache: no file is known to be unreadable (each is new), none is kept."""
+
+    def known_failures(self) -> dict[bytes, KnownFailure]:
+        return {}
+
+    def record_failures(
+        self, rows: Sequence[tuple[bytes, int, int, str]], forget: Sequence[bytes] = ()
+    ) -> None:
+        return None

@@ -15,7 +15,7 @@ novelfind did not make; this module bounds what is left:
   turns into exit code 130), ``sqlite3.OperationalError`` naming the time limit for the clock.
 
 The handler costs one Python call per ``PROGRESS_STEPS`` instructions. With the checks of
-:mod:`~novelfind.cache.store`'s SQL (blob lengths and types), a re-scan's lookups took 24.2 µs of CPU per
+:mod:`~novelfind.cache.vectors`' SQL (blob lengths and types), a re-scan's lookups took 24.2 µs of CPU per
 photo instead of 22.5 (``get_many_by_stat``), and 16.6 instead of 16.8 (``has_many_by_stat``): medians of
 5 runs of ``scripts/bench_cache_check.py`` on the loaded 2-core development machine
 (``docs/bench/cache-guard-2core.json``).

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from novelfind.base.safe_text import display
-from novelfind.cache import failures, guard
+from novelfind.cache import guard
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
 from novelfind.errors import CacheError
 
@@ -87,9 +87,21 @@ CREATE TABLE IF NOT EXISTS dates (
 ) WITHOUT ROWID
 """
 
+# The files a scan could not read (``novelfind.cache.failures``), so that each is reported once. Created
+# in a cache of any age.
+_FAILURES = """
+CREATE TABLE IF NOT EXISTS failures (
+    path      BLOB PRIMARY KEY,     -- os.fsencode(absolute path), as in the files table
+    size      INTEGER NOT NULL,     -- -1 when the file could not even be looked at
+    mtime_ns  INTEGER NOT NULL,     -- -1 likewise
+    reason    TEXT NOT NULL,        -- the one-line reason the scan gave
+    first_seen TEXT NOT NULL        -- ISO 8601, UTC: when a scan first failed to read it
+) WITHOUT ROWID
+"""
+
 # Tables created in a cache of any age when it is opened: the schema check expects each of them too,
 # so a table added here is never taken for a foreign one.
-ADDED_TABLES = (_CLIPS, _DATES, failures.TABLE)
+ADDED_TABLES = (_CLIPS, _DATES, _FAILURES)
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _TABLES = ("files", "models", "vectors")
