@@ -4,8 +4,9 @@ report, the contact sheet and the XMP sidecars.
 :func:`check_outputs` runs first, before the slow part, so a scan that could never write its outputs
 fails in a second; :class:`OwnOutputs` keeps what novelfind wrote out of the photos it ranks;
 :func:`write_outputs` writes what was asked for, in turn, the sidecars last. The writers themselves
-live in :mod:`novelfind.outputs.formats` (lists), :mod:`novelfind.outputs.placement` (copies), :mod:`novelfind.outputs.report`
-(report, contact sheet) and :mod:`novelfind.outputs.xmp` (sidecars).
+live in :mod:`novelfind.outputs.formats` (lists), :mod:`novelfind.outputs.placement` (copies),
+:mod:`novelfind.outputs.report` (the report), :mod:`novelfind.outputs.contact_sheet` and
+:mod:`novelfind.outputs.xmp` (sidecars).
 """
 
 from __future__ import annotations
@@ -24,9 +25,11 @@ from novelfind.base.atomic import write_atomic
 from novelfind.base.safe_text import display
 from novelfind.errors import InputError, MissingExtraError, OutputError
 from novelfind.media.walk import FileList, scanned_path_within
+from novelfind.outputs.contact_sheet import write_contact_sheet
 from novelfind.outputs.formats import format_results
 from novelfind.outputs.placement import MANIFEST_NAME, open_picks_folder, place_picks
-from novelfind.outputs.report import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
+from novelfind.outputs.report import write_html_report
+from novelfind.outputs.thumbnails import THUMBNAIL_CACHE_NAME
 from novelfind.outputs.xmp import SidecarPick, SidecarSummary, apply_picks
 from novelfind.outputs.xmp import available as xmp_available
 from novelfind.params import ScanParameters
@@ -226,7 +229,7 @@ def _write_report(
 
 
 def thumbnail_cache_path(cache: Any) -> Path | None:
-    """Where the report keeps its thumbnails (``htmlreport.ThumbnailCache``): beside the feature cache
+    """Where the report keeps its thumbnails (:class:`novelfind.outputs.thumbnails.ThumbnailCache`): beside the feature cache
     (``cache``: the scan's ``cache`` parameter); None without a feature cache (``--no-cache``)."""
     if cache is False or cache is None:
         return None
