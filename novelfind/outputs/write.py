@@ -30,8 +30,8 @@ from novelfind.outputs.formats import format_results
 from novelfind.outputs.placement import MANIFEST_NAME, open_picks_folder, place_picks
 from novelfind.outputs.report import write_html_report
 from novelfind.outputs.thumbnails import THUMBNAIL_CACHE_NAME
-from novelfind.outputs.xmp import SidecarPick, SidecarSummary, apply_picks
 from novelfind.outputs.xmp import available as xmp_available
+from novelfind.outputs.xmp_ledger import SidecarPick, SidecarSummary, apply_picks
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
 
