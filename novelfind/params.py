@@ -32,9 +32,9 @@ from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S
 from novelfind.extract.engines import ENGINES, engine_settings
 from novelfind.model.features import BACKENDS
 from novelfind.model.weights import FEATURE_DIMS
+from novelfind.outputs.contact_sheet import CONTACT_SHEET_FORMATS
 from novelfind.outputs.formats import FORMATS
 from novelfind.outputs.placement import PLACE_MODES
-from novelfind.outputs.report import CONTACT_SHEET_FORMATS
 from novelfind.outputs.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.outputs.xmp import check_keyword
 from novelfind.ranking.adsconfig import ADS_LIMITS, ADSConfig

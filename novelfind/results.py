@@ -18,7 +18,7 @@ from novelfind.media.dates import Dates
 from novelfind.media.video import ClipInfo
 from novelfind.media.walk import ImageFile
 from novelfind.outputs.formats import format_results
-from novelfind.outputs.xmp import SidecarSummary
+from novelfind.outputs.xmp_ledger import SidecarSummary
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
 

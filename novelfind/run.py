@@ -38,7 +38,7 @@ from novelfind.media.ignore import IgnoreList
 from novelfind.media.pairs import PhotoList
 from novelfind.media.walk import FileList, ImageFile
 from novelfind.model import features, weights
-from novelfind.outputs.write import OwnOutputs, check_outputs, held_outputs, write_outputs
+from novelfind.outputs.write import OutputSettings, OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.ranking import driver as ranking
@@ -161,7 +161,8 @@ class _Scan:
 
     def run(self) -> ScanResult:
         p = self.params
-        check_outputs(p)
+        to_write = OutputSettings.of(p)
+        check_outputs(to_write)
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
@@ -172,7 +173,7 @@ class _Scan:
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
-            held = stack.enter_context(held_outputs(p))  # the picks folder, opened once for the run
+            held = stack.enter_context(held_outputs(to_write))  # the picks folder, opened once for the run
             # every warning of the run (novelfind's, and a library's Python warning or log record) goes to
             # on_warning, or without one into the result's ``warnings``: scan() itself prints nothing
             stack.enter_context(warnings_to(self.warn))
@@ -266,7 +267,7 @@ class _Scan:
                 self.say_nothing_new(len(kept_rows))
             else:
                 sidecars = write_outputs(
-                    p,
+                    to_write,
                     picks,
                     record=run_record(p, counts, self.seconds()),
                     failures=self.failures,

@@ -16,7 +16,7 @@ from PIL import Image
 
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, decode_file
-from novelfind.outputs.report import ThumbnailDecoder, Thumbnails, _jpeg, thumbnail_decoded
+from novelfind.outputs.thumbnails import ThumbnailDecoder, Thumbnails, encode_jpeg, thumbnails_of
 
 STUCK_S = 120.0
 SLOW_S = 1.0
@@ -41,11 +41,11 @@ def decode_or_stall(path: str) -> Decoded:
     return Decoded(None, reason=NOT_STOPPED) if _stalled(path) else decode_file(path)
 
 
-def thumbnail_or_stall(path: str, sizes, at=None, encode=False) -> Decoded:
+def thumbnail_or_stall(path: str, sizes, at=None, encode=False) -> Thumbnails:
     if not _stalled(path):
-        return thumbnail_decoded(path, sizes, at, encode)
+        return thumbnails_of(path, sizes, at, encode)
     woke = {size: Image.new("RGB", (size, size), WOKE_UP) for size in sizes}
-    return Decoded("", Thumbnails({size: _jpeg(img) if encode else img for size, img in woke.items()}))
+    return Thumbnails({size: encode_jpeg(img) if encode else img for size, img in woke.items()})
 
 
 class StallingDecoder(ProcessDecoder):

@@ -17,6 +17,7 @@ from sidecars import read_sidecar
 
 import novelfind
 from novelfind.cli import cli, human_size
+from novelfind.media.sidecars import sidecar_for
 from novelfind.outputs import xmp
 
 
@@ -158,7 +159,7 @@ def test_failures_takes_paths_only_to_forget(library, fake_extractor):
 
 
 def keywords(photo: Path) -> list[str]:
-    sidecar = xmp.sidecar_for(photo)
+    sidecar = sidecar_for(photo)
     return read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
 
 

@@ -25,7 +25,7 @@ from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.engines import local
 from novelfind.extract.stage import decode_file
 from novelfind.media import decode
-from novelfind.outputs import report as htmlreport
+from novelfind.outputs import thumbnails
 
 LIMIT_S = 8.0  # far above a test photo's decode (milliseconds) and SLOW_S, even on a busy machine
 STOPPED = f"decoding took longer than {LIMIT_S:g} s; stopped"
@@ -127,7 +127,7 @@ def test_the_report_and_the_contact_sheet_stop_a_stuck_thumbnail(tmp_path, fake_
     # The photos decode as usual for the scan; only the thumbnails of "stuck.png" stall.
     root = tmp_path / "photos"
     paths = _photos(root, ["a.png", "b.png", "stuck.png"])
-    monkeypatch.setattr(htmlreport, "ThumbnailDecoder", StallingThumbnails)
+    monkeypatch.setattr(thumbnails, "ThumbnailDecoder", StallingThumbnails)
     report, sheet = tmp_path / "r.html", tmp_path / "s.png"
     args = ["scan", str(root), "--k", "3", "--dedup", "0", "--cache", str(tmp_path / "c.sqlite"), "--format",
             "paths", "--decode-timeout", str(LIMIT_S), "--report", str(report), "--contact-sheet", str(sheet)]

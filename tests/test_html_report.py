@@ -1,4 +1,5 @@
-"""The HTML report, the library map and the contact sheet (novelfind.outputs.report), rendered in Chromium."""
+"""The HTML report, the library map and the contact sheet (novelfind.outputs.report, .contact_sheet and
+.thumbnails), rendered in Chromium."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from PIL import Image, ImageDraw
 
 from novelfind.errors import OutputError
 from novelfind.outputs import report as nfhtml
-from novelfind.outputs.report import write_contact_sheet, write_html_report
+from novelfind.outputs import thumbnails
+from novelfind.outputs.contact_sheet import write_contact_sheet
+from novelfind.outputs.report import write_html_report
 from novelfind.picks import Pick
 from novelfind.ranking.pca import map_2d
 
@@ -371,12 +374,12 @@ def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch)
 def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, library, monkeypatch):
     tasks, progress = [], []
 
-    class Recording(nfhtml.ThumbnailDecoder):
+    class Recording(thumbnails.ThumbnailDecoder):
         def thumbnails(self, batch):
             tasks.extend(batch)
             return super().thumbnails(batch)
 
-    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    monkeypatch.setattr(thumbnails, "ThumbnailDecoder", Recording)
     import dataclasses
 
     from novelfind.picks import Member
@@ -451,12 +454,12 @@ def test_a_second_report_takes_its_thumbnails_from_the_cache(tmp_path, library, 
 
     decoded = []
 
-    class Recording(nfhtml.ThumbnailDecoder):
+    class Recording(thumbnails.ThumbnailDecoder):
         def thumbnails(self, batch):
             decoded.extend(Path(path).name for path, _, _, _ in batch)
             return super().thumbnails(batch)
 
-    monkeypatch.setattr(nfhtml, "ThumbnailDecoder", Recording)
+    monkeypatch.setattr(thumbnails, "ThumbnailDecoder", Recording)
     cache = tmp_path / "thumbnails.sqlite"
     picks = _picks(library, [0, 1], [2, 3])
     first, second = tmp_path / "a.html", tmp_path / "b.html"
@@ -489,7 +492,7 @@ def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library)
 
 
 def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
-    cache = nfhtml.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
+    cache = thumbnails.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
     jpeg = b"x" * 1000
     cache.put({(library[i], 96, None): jpeg for i in range(2)}, {})
     cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {})
@@ -505,8 +508,8 @@ def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, 
     kept = tmp_path / "caches"
     kept.mkdir()
     novelfind.scan(library[0].parent, 3, cache=kept / "c.sqlite", report=tmp_path / "r.html")
-    with nfhtml.ThumbnailCache(kept / nfhtml.THUMBNAIL_CACHE_NAME) as cache:
+    with thumbnails.ThumbnailCache(kept / thumbnails.THUMBNAIL_CACHE_NAME) as cache:
         found, _ = cache.get([(p, nfhtml.THUMB_SIZE, None) for p in library])
     assert len(found) >= 3  # the picks' thumbnails at least
     novelfind.scan(library[0].parent, 3, cache=False, report=tmp_path / "r2.html")
-    assert not (dirs.feature_cache_path().parent / nfhtml.THUMBNAIL_CACHE_NAME).exists()
+    assert not (dirs.feature_cache_path().parent / thumbnails.THUMBNAIL_CACHE_NAME).exists()

@@ -22,6 +22,7 @@ import novelfind
 from novelfind.base import dirs, extras
 from novelfind.cli import cli
 from novelfind.media.ignore import IgnoreList
+from novelfind.media.sidecars import sidecar_for
 from novelfind.outputs import xmp
 
 try:
@@ -344,7 +345,7 @@ def test_the_ignore_command_uses_the_configured_list(library, fake_extractor, tm
 
 
 def keywords(photo: Path) -> list[str]:
-    sidecar = xmp.sidecar_for(photo)
+    sidecar = sidecar_for(photo)
     return read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
 
 

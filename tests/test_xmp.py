@@ -15,8 +15,10 @@ import pytest
 from conftest import missing_prerequisite, unprivileged
 from sidecars import read_sidecar
 
-from novelfind.outputs import xmp
-from novelfind.outputs.xmp import SidecarError, SidecarPick
+from novelfind.media.sidecars import sidecar_candidates, sidecar_for
+from novelfind.outputs import xmp, xmp_ledger
+from novelfind.outputs.xmp import SidecarError
+from novelfind.outputs.xmp_ledger import SidecarPick
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -141,7 +143,7 @@ def as_list(value) -> list:
 
 def test_sidecar_names_in_lookup_order(tmp_path):
     p = tmp_path / "IMG_1.CR2"
-    assert xmp.sidecar_candidates(p) == (
+    assert sidecar_candidates(p) == (
         tmp_path / "IMG_1.CR2.xmp",
         tmp_path / "IMG_1.CR2.XMP",
         tmp_path / "IMG_1.xmp",
@@ -150,26 +152,26 @@ def test_sidecar_names_in_lookup_order(tmp_path):
 
 
 def test_new_sidecar_is_name_ext_xmp(tmp_path):
-    assert xmp.sidecar_for(photo(tmp_path, "IMG_1.CR2")) == tmp_path / "IMG_1.CR2.xmp"
+    assert sidecar_for(photo(tmp_path, "IMG_1.CR2")) == tmp_path / "IMG_1.CR2.xmp"
 
 
 def test_existing_name_xmp_is_used(tmp_path):
     p = photo(tmp_path, "IMG_1.CR2")
     (tmp_path / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR)
-    assert xmp.sidecar_for(p) == tmp_path / "IMG_1.xmp"
+    assert sidecar_for(p) == tmp_path / "IMG_1.xmp"
 
 
 def test_name_ext_xmp_wins_over_name_xmp(tmp_path):
     p = photo(tmp_path, "IMG_1.CR2")
     (tmp_path / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR)
     (tmp_path / "IMG_1.CR2.xmp").write_text(DIGIKAM_SIDECAR)
-    assert xmp.sidecar_for(p) == tmp_path / "IMG_1.CR2.xmp"
+    assert sidecar_for(p) == tmp_path / "IMG_1.CR2.xmp"
 
 
 def test_upper_case_sidecar_is_found(tmp_path):
     p = photo(tmp_path, "DSC_7.NEF")
     (tmp_path / "DSC_7.XMP").write_text(LIGHTROOM_SIDECAR)
-    assert xmp.sidecar_for(p) == tmp_path / "DSC_7.XMP"
+    assert sidecar_for(p) == tmp_path / "DSC_7.XMP"
     xmp.tag(p, rank=1, score=0.5)
     assert "novel" in read_sidecar(tmp_path / "DSC_7.XMP")[xmp.SUBJECT]
     assert not (tmp_path / "DSC_7.NEF.xmp").exists()
@@ -272,7 +274,7 @@ def test_new_rank_updates_without_a_second_keyword(tmp_path):
     p = photo(tmp_path)
     xmp.tag(p, rank=1, score=0.5)
     assert xmp.tag(p, rank=4, score=0.125).action == "updated"
-    props = read_sidecar(xmp.sidecar_for(p))
+    props = read_sidecar(sidecar_for(p))
     assert props[xmp.SUBJECT] == ["novel"]
     assert (props[xmp.RANK], props[xmp.SCORE]) == ("4", "0.125")
 
@@ -305,7 +307,7 @@ def test_hierarchical_keyword(tmp_path):
 def test_keyword_with_a_comma_stays_one_keyword(tmp_path):
     p = photo(tmp_path)
     xmp.tag(p, rank=1, score=1.0, keyword="odd, really")
-    assert as_list(exiftool(xmp.sidecar_for(p))["XMP-dc:Subject"]) == ["odd, really"]
+    assert as_list(exiftool(sidecar_for(p))["XMP-dc:Subject"]) == ["odd, really"]
 
 
 @pytest.mark.parametrize("bad", ["", "   ", "a||b", "|a", 3])
@@ -313,7 +315,7 @@ def test_bad_keyword_is_refused_before_writing(tmp_path, bad):
     p = photo(tmp_path)
     with pytest.raises(ValueError):
         xmp.tag(p, rank=1, score=1.0, keyword=bad)
-    assert not xmp.sidecar_for(p).exists()
+    assert not sidecar_for(p).exists()
 
 
 def test_a_sidecar_is_never_taken_for_a_photo(tmp_path):
@@ -391,7 +393,7 @@ def test_untag_keeps_a_created_sidecar_the_user_wrote_into(tmp_path):
 def test_untag_without_sidecar(tmp_path):
     p = photo(tmp_path)
     assert xmp.untag(p).action == "unchanged"
-    assert not xmp.sidecar_for(p).exists()
+    assert not sidecar_for(p).exists()
 
 
 # ---------------------------------------------------------------------------------------------- bad sidecars
@@ -522,10 +524,10 @@ def test_symlinked_sidecar_is_refused_and_its_target_left_alone(tmp_path):
 _UNPRIVILEGED_SCRIPT = """
 import json, sys
 from pathlib import Path
-from novelfind.outputs import xmp
+from novelfind.outputs import xmp_ledger
 problems = []
-summary = xmp.apply_picks(
-    [xmp.SidecarPick(Path(p), i + 1, 1.0) for i, p in enumerate(sys.argv[3:])],
+summary = xmp_ledger.apply_picks(
+    [xmp_ledger.SidecarPick(Path(p), i + 1, 1.0) for i, p in enumerate(sys.argv[3:])],
     roots=[sys.argv[1]], ledger=sys.argv[2], on_problem=lambda p, r: problems.append([str(p), r]),
 )
 print(json.dumps({"changes": [[str(c.sidecar), c.action] for c in summary.changes], "problems": problems}))
@@ -579,7 +581,7 @@ def picks(*paths: Path) -> list[SidecarPick]:
 
 
 def keywords(p: Path) -> list[str]:
-    sidecar = xmp.sidecar_for(p)
+    sidecar = sidecar_for(p)
     return read_sidecar(sidecar).get(xmp.SUBJECT, []) if sidecar.exists() else []
 
 
@@ -589,14 +591,14 @@ def test_later_run_untags_photos_no_longer_picked(tmp_path):
     a, b, c = (photo(root, f"{n}.jpg") for n in "abc")
     (root / "a.jpg.xmp").write_text(DIGIKAM_SIDECAR)
 
-    first = xmp.apply_picks(picks(a, b), roots=[root], ledger=ledger)
+    first = xmp_ledger.apply_picks(picks(a, b), roots=[root], ledger=ledger)
     assert [(ch.photo.name, ch.action) for ch in first.changes] == [
         ("a.jpg", "updated"),
         ("b.jpg", "created"),
     ]
     assert "novel" in keywords(a) and "novel" in keywords(b)
 
-    second = xmp.apply_picks(picks(b, c), roots=[root], ledger=ledger)
+    second = xmp_ledger.apply_picks(picks(b, c), roots=[root], ledger=ledger)
     assert sorted((ch.photo.name, ch.action) for ch in second.changes) == [
         ("a.jpg", "removed"),
         ("b.jpg", "updated"),  # new rank
@@ -606,7 +608,7 @@ def test_later_run_untags_photos_no_longer_picked(tmp_path):
     assert keywords(b) == ["novel"] and keywords(c) == ["novel"]
     assert set(json.loads(ledger.read_text())["sidecars"]) == {str(b), str(c)}
 
-    third = xmp.apply_picks([], roots=[root], ledger=ledger)
+    third = xmp_ledger.apply_picks([], roots=[root], ledger=ledger)
     assert sorted((ch.photo.name, ch.action) for ch in third.changes) == [
         ("b.jpg", "deleted"),
         ("c.jpg", "deleted"),
@@ -619,8 +621,8 @@ def test_photos_outside_the_scanned_folders_keep_their_tag(tmp_path):
     ledger = tmp_path / "ledger.json"
     old = photo(tmp_path / "2023", "x.jpg")
     new = photo(tmp_path / "2024", "y.jpg")
-    xmp.apply_picks(picks(old), roots=[tmp_path / "2023"], ledger=ledger)
-    summary = xmp.apply_picks(picks(new), roots=[tmp_path / "2024"], ledger=ledger)
+    xmp_ledger.apply_picks(picks(old), roots=[tmp_path / "2023"], ledger=ledger)
+    summary = xmp_ledger.apply_picks(picks(new), roots=[tmp_path / "2024"], ledger=ledger)
     assert [(ch.photo.name, ch.action) for ch in summary.changes] == [("y.jpg", "created")]
     assert keywords(old) == ["novel"]
     assert set(json.loads(ledger.read_text())["sidecars"]) == {str(old), str(new)}
@@ -629,8 +631,8 @@ def test_photos_outside_the_scanned_folders_keep_their_tag(tmp_path):
 def test_root_prefix_is_not_a_parent(tmp_path):
     ledger = tmp_path / "ledger.json"
     other = photo(tmp_path / "photos-2", "x.jpg")
-    xmp.apply_picks(picks(other), roots=[tmp_path / "photos-2"], ledger=ledger)
-    xmp.apply_picks([], roots=[tmp_path / "photos"], ledger=ledger)
+    xmp_ledger.apply_picks(picks(other), roots=[tmp_path / "photos-2"], ledger=ledger)
+    xmp_ledger.apply_picks([], roots=[tmp_path / "photos"], ledger=ledger)
     assert keywords(other) == ["novel"]
 
 
@@ -641,7 +643,8 @@ def test_name_xmp_of_two_unrelated_photos_is_left_alone(tmp_path):
     shared = tmp_path / "a.xmp"
     shared.write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
     before = fingerprint(shared)
-    xmp.apply_picks([SidecarPick(jpg, 1, 0.9), SidecarPick(png, 2, 0.5)], roots=[tmp_path], ledger=ledger)
+    both = [SidecarPick(jpg, 1, 0.9), SidecarPick(png, 2, 0.5)]
+    xmp_ledger.apply_picks(both, roots=[tmp_path], ledger=ledger)
     assert fingerprint(shared) == before
     assert read_sidecar(tmp_path / "a.JPG.xmp")[xmp.RANK] == "1"
     assert read_sidecar(tmp_path / "a.PNG.xmp")[xmp.RANK] == "2"
@@ -652,11 +655,11 @@ def test_name_xmp_is_the_raw_files_next_to_an_export(tmp_path):
     the RAW's; the export gets its own."""
     raw, tif = photo(tmp_path, "IMG_1.CR2"), photo(tmp_path, "IMG_1.tif")
     (tmp_path / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR)
-    assert xmp.sidecar_for(raw) == tmp_path / "IMG_1.xmp"
-    assert xmp.sidecar_for(tif) == tmp_path / "IMG_1.tif.xmp"
+    assert sidecar_for(raw) == tmp_path / "IMG_1.xmp"
+    assert sidecar_for(tif) == tmp_path / "IMG_1.tif.xmp"
     converted = photo(tmp_path, "IMG_1.dng")  # a second RAW of that name: nobody's for sure
-    assert xmp.sidecar_for(raw) == tmp_path / "IMG_1.CR2.xmp"
-    assert xmp.sidecar_for(converted) == tmp_path / "IMG_1.dng.xmp"
+    assert sidecar_for(raw) == tmp_path / "IMG_1.CR2.xmp"
+    assert sidecar_for(converted) == tmp_path / "IMG_1.dng.xmp"
 
 
 def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_path):
@@ -666,7 +669,7 @@ def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_pat
     lr = tmp_path / "lr"
     jpg, raw = photo(lr, "IMG_1.JPG"), photo(lr, "IMG_1.CR2")
     (lr / "IMG_1.xmp").write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
-    summary = xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 3, 0.25), roots=[lr], ledger=ledger)
+    summary = xmp_ledger.apply_picks(SidecarPick.for_photo([jpg, raw], 3, 0.25), roots=[lr], ledger=ledger)
     assert [(c.photo.name, c.sidecar.name, c.action) for c in summary.changes] == [
         ("IMG_1.JPG", "IMG_1.xmp", "updated"),
         ("IMG_1.CR2", "IMG_1.xmp", "unchanged"),
@@ -677,10 +680,10 @@ def test_a_pair_shares_its_name_xmp_and_each_file_otherwise_gets_its_own(tmp_pat
 
     plain = tmp_path / "plain"
     jpg, raw = photo(plain, "IMG_2.JPG"), photo(plain, "IMG_2.NEF")
-    xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[plain], ledger=ledger)
+    xmp_ledger.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[plain], ledger=ledger)
     assert sorted(os.listdir(plain)) == ["IMG_2.JPG", "IMG_2.JPG.xmp", "IMG_2.NEF", "IMG_2.NEF.xmp"]
     # the next run without the pair takes both back
-    xmp.apply_picks([], roots=[plain, lr], ledger=ledger)
+    xmp_ledger.apply_picks([], roots=[plain, lr], ledger=ledger)
     assert sorted(os.listdir(plain)) == ["IMG_2.JPG", "IMG_2.NEF"]
     assert read_sidecar(lr / "IMG_1.xmp")[xmp.SUBJECT] == ["Tokyo"]
 
@@ -690,9 +693,9 @@ def test_shared_sidecar_of_a_photo_picked_now_keeps_the_tag(tmp_path):
     ledger = tmp_path / "ledger.json"
     jpg, raw = photo(tmp_path, "a.JPG"), photo(tmp_path, "a.CR2")
     (tmp_path / "a.xmp").write_text(LIGHTROOM_SIDECAR.replace("<rdf:li>novel</rdf:li>", ""))
-    xmp.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[tmp_path], ledger=ledger)
+    xmp_ledger.apply_picks(SidecarPick.for_photo([jpg, raw], 1, 0.5), roots=[tmp_path], ledger=ledger)
     raw.unlink()  # the RAW is deleted; the JPEG alone is picked again and writes the same a.xmp
-    summary = xmp.apply_picks(picks(jpg), roots=[tmp_path], ledger=ledger)
+    summary = xmp_ledger.apply_picks(picks(jpg), roots=[tmp_path], ledger=ledger)
     assert [(c.photo.name, c.action) for c in summary.changes] == [("a.JPG", "updated")]  # new score
     assert read_sidecar(tmp_path / "a.xmp")[xmp.SUBJECT] == ["Tokyo", "novel"]
     assert set(json.loads(ledger.read_text())["sidecars"]) == {str(jpg)}
@@ -703,7 +706,7 @@ def test_a_bad_sidecar_does_not_stop_the_others(tmp_path):
     a, b = photo(tmp_path, "a.jpg"), photo(tmp_path, "b.jpg")
     (tmp_path / "a.jpg.xmp").write_bytes(b"\x00junk" * 10)
     seen = []
-    summary = xmp.apply_picks(
+    summary = xmp_ledger.apply_picks(
         picks(a, b), roots=[tmp_path], ledger=ledger, on_problem=lambda p, r: seen.append(p)
     )
     assert seen == [tmp_path / "a.jpg.xmp"]
@@ -716,7 +719,7 @@ def test_damaged_ledger_is_kept_aside_and_the_run_goes_on(tmp_path):
     ledger = tmp_path / "ledger.json"
     ledger.write_text("{not json")
     a = photo(tmp_path, "a.jpg")
-    summary = xmp.apply_picks(picks(a), roots=[tmp_path], ledger=ledger)
+    summary = xmp_ledger.apply_picks(picks(a), roots=[tmp_path], ledger=ledger)
     assert summary.problems == [
         (ledger, f"the record of tagged sidecars is damaged (kept as {ledger}.damaged); starting a new one")
     ]
@@ -731,14 +734,14 @@ def test_namespace_is_permanent():
 
 
 def test_default_ledger_lives_in_the_user_data_folder(tmp_path, isolated_user_dirs):
-    assert xmp.default_ledger_path() == isolated_user_dirs / "data" / "novelfind" / "sidecars.json"
+    assert xmp_ledger.default_ledger_path() == isolated_user_dirs / "data" / "novelfind" / "sidecars.json"
     a = photo(tmp_path, "a.jpg")
-    xmp.apply_picks(picks(a), roots=[tmp_path], ledger=None)
-    assert xmp.default_ledger_path().is_file()
+    xmp_ledger.apply_picks(picks(a), roots=[tmp_path], ledger=None)
+    assert xmp_ledger.default_ledger_path().is_file()
 
 
 def test_bad_keyword_touches_nothing(tmp_path):
     a = photo(tmp_path, "a.jpg")
     with pytest.raises(ValueError):
-        xmp.apply_picks(picks(a), roots=[tmp_path], ledger=tmp_path / "l.json", keyword="")
+        xmp_ledger.apply_picks(picks(a), roots=[tmp_path], ledger=tmp_path / "l.json", keyword="")
     assert sorted(os.listdir(tmp_path)) == ["a.jpg"]

@@ -326,7 +326,7 @@ def sidecar_date(paths: Sequence[str | os.PathLike[str]], now: float | None = No
     """The capture date in the first XMP sidecar of ``paths`` (a photo's files) that has one, read as
     text (at most ``SIDECAR_MAX_BYTES``, no XML parser): ``photoshop:DateCreated``, else
     ``exif:DateTimeOriginal``, else ``xmp:CreateDate``, as attribute or element."""
-    from novelfind.outputs.xmp import sidecar_candidates
+    from novelfind.media.sidecars import sidecar_candidates
 
     seen: set[Path] = set()
     for photo in paths:

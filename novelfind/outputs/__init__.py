@@ -1,1 +1,2 @@
-"""Everything written after ranking: the results list, copies and links, the report, XMP sidecars."""
+"""Everything written after ranking: the results list, copies and links, the HTML report, the contact
+sheet, the XMP sidecars."""

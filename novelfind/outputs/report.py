@@ -1,10 +1,9 @@
-"""The HTML report (one self-contained page) and the contact sheet of the picks.
+"""The HTML report: one self-contained page about the picks (the library map, a card per pick with its
+neighbour and its moment's other photos, the run's settings, the files that could not be read).
 
-Their cost is the thumbnails. Each photo is decoded once, in the decode worker processes, for every size
-it is shown at (a pick's 256 px, a neighbour's 160, a member's 96): JPEG's reduced-scale decode to the
-largest, each smaller one made from the larger, and the report's JPEG data encoded there too, so the
-scanning process only assembles the page. The thumbnails are kept for the next report
-(``ThumbnailCache``). A re-scan of 300 cached 12 MP photos with ``--k 100`` on the 2-core machine
+Its cost is the thumbnails (:mod:`novelfind.outputs.thumbnails`: made in the decode processes, each
+photo decoded once for all its sizes, and kept for the next report), so the scanning process only
+assembles the page. A re-scan of 300 cached 12 MP photos with ``--k 100`` on the 2-core machine
 (scripts/bench_report.py, docs/bench/report-2core.json; CPU seconds of the process tree, as wall time
 meant nothing at a load average of 20-24): 4.9 s without ``--report``; 9.7 s with the first report
 (133 photos decoded); 5.2 s (1.06x) with a report of photos shown before, against 6.5 s (1.3x) before
@@ -14,286 +13,28 @@ thumbnails were kept.
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
-import io
-import math
 import os
-import sqlite3
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from html import escape
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
 
 from novelfind.base.atomic import write_atomic
-from novelfind.base.devices import available_cpus
-from novelfind.errors import OutputError
-from novelfind.extract.decoders.pillow import ProcessDecoder
-from novelfind.extract.stage import Decoded, guarded
-from novelfind.media import video
 from novelfind.media.dates import SOURCE_WORDS
-from novelfind.media.decode import decode_processes_within_budget
-from novelfind.media.raw import image_info_any, load_any
+from novelfind.media.raw import image_info_any
+from novelfind.outputs.thumbnails import Thumb, ThumbnailCache, clip_moment, clock, make_thumbnails
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
-Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
-# what a decode worker makes of one file: its path, the sizes wanted, a clip's time, and whether to
-# encode them as JPEG (the report) or return images (the contact sheet)
-ThumbTask = tuple[str, tuple[int, ...], "float | None", bool]
-MAX_THUMBNAIL_WORKERS = 8  # decode processes making the report's and the contact sheet's thumbnails
 NEIGHBOUR_THUMB_SIZE = 160
 MEMBER_THUMB_SIZE = 96  # the strip of a moment's other photos under its pick
 MEMBERS_SHOWN = 24  # thumbnails in that strip; the count says how many more (the results list has all)
 MAX_MAP_POINTS = 5000  # non-pick points drawn in the library map; picks are always drawn
 MAX_FAILURES_SHOWN = 1000
-
-
-# ---------------------------------------------------------------------------------------------
-# Thumbnails (decoded like the pipeline does: orientation, modes, reduced JPEG decode, RAW previews),
-# in decode worker processes: a photo is untrusted input, and only a process can be stopped when its
-# decode runs past the limit (``--decode-timeout``).
-
-
-class Thumbnails(NamedTuple):
-    """One file's thumbnails, by size: JPEG bytes (``encode``) or PIL images; and a clip's frame size."""
-
-    images: dict[int, Any]
-    frame: tuple[int, int] | None = None  # a clip's: width, height of its frames (a photo: None)
-
-
-def thumbnail_decoded(
-    path: str, sizes: Sequence[int], at: float | None = None, encode: bool = False
-) -> Decoded:
-    """Run in a decode worker: ``path``'s thumbnails, the longest side of each one of ``sizes`` px, as
-    ``Decoded``'s pixels (:class:`Thumbnails`; the digest is empty, a thumbnail is not cached), or why
-    it cannot be read. One decode for all sizes: the largest first (a JPEG decoded at a reduced scale
-    no smaller than it), each smaller one from the one before. A clip's is its frame at ``at`` seconds
-    (its novel moment; None: its first keyframe)."""
-
-    def make() -> tuple[str, Thumbnails]:
-        frame = None
-        if video.is_clip_name(Path(path)):
-            img, frame = video.poster(Path(path), at or 0.0)
-        else:
-            img = load_any(Path(path), min_side=max(sizes))
-        made: dict[int, Any] = {}
-        for size in sorted(set(sizes), reverse=True):
-            img.thumbnail((size, size), Image.Resampling.LANCZOS)  # in place: the next size starts here
-            made[size] = _jpeg(img) if encode else img.copy()
-        return "", Thumbnails(made, frame)
-
-    return guarded(make)
-
-
-def _run_task(make: Callable[..., Decoded], task: ThumbTask) -> Decoded:
-    return make(*task)
-
-
-class ThumbnailDecoder(ProcessDecoder):
-    """Thumbnails made in decode worker processes, under the decode time limit and the decode budget
-    as the scan's own decodes are: a photo that takes too long is stopped with its process and gets the
-    placeholder. ``make`` (path, sizes, clip time, encode) -> ``Decoded`` is what a worker runs."""
-
-    make: Callable[..., Decoded] = staticmethod(thumbnail_decoded)
-
-    def __init__(self, workers: int, timeout: float | None = None):
-        super().__init__(workers, window=2 * workers, timeout=timeout)
-        self.decode_one = functools.partial(_run_task, self.make)  # sent with each task to the workers
-
-    def thumbnails(self, tasks: Sequence[ThumbTask]) -> Iterator[tuple[int, Thumbnails | None]]:
-        """(position in ``tasks``, its thumbnails) as each is made, mostly in order; None where the
-        file cannot be read or took too long."""
-        for i, result in self.decode(tasks):  # type: ignore[arg-type]  # a task, not a path
-            yield i, None if result.digest is None else result.pixels
-
-    def decode_here(self, task: Any) -> Decoded:
-        """The thumbnails made in this process, where worker processes cannot start (no time limit)."""
-        return self.decode_one(task)
-
-
-class Made(NamedTuple):
-    """The thumbnails of :func:`_thumbnails`: by (path, size, clip time), None where unreadable; and
-    the frame size of each clip read."""
-
-    thumbs: dict[Thumb, Any]
-    frames: dict[Path, tuple[int, int]]
-
-
-def _thumbnails(
-    wanted: Sequence[Thumb],
-    timeout: float | None,
-    *,
-    encode: bool = False,
-    on_progress: Callable[[int, int], None] | None = None,
-    cache: ThumbnailCache | None = None,
-) -> Made:
-    """The thumbnails of (path, size, clip time) triples, each file decoded once for all its sizes, by a
-    few decode processes: no more than one per core, nor than the decoded-pixels budget leaves memory
-    for. ``encode``: as JPEG bytes (else PIL images); ``on_progress(done, total)`` counts the files;
-    ``cache``: JPEG thumbnails of earlier runs, taken where their files are unchanged, and the new ones
-    kept there (with ``encode``)."""
-    wanted = [(Path(path), size, at) for path, size, at in dict.fromkeys(wanted)]
-    kept, frames = cache.get(wanted) if cache is not None and encode else ({}, {})
-    sizes: dict[tuple[Path, float | None], list[int]] = {}
-    for path, size, at in wanted:
-        if (path, size, at) not in kept:
-            sizes.setdefault((path, at), []).append(size)
-    if not sizes:
-        if on_progress is not None and kept:
-            on_progress(1, 1)
-        return Made(dict(kept), frames)
-    sources = list(sizes)
-    tasks = [(os.fspath(path), tuple(sizes[path, at]), at, encode) for path, at in sources]
-    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(tasks))
-    decoder = ThumbnailDecoder(max(1, workers), timeout)
-    made = Made({}, dict(frames))
-    try:
-        for done, (i, result) in enumerate(decoder.thumbnails(tasks), 1):
-            path, at = sources[i]
-            for size in sizes[path, at]:
-                made.thumbs[path, size, at] = None if result is None else result.images[size]
-            if result is not None and result.frame is not None:
-                made.frames[path] = result.frame
-            if on_progress is not None:
-                on_progress(done, len(tasks))
-    except BaseException:
-        decoder.terminate()
-        raise
-    decoder.close()
-    if cache is not None and encode:
-        cache.put(made.thumbs, made.frames)
-    made.thumbs.update(kept)
-    return made
-
-
-# The report's thumbnails, kept for the next report (``ThumbnailCache``): at most this many bytes of JPEG;
-# past it, those used longest ago go. 256 + 160 + 96 px of a photo take ~25 KB: 64 MB keeps ~2,500 photos.
-THUMBNAIL_CACHE_BYTES = 64 << 20
-THUMBNAIL_CACHE_NAME = "thumbnails.sqlite"  # beside the feature cache
-
-
-def _at_key(at: float | None) -> float:
-    return -1.0 if at is None else float(at)
-
-
-class ThumbnailCache:
-    """The report's JPEG thumbnails of earlier runs, by path, size and clip time, each valid while its
-    file keeps its size and modification time: a re-scan whose report shows the same photos decodes
-    none of them again. Best effort: a cache that cannot be opened, read or written (locked by another
-    run, damaged, on a full disk) is passed over, and the thumbnails are made as without it. The file is
-    created for its owner alone (0600), never through a symbolic link."""
-
-    def __init__(self, path: Path | str, max_bytes: int = THUMBNAIL_CACHE_BYTES):
-        self.path = Path(path)
-        self.max_bytes = max_bytes
-        self.conn: sqlite3.Connection | None = None
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            os.close(fd)
-            conn = sqlite3.connect(self.path, timeout=5.0)
-            try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS thumbs (path BLOB, size INTEGER, at REAL, file_size INTEGER, "
-                    "mtime_ns INTEGER, width INTEGER, height INTEGER, jpeg BLOB, used INTEGER, "
-                    "PRIMARY KEY (path, size, at))"
-                )
-                conn.commit()
-            except sqlite3.Error:
-                conn.close()
-                raise
-            self.conn = conn
-        except (OSError, sqlite3.Error):
-            self.conn = None
-
-    @staticmethod
-    def _stat(path: Path) -> tuple[int, int] | None:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return None
-        return st.st_size, st.st_mtime_ns
-
-    def get(self, wanted: Sequence[Thumb]) -> tuple[dict[Thumb, bytes], dict[Path, tuple[int, int]]]:
-        """The thumbnails of ``wanted`` made for the files as they are now, and the clips' frame sizes."""
-        found: dict[Thumb, bytes] = {}
-        frames: dict[Path, tuple[int, int]] = {}
-        if self.conn is None:
-            return found, frames
-        stats = {path: self._stat(Path(path)) for path, _, _ in wanted}
-        try:
-            for path, size, at in wanted:
-                row = self.conn.execute(
-                    "SELECT file_size, mtime_ns, width, height, jpeg FROM thumbs "
-                    "WHERE path = ? AND size = ? AND at = ?",
-                    (os.fsencode(path), size, _at_key(at)),
-                ).fetchone()
-                if row is not None and stats[path] is not None and tuple(row[:2]) == stats[path]:
-                    found[path, size, at] = bytes(row[4])
-                    if row[2] is not None:
-                        frames[Path(path)] = (int(row[2]), int(row[3]))
-            if found:
-                now = int(time.time())
-                self.conn.executemany(
-                    "UPDATE thumbs SET used = ? WHERE path = ? AND size = ? AND at = ?",
-                    [(now, os.fsencode(p), s, _at_key(a)) for p, s, a in found],
-                )
-                self.conn.commit()
-        except sqlite3.Error:
-            pass  # what was found stands; the rest is made again
-        return found, frames
-
-    def put(self, made: Mapping[Thumb, bytes | None], frames: Mapping[Path, tuple[int, int]]) -> None:
-        """Keep the thumbnails made (None: unreadable, not kept), then trim the cache to ``max_bytes``,
-        dropping those used longest ago."""
-        if self.conn is None:
-            return
-        now = int(time.time())
-        rows = []
-        for (path, size, at), jpeg in made.items():
-            stat = self._stat(Path(path))
-            if jpeg is None or stat is None:
-                continue
-            width, height = frames.get(Path(path), (None, None))
-            rows.append((os.fsencode(path), size, _at_key(at), *stat, width, height, jpeg, now))
-        try:
-            self.conn.executemany("INSERT OR REPLACE INTO thumbs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            total, stale = 0, []
-            for rowid, length in self.conn.execute(
-                "SELECT rowid, length(jpeg) FROM thumbs ORDER BY used DESC, rowid DESC"
-            ).fetchall():
-                total += length
-                if total > self.max_bytes:
-                    stale.append((rowid,))
-            self.conn.executemany("DELETE FROM thumbs WHERE rowid = ?", stale)
-            self.conn.commit()
-        except sqlite3.Error:
-            try:
-                self.conn.rollback()
-            except sqlite3.Error:
-                pass
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def __enter__(self) -> ThumbnailCache:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _jpeg(img: Image.Image, quality: int = 82) -> bytes:
-    buf = io.BytesIO()
-    img.save(buf, format="JPEG", quality=quality, optimize=True)
-    return buf.getvalue()
 
 
 def _data_uri(jpeg: bytes) -> str:
@@ -379,13 +120,6 @@ def _display(value: Any) -> str:
         else:
             out.append(ch)
     return escape("".join(out), quote=True)
-
-
-def _clock(seconds: float) -> str:
-    """``0:07``, ``12:34``, ``1:02:03``: a time in a clip, to the second."""
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def _human_size(size: int | None) -> str:
@@ -503,9 +237,9 @@ def write_html_report(
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
-    ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.ranking.pca.map_2d`), ``pick_indices``
-    (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives hover
-    titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
+    ``points2d`` (N, 2) places the whole library on a map (see :func:`novelfind.ranking.pca.map_2d`),
+    ``pick_indices`` (K,) are the picks' rows in it, in the order of ``picks``; ``paths`` (N,) gives
+    hover titles. ``run`` is the run record of ``docs/output-schema.md``: its counts (``images_found``,
     ``from_cache``, ``extracted``, ``failed``) are shown up front, everything in a table.
     ``decode_timeout``: seconds a thumbnail's decode may take in its process (None: the scan's
     default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
@@ -574,11 +308,6 @@ def _map_section(
     )
 
 
-def _moment(p: Pick) -> float | None:
-    """Where a clip's thumbnail is taken: the frame that made it novel (None for a photo)."""
-    return None if p.clip is None else p.clip.moment_time
-
-
 _LABELS_NOTE = (
     "“Looks like”: MobileNet-V2’s most likely ImageNet classes, with their probability. They are "
     "ImageNet labels, a model’s guess among the 1000 classes it was trained on, not the truth about "
@@ -594,12 +323,12 @@ def _picks_section(
 ) -> str:
     """One card per pick: thumbnail, facts about the file, its nearest neighbour, and the strip of the
     other photos of its moment."""
-    wanted = [(Path(p.path), THUMB_SIZE, _moment(p)) for p in picks]
+    wanted = [(Path(p.path), THUMB_SIZE, clip_moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
     wanted += [(Path(m.path), MEMBER_THUMB_SIZE, None) for p in picks for m in p.members[:MEMBERS_SHOWN]]
     cache = None if thumbnail_cache is None else ThumbnailCache(thumbnail_cache)
     try:
-        made = _thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache)
+        made = make_thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache)
     finally:
         if cache is not None:
             cache.close()
@@ -638,12 +367,12 @@ def _pick_card(
     if p.also:  # a RAW + JPEG pair: the files that go with the one shown
         details.append(("also", ", ".join(Path(f).name for f in p.also)))
     if p.clip is not None:
-        frames = ", ".join(_clock(t) for t in p.clip.times)
+        frames = ", ".join(clock(t) for t in p.clip.times)
         details.insert(
             1,
             (
                 "clip",
-                f"{_clock(p.clip.duration)} long; shown at {_clock(p.clip.moment_time)}, "
+                f"{clock(p.clip.duration)} long; shown at {clock(p.clip.moment_time)}, "
                 f"the frame that makes it novel (frames read at {frames})",
             ),
         )
@@ -668,9 +397,9 @@ def _pick_card(
         nb = '<div class="nb">every photo in the library is in this moment</div>'
     else:
         nb = '<div class="nb">the only photo in the library</div>'
-    thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE, _moment(p))), f"#{p.rank}")
+    thumb = _img_or_missing(thumbs.get((Path(p.path), THUMB_SIZE, clip_moment(p))), f"#{p.rank}")
     if p.clip is not None:
-        thumb += f'<div class="clipmark">▶ clip, moment at {_clock(p.clip.moment_time)}</div>'
+        thumb += f'<div class="clipmark">▶ clip, moment at {clock(p.clip.moment_time)}</div>'
     return (
         f'<section class="pick" id="pick-{p.rank}"><div class="rank">{p.rank}</div>'
         f'<div class="thumb">{thumb}</div>'
@@ -753,74 +482,3 @@ def _page(title: str, n_picks: int, body: str) -> str:
         f'<body data-picks="{n_picks}"><main>\n{body}\n</main>'
         f"<script>{_SCRIPT}</script></body></html>\n"
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Contact sheet
-
-# The one list of contact-sheet file types: suffix -> Pillow format.
-CONTACT_SHEET_FORMATS = {".jpg": "JPEG", ".jpeg": "JPEG", ".png": "PNG", ".webp": "WEBP"}
-
-
-def write_contact_sheet(
-    path: Path | str,
-    picks: Sequence[Pick],
-    *,
-    columns: int | None = None,
-    cell: int = 256,
-    decode_timeout: float | None = None,
-) -> None:
-    """A grid image of the picks in rank order, each with its rank number (format from the suffix:
-    .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written.
-    ``decode_timeout`` as for :func:`write_html_report`."""
-    path = Path(path)
-    fmt = CONTACT_SHEET_FORMATS.get(path.suffix.lower())
-    if fmt is None:
-        raise OutputError(f"cannot write contact sheet {path}: use a .jpg, .png or .webp name")
-    if cell < 32:
-        raise ValueError(f"cell must be at least 32 px, got {cell}")
-    picks = sorted(picks, key=lambda p: p.rank)
-    count = max(1, len(picks))
-    cols = columns if columns is not None else math.ceil(math.sqrt(count))
-    if cols < 1:
-        raise ValueError(f"columns must be at least 1, got {cols}")
-    cols = min(cols, count)
-    rows = math.ceil(count / cols)
-    gap = max(2, cell // 32)
-    sheet = Image.new("RGB", (cols * cell + (cols + 1) * gap, rows * cell + (rows + 1) * gap), (32, 33, 36))
-    draw = ImageDraw.Draw(sheet)
-    font = ImageFont.load_default(size=max(12, cell // 9))
-    small = ImageFont.load_default(size=max(10, cell // 16))
-    inner = cell - 2 * gap
-
-    made = _thumbnails([(Path(p.path), inner, _moment(p)) for p in picks], decode_timeout).thumbs
-    thumbs = [made[(Path(p.path), inner, _moment(p))] for p in picks]
-    for k, (pick, thumb) in enumerate(zip(picks, thumbs, strict=True)):
-        x0 = gap + (k % cols) * (cell + gap)
-        y0 = gap + (k // cols) * (cell + gap)
-        draw.rectangle((x0, y0, x0 + cell - 1, y0 + cell - 1), fill=(48, 49, 52))
-        if thumb is None:
-            draw.text(
-                (x0 + cell / 2, y0 + cell / 2), "cannot read", fill=(200, 200, 200), font=small, anchor="mm"
-            )
-        else:
-            sheet.paste(thumb, (x0 + (cell - thumb.width) // 2, y0 + (cell - thumb.height) // 2))
-        label = str(pick.rank)
-        left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
-        pad = max(3, cell // 40)
-        box = (x0, y0, x0 + right - left + 2 * pad, y0 + bottom - top + 2 * pad)
-        draw.rectangle(box, fill=(217, 48, 37))
-        draw.text((x0 + pad - left, y0 + pad - top), label, fill=(255, 255, 255), font=font)
-        if pick.clip is not None:  # a clip, shown at its novel moment: "▶ 0:16" in the bottom-left corner
-            mark = f"\u25b6 {_clock(pick.clip.moment_time)}"
-            left, top, right, bottom = draw.textbbox((0, 0), mark, font=small)
-            y1 = y0 + cell - 1
-            draw.rectangle(
-                (x0, y1 - (bottom - top) - 2 * pad, x0 + right - left + 2 * pad, y1), fill=(0, 0, 0)
-            )
-            draw.text((x0 + pad - left, y1 - pad - bottom), mark, fill=(255, 255, 255), font=small)
-
-    buf = io.BytesIO()
-    options = {"quality": 88} if fmt in ("JPEG", "WEBP") else {"optimize": True}
-    sheet.save(buf, format=fmt, **options)
-    write_atomic(path, buf.getvalue())

@@ -4,8 +4,13 @@ report, the contact sheet and the XMP sidecars.
 :func:`check_outputs` runs first, before the slow part, so a scan that could never write its outputs
 fails in a second; :class:`OwnOutputs` keeps what novelfind wrote out of the photos it ranks;
 :func:`write_outputs` writes what was asked for, in turn, the sidecars last. The writers themselves
-live in :mod:`novelfind.outputs.formats` (lists), :mod:`novelfind.outputs.placement` (copies), :mod:`novelfind.outputs.report`
-(report, contact sheet) and :mod:`novelfind.outputs.xmp` (sidecars).
+live in :mod:`novelfind.outputs.formats` (lists), :mod:`novelfind.outputs.placement` (copies),
+:mod:`novelfind.outputs.report` (the report), :mod:`novelfind.outputs.contact_sheet` and
+:mod:`novelfind.outputs.xmp` (sidecars).
+
+What to write comes as :class:`OutputSettings`, taken by name from the scan's parameters: the writers
+know nothing of how those are given or checked, so the parameters can name the outputs' choices
+(formats, modes, the default keyword) without a tie back.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +29,45 @@ from novelfind.base.atomic import write_atomic
 from novelfind.base.safe_text import display
 from novelfind.errors import InputError, MissingExtraError, OutputError
 from novelfind.media.walk import FileList, scanned_path_within
+from novelfind.outputs.contact_sheet import write_contact_sheet
 from novelfind.outputs.formats import format_results
 from novelfind.outputs.placement import MANIFEST_NAME, open_picks_folder, place_picks
-from novelfind.outputs.report import THUMBNAIL_CACHE_NAME, write_contact_sheet, write_html_report
-from novelfind.outputs.xmp import SidecarPick, SidecarSummary, apply_picks
+from novelfind.outputs.report import write_html_report
+from novelfind.outputs.thumbnails import THUMBNAIL_CACHE_NAME
 from novelfind.outputs.xmp import available as xmp_available
-from novelfind.params import ScanParameters
+from novelfind.outputs.xmp_ledger import SidecarPick, SidecarSummary, apply_picks
 from novelfind.picks import Failure, Pick
 
 
-def check_outputs(params: ScanParameters) -> None:
+@dataclass(frozen=True)
+class OutputSettings:
+    """What a run writes, and what its writers need to know: the scan's parameters of the same names
+    (:meth:`of`)."""
+
+    paths: tuple[Path, ...]  # the scanned folders and files (the picks folder must lie outside them)
+    output: Path | None  # the results list
+    format: str  # its format (``formats.FORMATS``)
+    copy_to: Path | None  # the picks folder
+    link: str  # how the picks are placed there (``placement.PLACE_MODES``)
+    copy_members: bool  # also the other photos of each pick's moment
+    follow_symlinks: bool  # whether the walk followed links (a pick found through one may be placed)
+    report: Path | None  # the HTML report
+    contact_sheet: Path | None
+    xmp: bool  # tag the picks in their XMP sidecars
+    xmp_keyword: str
+    decode_timeout: float | None  # seconds a thumbnail's decode may take in its process
+    cache: Any  # the scan's feature cache (True, False, None, a path or a cache): the thumbnails go beside it
+
+    @classmethod
+    def of(cls, settings: Any) -> OutputSettings:
+        """The output settings of ``settings`` (a ``ScanParameters``, or anything with these names)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in fields(cls)})
+
+
+def check_outputs(settings: OutputSettings) -> None:
     """Fail before the slow part when an output cannot possibly be written (OutputError), or needs what
     is not installed (MissingExtraError)."""
-    p = params
+    p = settings
     if p.xmp and not xmp_available():
         raise MissingExtraError(
             "XMP sidecars need python-exiv2, which is not installed: pip install 'novelfind[xmp]'"
@@ -79,14 +110,14 @@ def check_outputs(params: ScanParameters) -> None:
 
 
 @contextmanager
-def held_outputs(params: ScanParameters) -> Iterator[HeldOutputs]:
+def held_outputs(settings: OutputSettings) -> Iterator[HeldOutputs]:
     """Open, for the whole run, the folders the outputs go into that someone else may write: the picks
     folder (``O_DIRECTORY | O_NOFOLLOW``). Whatever its parent folder does to it during the scan (swap it
     for a link, rename it), the picks go into the folder opened here. A picks folder that does not exist
     yet is created and opened when the picks are placed. Raises OutputError."""
     held = HeldOutputs()
-    if params.copy_to is not None and os.path.lexists(params.copy_to):
-        held.picks_folder = open_picks_folder(params.copy_to, create=False)
+    if settings.copy_to is not None and os.path.lexists(settings.copy_to):
+        held.picks_folder = open_picks_folder(settings.copy_to, create=False)
     try:
         yield held
     finally:
@@ -120,7 +151,7 @@ class OwnOutputs:
 
 
 def write_outputs(
-    params: ScanParameters,
+    settings: OutputSettings,
     picks: list[Pick],
     *,
     record: dict[str, Any],
@@ -134,18 +165,19 @@ def write_outputs(
     keep_tags: Sequence[Path] = (),
     on_thumbnails: Callable[[int, int], None] | None = None,
 ) -> SidecarSummary | None:
-    """Every output ``params`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
+    """Every output ``settings`` asks for, in turn; the XMP sidecars last. Returns what ``xmp`` did.
 
     ``record``: the run record of the JSON formats; ``failures``: the files that could not be read;
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
-    written, ``on_thumbnails(done, total)`` the files whose thumbnails the report has made; a sidecar that cannot be written goes to ``on_warning``, a pick that is no longer the file
-    that was ranked (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the
-    folders opened for the run (:func:`held_outputs`).
+    written, ``on_thumbnails(done, total)`` the files whose thumbnails the report has made; a sidecar
+    that cannot be written goes to ``on_warning``, a pick that is no longer the file that was ranked
+    (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the folders opened
+    for the run (:func:`held_outputs`).
     ``keep_tags``: files whose tags of an earlier run stay though they are not picked now (photos this
     run would rank but for the ignore list: an earlier run's picks, with ``ignore_picks``).
     """
-    p = params
+    p = settings
     writers: list[Callable[[], Any]] = []
 
     def skipped(path: Path, reason: str) -> None:
@@ -226,8 +258,9 @@ def _write_report(
 
 
 def thumbnail_cache_path(cache: Any) -> Path | None:
-    """Where the report keeps its thumbnails (``htmlreport.ThumbnailCache``): beside the feature cache
-    (``cache``: the scan's ``cache`` parameter); None without a feature cache (``--no-cache``)."""
+    """Where the report keeps its thumbnails (:class:`novelfind.outputs.thumbnails.ThumbnailCache`):
+    beside the feature cache (``cache``: the scan's ``cache`` parameter); None without a feature cache
+    (``--no-cache``)."""
     if cache is False or cache is None:
         return None
     path = dirs.feature_cache_path() if cache is True else Path(getattr(cache, "path", cache))
@@ -235,7 +268,7 @@ def thumbnail_cache_path(cache: Any) -> Path | None:
 
 
 def _write_sidecars(
-    p: ScanParameters, picks: list[Pick], on_warning: Callable[[str], None], keep: Sequence[Path]
+    p: OutputSettings, picks: list[Pick], on_warning: Callable[[str], None], keep: Sequence[Path]
 ) -> SidecarSummary:
     """Tag every file of each pick's moment in its XMP sidecar (the members with the pick's rank and
     score); untag the earlier picks under the paths."""

@@ -19,26 +19,11 @@ What a pick gets (``tag``):
 
 ``untag`` takes back exactly what the record names: a keyword the user set by hand stays, even the same
 word set before novelfind set it. A sidecar novelfind created and that holds nothing else afterwards is
-deleted. ``apply_picks`` does both for a run: it tags this run's picks and untags the photos a previous
-run tagged, under the scanned folders, that are no longer picked; which photos those are is kept in a
-small JSON file in the user data folder (``default_ledger_path``), since finding them by reading every
-sidecar of a 500,000-photo library would take longer than the scan.
+deleted. A run's tags, this run's picks tagged and the earlier picks that are no longer picked untagged,
+are :func:`novelfind.outputs.xmp_ledger.apply_picks`.
 
-Sidecar names, as the tools expect: an existing ``NAME.EXT.xmp`` (darktable, digiKam, exiftool's
-default), else an existing ``NAME.xmp`` (Lightroom, Capture One), each also tried as ``.XMP``; the first
-that exists is updated. Without one, ``NAME.EXT.xmp`` is created: it cannot be mistaken for the sidecar
-of another file with the same name (``IMG_1.CR2`` and ``IMG_1.JPG``).
-
-``NAME.xmp`` names no file of its own, so it is only taken when it cannot belong to another photo:
-
-* when every other file of that name in the folder is a file of the same photo (``twins``: the JPEG of
-  a RAW + JPEG pair): the pair shares it, as Lightroom and Capture One share it between a RAW and its
-  JPEG, and it gets the photo's one rank;
-* for a RAW file, also when none of the others is a RAW: Lightroom and Capture One write ``NAME.xmp``
-  for RAW files only, so ``IMG_1.xmp`` next to ``IMG_1.CR2`` and an exported ``IMG_1.tif`` is the RAW's.
-
-Otherwise (``a.JPG`` and an unrelated ``a.PNG`` next to ``a.xmp``) each file gets its own
-``NAME.EXT.xmp`` and ``NAME.xmp`` is left alone: one photo's rank never lands in another's sidecar.
+Which sidecar is a photo's (``NAME.EXT.xmp`` or a shared ``NAME.xmp``, as digiKam, darktable, Lightroom
+and Capture One name them) is :mod:`novelfind.media.sidecars`; the capture dates read the same sidecars.
 
 The namespace (``NAMESPACE``) is a URN made of a UUID, fixed for good: it identifies novelfind's
 properties in users' sidecars forever, so it must not depend on a domain name that can lapse and change
@@ -70,23 +55,20 @@ anyone.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from novelfind.base import atomic, dirs, extras, safe_load
-from novelfind.base.atomic import write_atomic
-from novelfind.base.lock import RunLock
+from novelfind.base import atomic, extras, safe_load
 from novelfind.base.safe_text import display
-from novelfind.errors import NovelfindError, OutputError
-from novelfind.media.raw import is_raw_name
+from novelfind.errors import NovelfindError
+from novelfind.media.sidecars import sidecar_candidates, sidecar_name
 
 NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
 PREFIX = "novelfind"
@@ -104,7 +86,6 @@ CREATED = f"Xmp.{PREFIX}.CreatedSidecar"
 _OURS = (RANK, SCORE, ADDED_SUBJECT, ADDED_HIERARCHICAL, ADDED_DIGIKAM, CREATED)
 _WAS_EMPTY = "Empty"  # CREATED's value for a sidecar that was an empty (0-byte) file
 _SIDECAR_LIMIT = 64 << 20  # bytes: a sidecar with face regions and history is some kilobytes
-_LEDGER_LIMIT = 256 << 20  # bytes: the record of tagged sidecars, about 200 bytes a tagged photo
 
 
 @dataclass(frozen=True)
@@ -147,80 +128,6 @@ class SidecarChange:
     photo: Path
     sidecar: Path
     action: Action
-
-
-# ---------------------------------------------------------------------------------------------- names
-
-
-def sidecar_candidates(photo: str | os.PathLike[str]) -> tuple[Path, ...]:
-    """Where a sidecar of ``photo`` may be, in the order looked at.
-
-    NAME.EXT.xmp, NAME.EXT.XMP, NAME.xmp, NAME.XMP.
-    """
-    photo = Path(photo)
-    stem = photo.with_suffix("") if photo.suffix else photo
-    return (
-        photo.with_name(photo.name + ".xmp"),
-        photo.with_name(photo.name + ".XMP"),
-        stem.with_name(stem.name + ".xmp"),
-        stem.with_name(stem.name + ".XMP"),
-    )
-
-
-def sidecar_for(photo: str | os.PathLike[str], twins: Iterable[str | os.PathLike[str]] = ()) -> Path:
-    """The sidecar ``tag`` writes for ``photo``: the first existing candidate, else ``NAME.EXT.xmp``.
-
-    ``twins`` are the other files of the same photo (a RAW + JPEG pair); ``NAME.xmp`` is skipped when
-    another file of the folder may own it (see the module doc).
-    """
-    photo = Path(photo)
-    try:
-        dir_fd = atomic.open_folder(photo.parent, follow_link=True)
-    except OSError:
-        return sidecar_candidates(photo)[0]
-    try:
-        return photo.parent / _sidecar_name(dir_fd, photo, twins)
-    finally:
-        os.close(dir_fd)
-
-
-def _sidecar_name(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[str]]) -> str:
-    """:func:`sidecar_for`, looked up in the photo's folder opened as ``dir_fd``; the sidecar's name."""
-
-    def exists(name: str) -> bool:
-        try:
-            return atomic.lstat_at(dir_fd, name) is not None
-        except OSError:
-            return False
-
-    candidates = [c.name for c in sidecar_candidates(photo)]
-    own = [c for c in candidates[:2] if exists(c)]
-    if own:
-        return own[0]
-    shared = [c for c in candidates[2:] if exists(c)]
-    if shared and _owns_name_xmp(dir_fd, photo, twins):
-        return shared[0]
-    return candidates[0]
-
-
-def _owns_name_xmp(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[str]]) -> bool:
-    """Whether ``NAME.xmp`` can be ``photo``'s: no other file of that name, but its twins, may own it."""
-    stem = os.path.splitext(photo.name)[0].casefold()
-    mine = {photo.name, *(Path(t).name for t in twins)}
-    try:
-        names = os.listdir(dir_fd)
-    except OSError:
-        return False
-    others = [
-        n
-        for n in names
-        if n not in mine
-        and os.path.splitext(n)[0].casefold() == stem
-        and os.path.splitext(n)[1].lower() != ".xmp"
-    ]
-    if not others:
-        return True
-    return is_raw_name(photo.name) and not any(is_raw_name(n) for n in others)
 
 
 # ---------------------------------------------------------------------------------------------- libexiv2
@@ -373,6 +280,11 @@ def _exiv2_reason(err: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------- files
 
 
+def is_under(path: str, roots: Sequence[str]) -> bool:
+    """Whether ``path`` (absolute) is one of ``roots`` or lies below one."""
+    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
+
+
 @contextmanager
 def _folder(folder: Path, root: str | None, shown: Path) -> Iterator[int]:
     """The folder of a sidecar, opened once; every call on the sidecar is relative to it.
@@ -382,7 +294,7 @@ def _folder(folder: Path, root: str | None, shown: Path) -> Iterator[int]:
     is refused, never entered. Raises SidecarError (``shown``: the sidecar named in it).
     """
     try:
-        if root is not None and _under(str(folder), [root]):
+        if root is not None and is_under(str(folder), [root]):
             fd = atomic.open_below(root, folder)
         else:
             fd = atomic.open_folder(folder, follow_link=True)
@@ -485,7 +397,7 @@ def _sidecar_in(
     dir_fd: int, folder: Path, photo: Path, sidecar: str | os.PathLike[str] | None, twins
 ) -> tuple[str, Path]:
     """(name in the folder, path) of the sidecar to use."""
-    name = Path(sidecar).name if sidecar is not None else _sidecar_name(dir_fd, photo, twins)
+    name = Path(sidecar).name if sidecar is not None else sidecar_name(dir_fd, photo, twins)
     return name, folder / name
 
 
@@ -545,9 +457,10 @@ def tag(
 ) -> SidecarChange:
     """Mark ``photo`` as a pick in its sidecar (see the module doc). Idempotent.
 
-    ``sidecar`` names the sidecar to write; by default ``sidecar_for(photo, twins)``, ``twins`` being the
-    photo's other files (a RAW + JPEG pair). ``root``: the scanned folder the photo was found in; the
-    folders below it are opened without following links (:func:`_folder`).
+    ``sidecar`` names the sidecar to write; by default ``sidecar_for(photo, twins)``
+    (:mod:`novelfind.media.sidecars`), ``twins`` being the photo's other files (a RAW + JPEG pair).
+    ``root``: the scanned folder the photo was found in; the folders below it are opened without
+    following links (:func:`_folder`).
 
     A keyword a previous run added and that differs from ``keyword`` is taken back. Nothing is written
     when the sidecar already says all this ("unchanged"). Raises SidecarError (the sidecar is left as
@@ -634,163 +547,3 @@ def _untagged(path: Path, data: bytes) -> tuple[Action, bytes]:
         if created == "True" and empty:
             return "deleted", b""
         return "removed", packet.serialise()
-
-
-# ---------------------------------------------------------------------------------------------- runs
-
-
-def default_ledger_path() -> Path:
-    """The record of the sidecars novelfind has tagged (:func:`novelfind.base.dirs.sidecar_record_path`)."""
-    return dirs.sidecar_record_path()
-
-
-@dataclass(frozen=True)
-class SidecarPick:
-    """One file to tag: a pick's file. Each file of a RAW + JPEG pair is its own ``SidecarPick``, with
-    the pair's other files as ``twins`` (they decide whether a shared ``NAME.xmp`` is the photo's)."""
-
-    path: Path
-    rank: int
-    score: float
-    twins: tuple[Path, ...] = ()
-
-    @classmethod
-    def for_photo(cls, files: Sequence[str | os.PathLike[str]], rank: int, score: float) -> list[SidecarPick]:
-        """One per file of a photo (``files``: the file read first, then its twins)."""
-        paths = [Path(f) for f in files]
-        return [cls(p, rank, score, tuple(q for q in paths if q != p)) for p in paths]
-
-
-@dataclass
-class SidecarSummary:
-    """What ``apply_picks`` did: changes by action, and the sidecars it had to leave alone."""
-
-    changes: list[SidecarChange] = field(default_factory=list)
-    problems: list[tuple[Path, str]] = field(default_factory=list)  # (sidecar or ledger, reason)
-
-    def count(self, *actions: Action) -> int:
-        return sum(1 for c in self.changes if c.action in actions)
-
-
-def _under(path: str, roots: Sequence[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
-
-
-def _root_of(path: str, roots: Sequence[str]) -> str | None:
-    """The scanned folder ``path`` was found under (the innermost), None when there is none."""
-    inside = [r for r in roots if _under(path, [r]) and path != r]
-    return max(inside, key=len) if inside else None
-
-
-def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
-    """The ledger's entries (photo -> {"sidecar", "keyword"}) and a problem, if it could not be read."""
-    try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-    except FileNotFoundError:
-        return {}, None
-    except OSError as e:
-        return {}, f"cannot read the record of tagged sidecars: {e.strerror or e}"
-    try:
-        doc = safe_load.load_json(text, max_bytes=_LEDGER_LIMIT)
-        entries = doc["sidecars"]
-        if not isinstance(entries, dict) or not all(
-            isinstance(v, dict) and isinstance(v.get("sidecar"), str) for v in entries.values()
-        ):
-            raise ValueError("bad entries")
-        return entries, None
-    except (ValueError, KeyError, TypeError):
-        aside = path.with_name(path.name + ".damaged")
-        try:
-            os.replace(path, aside)
-        except OSError:
-            return {}, "the record of tagged sidecars is damaged; starting a new one"
-        return {}, f"the record of tagged sidecars is damaged (kept as {aside}); starting a new one"
-
-
-def _save_ledger(path: Path, entries: dict[str, dict[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"version": 1, "sidecars": dict(sorted(entries.items()))}
-    write_atomic(path, json.dumps(doc, indent=1, ensure_ascii=True) + "\n")
-
-
-def apply_picks(
-    picks: Iterable[SidecarPick],
-    *,
-    roots: Iterable[str | os.PathLike[str]],
-    keyword: str = DEFAULT_KEYWORD,
-    ledger: str | os.PathLike[str] | None = None,
-    on_problem: Callable[[Path, str], None] | None = None,
-    keep: Iterable[str | os.PathLike[str]] = (),
-) -> SidecarSummary:
-    """Tag this run's ``picks`` and untag the files earlier runs tagged under ``roots`` that are not picked
-    and not in ``keep``.
-
-    ``keep``: files whose tag stays though they are not picked now: a scan passes the photos it would
-    rank but for the ignore list, so a re-run of a line with ``ignore_picks`` (whose earlier picks are
-    now ignored) keeps the tags it wrote, while the picks of earlier weeks (older than ``since``) lose
-    theirs when a new week's picks are tagged.
-
-    ``roots`` are the folders (or files) this run scanned: photos a run tagged elsewhere are left alone.
-    ``ledger`` is the record of tagged files (default ``default_ledger_path()``), updated atomically
-    under a lock. A sidecar that cannot be read or written is reported through ``on_problem(path,
-    reason)`` and in the summary, and the run goes on; an untag that failed is tried again next run.
-    """
-    flat_roots = [os.path.abspath(os.fspath(r)) for r in roots]
-    _levels(keyword)  # a bad keyword fails before any file is touched
-    ledger_path = Path(ledger) if ledger is not None else default_ledger_path()
-    summary = SidecarSummary()
-
-    def problem(path: Path, reason: str) -> None:
-        summary.problems.append((path, reason))
-        if on_problem is not None:
-            on_problem(path, reason)
-
-    try:
-        ledger_path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputError(f"cannot create {ledger_path.parent}: {e.strerror or e}") from None
-    with RunLock(ledger_path.with_name(ledger_path.name + ".lock"), wait=True, label=str(ledger_path)):
-        entries, trouble = _load_ledger(ledger_path)
-        if trouble:
-            problem(ledger_path, trouble)
-        picked: set[str] = set()
-        written: set[str] = set()  # sidecars of this run's picks (two files may share NAME.xmp)
-        for pick in picks:
-            photo = os.path.abspath(os.fspath(pick.path))
-            picked.add(photo)
-            try:
-                change = tag(
-                    photo,
-                    rank=pick.rank,
-                    score=pick.score,
-                    keyword=keyword,
-                    twins=pick.twins,
-                    root=_root_of(photo, flat_roots),
-                )
-            except SidecarError as e:
-                problem(e.path, e.reason)
-                continue
-            summary.changes.append(change)
-            written.add(os.path.realpath(change.sidecar))
-            entries[photo] = {"sidecar": str(change.sidecar), "keyword": keyword}
-        kept = {os.path.abspath(os.fspath(k)) for k in keep}
-        for photo in sorted(entries):
-            if photo in picked or photo in kept or not _under(photo, flat_roots):
-                continue
-            sidecar = Path(entries[photo]["sidecar"])
-            if os.path.realpath(sidecar) in written:
-                del entries[photo]  # shared with a file picked now: its tag stays
-                continue
-            try:
-                change = untag(photo, sidecar=sidecar, root=_root_of(photo, flat_roots))
-            except SidecarError as e:
-                problem(e.path, e.reason)
-                continue
-            if change.action != "unchanged":
-                summary.changes.append(change)
-            del entries[photo]
-        try:
-            _save_ledger(ledger_path, entries)
-        except Exception as e:  # noqa: BLE001 - OutputError or OSError: the sidecars are written already
-            problem(ledger_path, str(e))
-    return summary

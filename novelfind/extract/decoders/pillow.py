@@ -6,10 +6,15 @@ in flight. A decode that runs past its time limit (``DECODE_TIMEOUT_S``) is stop
 its file reported; the pool is started again. Every decode runs in a worker, also with ``workers`` 0 (a
 few files: one worker): a thread cannot be stopped, so a decode in the scanning process could not be held
 to the limit. Only where worker processes cannot start at all does it decode in the scanning process.
+
+:func:`decode_each` lends the same processes, under the same limit, to other work on untrusted files
+(the report's thumbnails): a function of a task instead of the model's input, so its callers need none
+of the stage's records.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -26,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from novelfind.base.lock import pid_alive
-from novelfind.extract.stage import Decoded, decode_file, use_known
+from novelfind.extract.stage import Decoded, decode_file, guarded, use_known
 from novelfind.media import decode
 
 TERMINATE_GRACE_S = 3.0  # running decodes get this long to finish when a scan stops early
@@ -308,3 +313,45 @@ class ProcessDecoder:
         if self.pool is not None:
             self.pool.shutdown(wait=True)
             self.pool = None
+
+
+# --------------------------------------------------------------------------- other work in processes
+
+
+def _run_task(make: Callable[..., Any], task: Sequence[Any]) -> Decoded:
+    """Run in a decode worker: what ``make(*task)`` returns, or why it failed (it never raises)."""
+    return guarded(lambda: ("", make(*task)))
+
+
+class _TaskDecoder(ProcessDecoder):
+    """The decode processes of :func:`decode_each`: ``make(*task)`` for each task, in place of a file's
+    decode for the model; its result is ``Decoded.pixels``."""
+
+    def __init__(self, make: Callable[..., Any], workers: int, timeout: float | None = None):
+        super().__init__(workers, window=2 * workers, timeout=timeout)
+        self.decode_one = functools.partial(_run_task, make)  # sent with each task to the workers
+
+    def decode_here(self, task: Any) -> Decoded:
+        """The task run in this process, where worker processes cannot start (no time limit)."""
+        return self.decode_one(task)
+
+
+def decode_each(
+    make: Callable[..., Any], tasks: Sequence[Sequence[Any]], workers: int, timeout: float | None = None
+) -> Iterator[tuple[int, Any]]:
+    """``make(*task)`` for each of ``tasks`` in ``workers`` decode processes, under the decode time limit
+    (``timeout`` seconds; None: ``DECODE_TIMEOUT_S``) and the decoded-pixels budget, as the scan's own
+    decodes: a file that takes too long is stopped with its process. Yields (position in ``tasks``, what
+    ``make`` returned) as each is done, in order; None where ``make`` raised or was stopped.
+
+    ``make`` runs in another process: a function importable by name, its tasks and results picklable.
+    Closing the iterator early (or an exception while it runs) stops the processes at once.
+    """
+    decoder = _TaskDecoder(make, workers, timeout)
+    try:
+        for i, result in decoder.decode(tasks):  # type: ignore[arg-type]  # a task, not a path
+            yield i, None if result.digest is None else result.pixels
+    except BaseException:
+        decoder.terminate()
+        raise
+    decoder.close()
