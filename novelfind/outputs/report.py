@@ -35,10 +35,9 @@ from novelfind.base.devices import available_cpus
 from novelfind.errors import OutputError
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, guarded
-from novelfind.media import video
 from novelfind.media.dates import SOURCE_WORDS
 from novelfind.media.decode import decode_processes_within_budget
-from novelfind.media.raw import image_info_any, load_any
+from novelfind.media.kinds import kind_of
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -77,11 +76,7 @@ def thumbnail_decoded(
     (its novel moment; None: its first keyframe)."""
 
     def make() -> tuple[str, Thumbnails]:
-        frame = None
-        if video.is_clip_name(Path(path)):
-            img, frame = video.poster(Path(path), at or 0.0)
-        else:
-            img = load_any(Path(path), min_side=max(sizes))
+        img, frame = kind_of(path).picture(Path(path), min_side=max(sizes), at=at)
         made: dict[int, Any] = {}
         for size in sorted(set(sizes), reverse=True):
             img.thumbnail((size, size), Image.Resampling.LANCZOS)  # in place: the next size starts here
@@ -619,7 +614,7 @@ def _picks_section(
 def _image_infos(paths: Sequence[Path]) -> Iterator[dict]:
     """Dimensions and EXIF date of each photo, read in a few threads (headers only)."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return iter(list(pool.map(image_info_any, paths)))
+        return iter(list(pool.map(lambda path: kind_of(path).info(path), paths)))
 
 
 def _pick_card(

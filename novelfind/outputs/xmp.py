@@ -86,7 +86,7 @@ from novelfind.base.atomic import write_atomic
 from novelfind.base.lock import RunLock
 from novelfind.base.safe_text import display
 from novelfind.errors import NovelfindError, OutputError
-from novelfind.media.raw import is_raw_name
+from novelfind.media.kinds import RAW, kind_of
 
 NAMESPACE = "urn:uuid:fb8a7613-e7cd-446e-8914-62c572187b9e#"  # permanent: see the module doc
 PREFIX = "novelfind"
@@ -220,7 +220,7 @@ def _owns_name_xmp(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[s
     ]
     if not others:
         return True
-    return is_raw_name(photo.name) and not any(is_raw_name(n) for n in others)
+    return kind_of(photo.name) is RAW and not any(kind_of(n) is RAW for n in others)
 
 
 # ---------------------------------------------------------------------------------------------- libexiv2
