@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import novelfind
-from novelfind.media import decode, ignore, kinds, video, walk
+from novelfind.media import dates, decode, extensions, ignore, kinds, video, walk
 from novelfind.media.kinds import CLIP, KINDS, PHOTO, RAW, kind_of
 
 PACKAGE = Path(novelfind.__file__).parent
@@ -27,8 +27,12 @@ def test_each_kind_has_its_own_lower_case_extensions():
     assert [kind.name for kind in KINDS] == ["photo", "raw", "clip"]
     assert sum(len(kind.extensions) for kind in KINDS) == len(ALL_EXTENSIONS)  # disjoint
     assert all(ext == ext.lower() and ext.startswith(".") and len(ext) > 1 for ext in ALL_EXTENSIONS)
-    assert RAW.extensions == kinds.RAW_EXTENSIONS and CLIP.extensions == kinds.VIDEO_EXTENSIONS
-    assert kinds.JPEG_EXTENSIONS | kinds.HEIF_EXTENSIONS | kinds.AVIF_EXTENSIONS <= PHOTO.extensions
+    assert RAW.extensions == extensions.RAW_EXTENSIONS and CLIP.extensions == extensions.VIDEO_EXTENSIONS
+    assert (
+        extensions.PILLOW_EXTENSIONS | extensions.HEIF_EXTENSIONS | extensions.AVIF_EXTENSIONS
+        == PHOTO.extensions
+    )
+    assert extensions.JPEG_EXTENSIONS <= extensions.PILLOW_EXTENSIONS
 
 
 # The rules before the kinds were one record: a clip by video.VIDEO_EXTENSIONS, a RAW by
@@ -110,6 +114,7 @@ def test_a_kind_is_followed_wherever_a_file_is_read(tmp_path, monkeypatch):
     assert ignore.digest_file(path) == decode.file_digest(path.read_bytes())
     monkeypatch.setitem(kinds._BY_EXTENSION, ".webp", CLIP)
     assert kind_of(path) is CLIP
+    assert dates.embedded_date(path) == dates.NONE  # PyAV finds no clip: no date, no error
     assert ignore.digest_file(path) == video.clip_digest(path) != decode.file_digest(path.read_bytes())
 
 
@@ -163,13 +168,15 @@ def test_no_module_outside_media_branches_on_file_names():
     assert found == []
 
 
-def test_the_kinds_extensions_are_written_in_kinds_py_only():
-    """A new kind, or a new extension of one, is one edit of kinds.py: no other module lists a kind's
+def test_the_kinds_extensions_are_written_in_one_file():
+    """A new extension of a kind, or one moved to another kind (an animated WebP read as a clip), is one
+    edit of extensions.py, below the records of kinds.py (which name the decoders, so the decoders read
+    the lists from there, not from the records): no other module lists a kind's
     extensions (in a set, tuple or list) or compares with one. (A format's name is no list: ``pairs``
     names a twin's format ".jpg"; the contact sheet's formats are the files it writes, a mapping.)"""
     found = []
     for path in _modules():
-        if path == PACKAGE / "media" / "kinds.py":
+        if path == PACKAGE / "media" / "extensions.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):

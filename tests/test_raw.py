@@ -12,7 +12,7 @@ from PIL import Image, ImageOps
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
-from novelfind.media import decode, kinds, raw
+from novelfind.media import decode, extensions, kinds, raw
 
 try:
     import imagecodecs  # noqa: F401 - tifffile needs it to write the JPEG preview
@@ -78,8 +78,8 @@ def test_extensions_are_the_common_raw_formats():
     expected = (
         ".dng .cr2 .cr3 .nef .nrw .arw .srf .sr2 .orf .rw2 .raf .pef .srw .x3f .3fr .iiq .erf .kdc .mrw"
     )
-    assert kinds.RAW.extensions == kinds.RAW_EXTENSIONS == frozenset(expected.split())
-    assert all(ext == ext.lower() and ext.startswith(".") for ext in kinds.RAW_EXTENSIONS)
+    assert kinds.RAW.extensions == extensions.RAW_EXTENSIONS == frozenset(expected.split())
+    assert all(ext == ext.lower() and ext.startswith(".") for ext in extensions.RAW_EXTENSIONS)
 
 
 @pytest.mark.parametrize(

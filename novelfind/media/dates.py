@@ -307,7 +307,8 @@ def embedded_date(path: str | os.PathLike[str], now: float | None = None) -> Tak
     """What the file's own bytes say (never raises): the value the cache keeps for its digest."""
     from novelfind.media.kinds import kind_of
 
-    return kind_of(path).date(path, now)
+    read = {"exif": image_date, "raw": raw_date, "clip": clip_date}[kind_of(path).date_source]
+    return read(path, now)
 
 
 _XMP_DATE = re.compile(

@@ -28,7 +28,7 @@ from PIL import Image, ImageFile, ImageOps
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
-from novelfind.media.kinds import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PHOTO
+from novelfind.media.extensions import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PILLOW_EXTENSIONS
 from novelfind.model.weights import MOBILENET_V2
 
 # The model's pixels, from its weights' record (IMAGENET1K_V1's transforms): the shorter side resized to
@@ -80,10 +80,8 @@ def _avif_available() -> bool:
 
 # The photos this installation reads (``kinds.PHOTO``'s extensions): HEIF through pillow-heif, when
 # installed; AVIF by Pillow itself when built with libavif (Pillow >= 11.2). The walk offers these.
-IMAGE_EXTENSIONS: frozenset[str] = (
-    PHOTO.extensions
-    - (frozenset() if extras.available("pillow_heif") else HEIF_EXTENSIONS)
-    - (frozenset() if _avif_available() else AVIF_EXTENSIONS)
+IMAGE_EXTENSIONS: frozenset[str] = PILLOW_EXTENSIONS.union(
+    HEIF_EXTENSIONS if extras.available("pillow_heif") else (), AVIF_EXTENSIONS if _avif_available() else ()
 )
 
 

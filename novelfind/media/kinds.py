@@ -2,15 +2,16 @@
 
 A file's kind is decided by its extension alone (``kind_of``, any case), so the walk, the decoders, the
 ignore list, the dates and the outputs all agree on it without opening the file. Each ``MediaKind``
-carries everything that differs between kinds: its extensions, which of them this installation offers,
-how it is read for the model, how its content digest is made, where its capture date comes from, how a
-picture of it is made for the report and the contact sheet, and what the report says of its size.
-Code elsewhere asks ``kind_of(path)`` and calls the record; it never looks at a file name's extension
-itself, so a new kind, or a new extension of a kind, is added here and nowhere else.
+carries everything that differs between kinds: its extensions (listed in
+:mod:`novelfind.media.extensions`), which of them this installation offers, how it is read for the
+model, how its content digest is made, where its capture date comes from, how a picture of it is made
+for the report and the contact sheet, and what the report says of its size. Code outside ``media/``
+asks ``kind_of(path)`` and calls the record; it never looks at a file name's extension itself.
 
-The record's callables import their modules on first call (``_lazy``): this module imports nothing
-but the standard library, so any module may import it (no cycle), and looking up a kind costs no
-import of Pillow, LibRaw or PyAV.
+The record's callables import their modules on first call (``_lazy``): importing this module imports
+no decoder (Pillow, LibRaw, PyAV). The records name the decoders (``decode``, ``raw``, ``video``), so
+those never import this module; they read the lists they need from ``extensions``. ``dates.py``,
+above the records, reads the date of a kind's ``date_source``.
 """
 
 from __future__ import annotations
@@ -22,48 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from novelfind.media.extensions import (
+    AVIF_EXTENSIONS,
+    HEIF_EXTENSIONS,
+    PILLOW_EXTENSIONS,
+    RAW_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+)
+
 if TYPE_CHECKING:
     from PIL import Image
-
-    from novelfind.media.dates import Taken
-
-# Lower-case, with the dot. What Pillow reads itself, and the formats it reads through a plugin or an
-# optional codec (HEIF through pillow-heif; AVIF where Pillow is built with libavif): ``decode.py``
-# offers those only where they are installed.
-JPEG_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg"})
-PILLOW_EXTENSIONS: frozenset[str] = JPEG_EXTENSIONS | {".png", ".webp", ".gif", ".bmp", ".tif", ".tiff"}
-HEIF_EXTENSIONS: frozenset[str] = frozenset({".heic", ".heif", ".hif"})
-AVIF_EXTENSIONS: frozenset[str] = frozenset({".avif"})
-
-# The formats LibRaw reads that cameras of the last twenty years write.
-RAW_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        ".dng",  # Adobe DNG (Leica, Pentax, Ricoh, phones, converters)
-        ".cr2",  # Canon
-        ".cr3",
-        ".nef",  # Nikon
-        ".nrw",
-        ".arw",  # Sony
-        ".srf",
-        ".sr2",
-        ".orf",  # Olympus / OM System
-        ".rw2",  # Panasonic
-        ".raf",  # Fujifilm
-        ".pef",  # Pentax
-        ".srw",  # Samsung
-        ".x3f",  # Sigma
-        ".3fr",  # Hasselblad
-        ".iiq",  # Phase One
-        ".erf",  # Epson
-        ".kdc",  # Kodak
-        ".mrw",  # Minolta
-    }
-)
-
-# What phones, cameras and camcorders write as clips (.mts/.m2ts: AVCHD).
-VIDEO_EXTENSIONS: frozenset[str] = frozenset(
-    {".mp4", ".mov", ".m4v", ".3gp", ".mts", ".m2ts", ".avi", ".mkv", ".webm"}
-)
 
 PathLike = str | os.PathLike[str]
 
@@ -86,14 +55,15 @@ def _lazy(target: str) -> Callable[..., Any]:
 class MediaKind:
     """One kind of media file and what differs between kinds.
 
-    ``read_for_model(path, known)`` -> (digest, pixels): uint8 (224, 224, 3) for a picture, a
-    ``video.ClipFrames`` for a clip, None when the digest is in ``known``; raises DecodeError.
-    ``digest(path)`` -> the content digest the cache and the ignore list know the file by; raises
-    OSError or DecodeError. ``date(path, now)`` -> the capture date its own bytes hold (``dates.Taken``).
-    ``picture(path, min_side=, at=)`` -> (an upright RGB image, a clip's frame size or None): what the
-    report and the contact sheet show (a clip's frame at ``at`` seconds); raises DecodeError.
-    ``info(path)`` -> ``{"width", "height", "taken"}`` as the report shows them; never raises.
-    ``offered()`` -> the extensions the walk offers in this installation.
+        ``read_for_model(path, known)`` -> (digest, pixels): uint8 (224, 224, 3) for a picture, a
+        ``video.ClipFrames`` for a clip, None when the digest is in ``known``; raises DecodeError.
+        ``digest(path)`` -> the content digest the cache and the ignore list know the file by; raises
+        OSError or DecodeError. ``date_source``: which reader of ``dates.py`` finds the capture date its
+    own bytes hold (``dates.embedded_date``): "exif", "raw" or "clip".
+        ``picture(path, min_side=, at=)`` -> (an upright RGB image, a clip's frame size or None): what the
+        report and the contact sheet show (a clip's frame at ``at`` seconds); raises DecodeError.
+        ``info(path)`` -> ``{"width", "height", "taken"}`` as the report shows them; never raises.
+        ``offered()`` -> the extensions the walk offers in this installation.
     """
 
     name: str  # "photo", "raw", "clip"
@@ -103,7 +73,7 @@ class MediaKind:
     whole: bool
     read_for_model: Callable[[PathLike, Container[str]], tuple[str, Any]]
     digest: Callable[[PathLike], str]
-    date: Callable[[PathLike, float | None], Taken]
+    date_source: str
     picture: Callable[..., tuple[Image.Image, tuple[int, int] | None]]
     info: Callable[[PathLike], dict]
     offered: Callable[[], frozenset[str]]
@@ -162,7 +132,7 @@ PHOTO = MediaKind(
     whole=True,
     read_for_model=_lazy("novelfind.media.decode:read_for_model"),
     digest=_whole_digest,
-    date=_lazy("novelfind.media.dates:image_date"),
+    date_source="exif",
     picture=_photo_picture,
     info=_lazy("novelfind.media.decode:image_info"),
     offered=_photo_offered,
@@ -177,7 +147,7 @@ RAW = MediaKind(
     whole=True,
     read_for_model=_lazy("novelfind.media.raw:read_for_model"),
     digest=_whole_digest,  # as any picture's: the cache and the ignore list treat a RAW like a JPEG
-    date=_lazy("novelfind.media.dates:raw_date"),
+    date_source="raw",
     picture=_raw_picture,
     info=_lazy("novelfind.media.raw:image_info"),
     offered=lambda: RAW_EXTENSIONS,
@@ -189,7 +159,7 @@ CLIP = MediaKind(
     whole=False,
     read_for_model=_lazy("novelfind.media.video:read_clip_for_model"),
     digest=_lazy("novelfind.media.video:clip_digest"),
-    date=_lazy("novelfind.media.dates:clip_date"),
+    date_source="clip",
     picture=_clip_picture,
     # The report takes a clip's size from its frame (``picture``); the header read of a picture, which
     # finds nothing in a clip, is what it gets otherwise.

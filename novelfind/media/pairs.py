@@ -31,7 +31,8 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from novelfind.media import raw
-from novelfind.media.kinds import HEIF_EXTENSIONS, JPEG_EXTENSIONS, RAW, kind_of
+from novelfind.media.extensions import HEIF_EXTENSIONS, JPEG_EXTENSIONS
+from novelfind.media.kinds import RAW, kind_of
 from novelfind.media.walk import FileList, ImageFile
 
 # Decoding cost, cheapest first: the file a photo is read through.

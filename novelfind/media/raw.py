@@ -14,9 +14,10 @@ camera already stored a processed preview. Two paths, cheapest first:
 
 ``scripts/bench_raw.py`` measures both paths on 24 MP DNGs.
 
-A RAW file is one kind of :mod:`novelfind.media.kinds` (``kinds.RAW``, its extensions ``RAW_EXTENSIONS``):
-the record sends it here wherever a file is read (the decoders' worker processes, the GPU decoder's CPU
-path, Ray workers, the HTML report and the contact sheet), so a RAW is read wherever a JPEG is.
+A RAW file is one kind of :mod:`novelfind.media.kinds` (``kinds.RAW``, its extensions
+``extensions.RAW_EXTENSIONS``): the record sends it here wherever a file is read (the decoders' worker
+processes, the GPU decoder's CPU path, Ray workers, the HTML report and the contact sheet), so a RAW is
+read wherever a JPEG is.
 
 Everything a bad file can raise becomes ``DecodeError`` with a one-line reason, like any image.
 LibRaw itself writes one line to the C-level stderr for some damaged files ("FILE: Unexpected end of

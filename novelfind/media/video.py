@@ -49,7 +49,7 @@ from PIL import Image
 from novelfind.base import extras, safe_load
 from novelfind.errors import DecodeError
 from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input
-from novelfind.media.kinds import CLIP
+from novelfind.media.extensions import VIDEO_EXTENSIONS
 
 INSTALL_HINT = "pip install 'novelfind[video]'"
 FRAMES = 5  # frames decoded per clip: a 1080p clip then costs about 9 photos' decoding (docs/video.md)
@@ -331,12 +331,12 @@ def combine(vectors: np.ndarray) -> tuple[np.ndarray, int]:
     return v[moment], moment
 
 
-_CLIP_SUFFIXES = frozenset(os.fsencode(e) for e in CLIP.extensions)
+_CLIP_SUFFIXES = frozenset(os.fsencode(e) for e in VIDEO_EXTENSIONS)
 
 
 def clip_rows(files: Any) -> list[int]:
     """Indices of the clips among ``files`` (a ``walk.FileList``), from the paths' bytes (1 to 3 s for a
-    million files): ``kinds.kind_of``'s rule, without decoding a million paths."""
+    million files): ``kinds.kind_of``'s rule for ``kinds.CLIP``, without decoding a million paths."""
     split = os.path.splitext
     return [i for i, (path, _, _) in enumerate(files.records()) if split(path)[1].lower() in _CLIP_SUFFIXES]
 

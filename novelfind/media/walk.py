@@ -33,7 +33,8 @@ import numpy as np
 
 from novelfind.base.safe_text import display
 from novelfind.errors import InputError
-from novelfind.media.kinds import CLIP, HEIF_EXTENSIONS, offered_extensions
+from novelfind.media.extensions import HEIF_EXTENSIONS
+from novelfind.media.kinds import CLIP, offered_extensions
 from novelfind.media.video import INSTALL_HINT as VIDEO_INSTALL_HINT
 
 OnError = Callable[[Path, str], None]
