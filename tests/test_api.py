@@ -341,10 +341,11 @@ def test_public_names_resolve():
 
 
 def test_the_walk_offers_the_decoders_extensions_and_raw_files():
-    """The walk and the decoders agree on the file types (one list each, in novelfind.media.decode and
-    novelfind.media.raw); RAW names are walked even without rawpy, to be kept with their JPEG twins."""
+    """The walk and the decoders agree on the file types (the kinds' lists, in novelfind.media.extensions;
+    what this installation reads, in novelfind.media.decode); RAW names are walked even without rawpy, to
+    be kept with their JPEG twins."""
     from novelfind.media.decode import IMAGE_EXTENSIONS
-    from novelfind.media.raw import RAW_EXTENSIONS
+    from novelfind.media.extensions import RAW_EXTENSIONS
     from novelfind.media.walk import is_image_name
 
     assert all(is_image_name(f"a{ext.upper()}") for ext in IMAGE_EXTENSIONS | RAW_EXTENSIONS)

@@ -16,7 +16,7 @@ from novelfind.errors import CacheError
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
 from novelfind.extract.engines.local import extract
-from novelfind.media import decode
+from novelfind.media import decode, raw
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,8 @@ def test_rescan_reads_no_image_data(tmp_path, monkeypatch):
     def no_read(path):
         raise AssertionError(f"read {path}")
 
-    monkeypatch.setattr(stage, "read_any_for_model", no_read)
+    monkeypatch.setattr(decode, "read_for_model", no_read)  # what kinds.PHOTO and kinds.RAW read with
+    monkeypatch.setattr(raw, "read_for_model", no_read)
     model.calls = 0
     again = extract(files, model, cache, workers=2)
     assert (again.from_cache, again.extracted, model.calls) == (6, 0, 0)

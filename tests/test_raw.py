@@ -12,7 +12,7 @@ from PIL import Image, ImageOps
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
-from novelfind.media import decode, raw
+from novelfind.media import decode, extensions, kinds, raw
 
 try:
     import imagecodecs  # noqa: F401 - tifffile needs it to write the JPEG preview
@@ -78,8 +78,8 @@ def test_extensions_are_the_common_raw_formats():
     expected = (
         ".dng .cr2 .cr3 .nef .nrw .arw .srf .sr2 .orf .rw2 .raf .pef .srw .x3f .3fr .iiq .erf .kdc .mrw"
     )
-    assert raw.RAW_EXTENSIONS == frozenset(expected.split())
-    assert all(ext == ext.lower() and ext.startswith(".") for ext in raw.RAW_EXTENSIONS)
+    assert kinds.RAW.extensions == extensions.RAW_EXTENSIONS == frozenset(expected.split())
+    assert all(ext == ext.lower() and ext.startswith(".") for ext in extensions.RAW_EXTENSIONS)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,7 @@ def test_extensions_are_the_common_raw_formats():
     ],
 )
 def test_raw_names_match_in_any_case(name, expected):
-    assert raw.is_raw_name(name) is expected
+    assert (kinds.kind_of(name) is kinds.RAW) is expected
 
 
 def test_rawpy_is_available_here():
@@ -231,7 +231,7 @@ def test_image_info_reports_when_the_shot_was_taken(tmp_path, monkeypatch):
         assert raw.image_info(path)["taken"] == "2021-06-01T12:30:05"
     monkeypatch.delenv("TZ")
     time.tzset()
-    assert raw.image_info_any(path) == raw.image_info(path)
+    assert kinds.kind_of(path).info(path) == raw.image_info(path)
 
 
 # ------------------------------------------------------------------------------------------ bad files

@@ -10,8 +10,7 @@ from conftest import make_photo
 
 from novelfind.cli import cli
 from novelfind.media import video, walk
-from novelfind.media.decode import HEIF_EXTENSIONS
-from novelfind.media.video import VIDEO_EXTENSIONS
+from novelfind.media.extensions import HEIF_EXTENSIONS, VIDEO_EXTENSIONS
 
 
 @pytest.fixture

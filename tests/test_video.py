@@ -243,9 +243,10 @@ def test_clips_are_cached_by_content_and_read_again_when_the_rule_changes(tmp_pa
 
 def without_pyav(monkeypatch) -> None:
     """The walk as it is on an installation without PyAV: clips are not offered, but counted."""
+    import novelfind.media.extensions
     import novelfind.media.walk
 
-    walked = novelfind.media.walk.WALKED_EXTENSIONS - video.VIDEO_EXTENSIONS
+    walked = novelfind.media.walk.WALKED_EXTENSIONS - novelfind.media.extensions.VIDEO_EXTENSIONS
     monkeypatch.setattr(novelfind.media.walk, "WALKED_EXTENSIONS", walked)
 
 

@@ -25,7 +25,7 @@ import numpy as np
 from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
 from novelfind.media import video
-from novelfind.media.raw import read_any_for_model
+from novelfind.media.kinds import kind_of
 from novelfind.media.walk import FileList
 from novelfind.model.features import Extractor
 from novelfind.ranking.sources import STREAM_CHUNK, ChunkedSource
@@ -144,7 +144,7 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
 
     ``known`` defaults to the set the worker process was started with.
     """
-    read = video.read_clip_for_model if video.is_clip_name(path) else read_any_for_model  # RAW or not
+    read = kind_of(path).read_for_model
     return guarded(lambda: read(path, _KNOWN if known is None else known))
 
 

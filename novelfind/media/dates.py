@@ -305,14 +305,10 @@ def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
 
 def embedded_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     """What the file's own bytes say (never raises): the value the cache keeps for its digest."""
-    from novelfind.media.raw import is_raw_name
-    from novelfind.media.video import is_clip_name
+    from novelfind.media.kinds import kind_of
 
-    if is_clip_name(path):
-        return clip_date(path, now)
-    if is_raw_name(path):
-        return raw_date(path, now)
-    return image_date(path, now)
+    read = {"exif": image_date, "raw": raw_date, "clip": clip_date}[kind_of(path).date_source]
+    return read(path, now)
 
 
 _XMP_DATE = re.compile(

@@ -28,6 +28,7 @@ from PIL import Image, ImageFile, ImageOps
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
+from novelfind.media.extensions import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PILLOW_EXTENSIONS
 from novelfind.model.weights import MOBILENET_V2
 
 # The model's pixels, from its weights' record (IMAGENET1K_V1's transforms): the shorter side resized to
@@ -66,9 +67,6 @@ ADDRESS_SPACE_HEADROOM = 1 << 30
 # minutes in a 2.7 MB file. Encoders write at most a few dozen (libjpeg's progressive script: 10).
 MAX_JPEG_SCANS = 256
 
-_PILLOW_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp", ".tif", ".tiff")
-HEIF_EXTENSIONS = frozenset({".heic", ".heif", ".hif"})  # read through pillow-heif, when installed
-_AVIF_SUFFIXES = frozenset({".avif"})  # read by Pillow itself when built with libavif (Pillow >= 11.2)
 
 
 def _avif_available() -> bool:
@@ -80,9 +78,10 @@ def _avif_available() -> bool:
         return False
 
 
-# The one list of what novelfind reads (lower case, with the dot): the walk offers exactly these files.
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(_PILLOW_EXTENSIONS).union(
-    HEIF_EXTENSIONS if extras.available("pillow_heif") else (), _AVIF_SUFFIXES if _avif_available() else ()
+# The photos this installation reads (``kinds.PHOTO``'s extensions): HEIF through pillow-heif, when
+# installed; AVIF by Pillow itself when built with libavif (Pillow >= 11.2). The walk offers these.
+IMAGE_EXTENSIONS: frozenset[str] = PILLOW_EXTENSIONS.union(
+    HEIF_EXTENSIONS if extras.available("pillow_heif") else (), AVIF_EXTENSIONS if _avif_available() else ()
 )
 
 

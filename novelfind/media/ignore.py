@@ -38,8 +38,9 @@ from novelfind.base import atomic, dirs, safe_load
 from novelfind.base.atomic import write_atomic
 from novelfind.base.lock import RunLock
 from novelfind.errors import DecodeError, NovelfindError
-from novelfind.media import video, walk
+from novelfind.media import walk
 from novelfind.media.decode import file_digest
+from novelfind.media.kinds import kind_of
 
 FORMAT_VERSION = 1
 _LIST_LIMIT = 256 << 20  # bytes: a million entries are about 200 MB; a larger file is not a list of ours
@@ -56,13 +57,11 @@ def default_path() -> Path:
 
 def digest_file(path: str | os.PathLike[str]) -> str:
     """The content digest of a file, as the feature cache computes it (a clip's from samples of its
-    bytes, ``video.clip_digest``). Raises OSError."""
-    if video.is_clip_name(path):
-        try:
-            return video.clip_digest(path)
-        except DecodeError as e:
-            raise OSError(str(e)) from None
-    return file_digest(Path(path).read_bytes())
+    bytes, ``video.clip_digest``): the digest of its kind (``kinds.kind_of``). Raises OSError."""
+    try:
+        return kind_of(path).digest(path)
+    except DecodeError as e:
+        raise OSError(str(e)) from None
 
 
 def stat_key(path: str | os.PathLike[str]) -> str | None:

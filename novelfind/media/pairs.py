@@ -9,7 +9,7 @@ The rule, for the files of one folder whose names differ only in their extension
 regard to case, as cameras and card readers disagree on it):
 
 * only shot formats pair: JPEG (``.jpg``/``.jpeg``), HEIF (``.heic``/``.heif``/``.hif``) and the RAW
-  formats of ``raw.RAW_EXTENSIONS``. A PNG, TIFF or WebP of the same name is an export or an edit, a
+  formats of ``kinds.RAW``. A PNG, TIFF or WebP of the same name is an export or an edit, a
   picture in its own right, and stays a photo of its own;
 * the file read and listed is the JPEG, else the HEIF, else the first RAW in walk order;
 * a name with two files of the same format (``a.jpg`` and ``a.JPEG``, or ``a.jpg`` and ``a.JPG`` on a
@@ -31,11 +31,9 @@ from typing import Generic, Protocol, TypeVar
 import numpy as np
 
 from novelfind.media import raw
-from novelfind.media.raw import RAW_EXTENSIONS
+from novelfind.media.extensions import HEIF_EXTENSIONS, JPEG_EXTENSIONS
+from novelfind.media.kinds import RAW, kind_of
 from novelfind.media.walk import FileList, ImageFile
-
-JPEG_EXTENSIONS: frozenset[str] = frozenset({".jpg", ".jpeg"})
-HEIF_EXTENSIONS: frozenset[str] = frozenset({".heic", ".heif", ".hif"})
 
 # Decoding cost, cheapest first: the file a photo is read through.
 _JPEG, _HEIF, _RAW = 0, 1, 2
@@ -68,7 +66,7 @@ def _format(suffix: str) -> tuple[int, str] | None:
         return _JPEG, ".jpg"
     if suffix in HEIF_EXTENSIONS:
         return _HEIF, ".heic"
-    if suffix in RAW_EXTENSIONS:
+    if suffix in RAW.extensions:
         return _RAW, suffix
     return None
 
@@ -194,7 +192,7 @@ class PhotoList(Sequence[Photo[ImageFile]]):
         if raw.available():
             return self, 0
         readable = np.fromiter(
-            (not raw.is_raw_name(os.fsdecode(path)) for path, _, _ in self.files.records()),
+            (kind_of(os.fsdecode(path)) is not RAW for path, _, _ in self.files.records()),
             bool,
             count=len(self),
         )

@@ -14,10 +14,10 @@ camera already stored a processed preview. Two paths, cheapest first:
 
 ``scripts/bench_raw.py`` measures both paths on 24 MP DNGs.
 
-``read_any_for_model``, ``model_input_any``, ``load_any`` and ``image_info_any`` take any file the walk
-offers and send a RAW file here, anything else to :mod:`novelfind.media.decode`: the decoders (Pillow's worker
-processes, the GPU decoder's CPU path, Ray workers), the HTML report and the contact sheet call them, so a
-RAW is read wherever a JPEG is.
+A RAW file is one kind of :mod:`novelfind.media.kinds` (``kinds.RAW``, its extensions
+``extensions.RAW_EXTENSIONS``): the record sends it here wherever a file is read (the decoders' worker
+processes, the GPU decoder's CPU path, Ray workers, the HTML report and the contact sheet), so a RAW is
+read wherever a JPEG is.
 
 Everything a bad file can raise becomes ``DecodeError`` with a one-line reason, like any image.
 LibRaw itself writes one line to the C-level stderr for some damaged files ("FILE: Unexpected end of
@@ -39,7 +39,6 @@ from PIL import Image
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
-from novelfind.media import decode
 from novelfind.media.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -47,31 +46,6 @@ from novelfind.media.decode import (
     decode_bytes,
     file_digest,
     model_input_of,
-)
-
-# Lower-case, with the dot: the formats LibRaw reads that cameras of the last twenty years write.
-RAW_EXTENSIONS: frozenset[str] = frozenset(
-    {
-        ".dng",  # Adobe DNG (Leica, Pentax, Ricoh, phones, converters)
-        ".cr2",  # Canon
-        ".cr3",
-        ".nef",  # Nikon
-        ".nrw",
-        ".arw",  # Sony
-        ".srf",
-        ".sr2",
-        ".orf",  # Olympus / OM System
-        ".rw2",  # Panasonic
-        ".raf",  # Fujifilm
-        ".pef",  # Pentax
-        ".srw",  # Samsung
-        ".x3f",  # Sigma
-        ".3fr",  # Hasselblad
-        ".iiq",  # Phase One
-        ".erf",  # Epson
-        ".kdc",  # Kodak
-        ".mrw",  # Minolta
-    }
 )
 
 PREVIEW_MIN_SIDE = INPUT_SIZE  # an embedded preview at least this big on its short side is used as is
@@ -82,11 +56,6 @@ Source = Literal["preview", "demosaic"]
 def available() -> bool:
     """rawpy imports (a broken install, e.g. a missing shared library, counts as absent). Cached."""
     return extras.available("rawpy")
-
-
-def is_raw_name(name: str | os.PathLike[str]) -> bool:
-    """True when ``name`` ends in one of ``RAW_EXTENSIONS`` (any case)."""
-    return os.path.splitext(os.fspath(name))[1].lower() in RAW_EXTENSIONS
 
 
 @dataclass(frozen=True)
@@ -283,33 +252,3 @@ def image_info(path: str | os.PathLike[str]) -> dict:
     except Exception:  # noqa: BLE001 - informational only
         pass
     return info
-
-
-# ---------------------------------------------------------------------------------------------- any file
-
-
-def read_any_for_model(
-    path: str | os.PathLike[str], known: Container[str] = frozenset()
-) -> tuple[str, np.ndarray | None]:
-    """``read_for_model`` of this module for a RAW file, of :mod:`novelfind.media.decode` for any other."""
-    reader = read_for_model if is_raw_name(path) else decode.read_for_model
-    return reader(path, known)
-
-
-def model_input_any(data: bytes, name: str) -> np.ndarray:
-    """The model's input (uint8 (224, 224, 3)) from a file's bytes: through LibRaw for a RAW ``name``,
-    ``decode.model_input_from_bytes`` for any other. Raises DecodeError."""
-    if not is_raw_name(name):
-        return decode.model_input_from_bytes(data, name)
-    return model_input_of(decode_raw(data, name=name).image, _reason)
-
-
-def load_any(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:
-    """``load_raw`` for a RAW file, ``decode.load_image`` for any other. Raises DecodeError."""
-    loader = load_raw if is_raw_name(path) else decode.load_image
-    return loader(path, min_side=min_side)
-
-
-def image_info_any(path: str | os.PathLike[str]) -> dict:
-    """``image_info`` of this module for a RAW file, of :mod:`novelfind.media.decode` for any other."""
-    return image_info(path) if is_raw_name(path) else decode.image_info(path)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from novelfind.base import atomic
-from novelfind.media.raw import is_raw_name
+from novelfind.media.kinds import RAW, kind_of
 
 
 def sidecar_candidates(photo: str | os.PathLike[str]) -> tuple[Path, ...]:
@@ -98,4 +98,4 @@ def _owns_name_xmp(dir_fd: int, photo: Path, twins: Iterable[str | os.PathLike[s
     ]
     if not others:
         return True
-    return is_raw_name(photo.name) and not any(is_raw_name(n) for n in others)
+    return kind_of(photo.name) is RAW and not any(kind_of(n) is RAW for n in others)

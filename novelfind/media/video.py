@@ -49,11 +49,8 @@ from PIL import Image
 from novelfind.base import extras, safe_load
 from novelfind.errors import DecodeError
 from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input
+from novelfind.media.extensions import VIDEO_EXTENSIONS
 
-# What the walk offers as clips: what phones, cameras and camcorders write (.mts/.m2ts: AVCHD).
-VIDEO_EXTENSIONS: frozenset[str] = frozenset(
-    {".mp4", ".mov", ".m4v", ".3gp", ".mts", ".m2ts", ".avi", ".mkv", ".webm"}
-)
 INSTALL_HINT = "pip install 'novelfind[video]'"
 FRAMES = 5  # frames decoded per clip: a 1080p clip then costs about 9 photos' decoding (docs/video.md)
 RULE = f"farthest-of-{FRAMES}-keyframes/1"  # changes whenever the frames or the rule change
@@ -95,11 +92,6 @@ class ClipFrames:
 
     def info(self, moment: int) -> ClipInfo:
         return ClipInfo(self.duration, self.times, moment, RULE)
-
-
-def is_clip_name(path: str | os.PathLike[str]) -> bool:
-    """Whether the file's extension says it is a clip."""
-    return os.path.splitext(os.fspath(path))[1].lower() in VIDEO_EXTENSIONS
 
 
 def installed() -> bool:
@@ -339,14 +331,14 @@ def combine(vectors: np.ndarray) -> tuple[np.ndarray, int]:
     return v[moment], moment
 
 
-_VIDEO_SUFFIXES = frozenset(os.fsencode(e) for e in VIDEO_EXTENSIONS)
+_CLIP_SUFFIXES = frozenset(os.fsencode(e) for e in VIDEO_EXTENSIONS)
 
 
 def clip_rows(files: Any) -> list[int]:
     """Indices of the clips among ``files`` (a ``walk.FileList``), from the paths' bytes (1 to 3 s for a
-    million files)."""
+    million files): ``kinds.kind_of``'s rule for ``kinds.CLIP``, without decoding a million paths."""
     split = os.path.splitext
-    return [i for i, (path, _, _) in enumerate(files.records()) if split(path)[1].lower() in _VIDEO_SUFFIXES]
+    return [i for i, (path, _, _) in enumerate(files.records()) if split(path)[1].lower() in _CLIP_SUFFIXES]
 
 
 def info_to_text(info: ClipInfo) -> str:

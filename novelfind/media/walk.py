@@ -4,12 +4,13 @@ The walk streams: it lists one directory at a time (sorted by name), descends de
 yields an ``ImageFile`` per image as soon as it is seen. It never opens a file; whether a file
 really is an image is decided later, by the decoder.
 
-What it offers (``WALKED_EXTENSIONS``): every format the decoder reads (``decode.IMAGE_EXTENSIONS``),
-and the camera RAW formats (``raw.RAW_EXTENSIONS``) whether or not RAW support is installed. A RAW file
-next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
+What it offers (``WALKED_EXTENSIONS``): what each kind of :mod:`novelfind.media.kinds` offers in this
+installation (``kinds.offered_extensions``): every photo format the decoder reads
+(``decode.IMAGE_EXTENSIONS``), and the camera RAW formats whether or not RAW support is installed. A RAW
+file next to its JPEG is a file of that photo (``pairs``): copied and tagged along with it even where
 LibRaw is missing. A RAW file with no twin is only read when it is installed; the scan leaves the others
-out (``run.py``), with one warning that says how many and how to read them. Clips
-(``video.VIDEO_EXTENSIONS``) are offered where PyAV is installed (``video.installed``).
+out (``run.py``), with one warning that says how many and how to read them. Clips are offered where PyAV
+is installed (``video.installed``).
 
 Files of a kind a photo library holds but this installation does not rank are not offered either, but
 never dropped in silence: the walk passes each to ``on_skipped`` with its kind (``SKIPPED_KINDS``), so
@@ -32,11 +33,9 @@ import numpy as np
 
 from novelfind.base.safe_text import display
 from novelfind.errors import InputError
-from novelfind.media.decode import HEIF_EXTENSIONS, IMAGE_EXTENSIONS
-from novelfind.media.raw import RAW_EXTENSIONS
+from novelfind.media.extensions import HEIF_EXTENSIONS
+from novelfind.media.kinds import CLIP, offered_extensions
 from novelfind.media.video import INSTALL_HINT as VIDEO_INSTALL_HINT
-from novelfind.media.video import VIDEO_EXTENSIONS
-from novelfind.media.video import installed as video_installed
 
 OnError = Callable[[Path, str], None]
 OnSkipped = Callable[[str, str], None]  # (kind, the file's name)
@@ -51,10 +50,8 @@ class ImageFile:
     mtime_ns: int  # st_mtime_ns
 
 
-# Clips (``video.VIDEO_EXTENSIONS``) are offered where PyAV is installed; looked up without importing it.
-WALKED_EXTENSIONS: frozenset[str] = (
-    IMAGE_EXTENSIONS | RAW_EXTENSIONS | (VIDEO_EXTENSIONS if video_installed() else frozenset())
-)
+# Clips are offered where PyAV is installed; looked up without importing it.
+WALKED_EXTENSIONS: frozenset[str] = offered_extensions()
 # What the scan says about the files of each kind the walk skipped (``skipped_kind``): the noun, and why
 # they were left out, with the install hint where installing something would read them.
 SKIPPED_KINDS: dict[str, tuple[str, str]] = {
@@ -198,7 +195,7 @@ def skipped_kind(name: str) -> str | None:
     suffix = os.path.splitext(name)[1].lower()
     if suffix in HEIF_EXTENSIONS and suffix not in WALKED_EXTENSIONS:
         return "heif"
-    if suffix in VIDEO_EXTENSIONS and suffix not in WALKED_EXTENSIONS:
+    if suffix in CLIP.extensions and suffix not in WALKED_EXTENSIONS:
         return "video"
     return None
 

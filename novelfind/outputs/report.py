@@ -25,7 +25,7 @@ import numpy as np
 
 from novelfind.base.atomic import write_atomic
 from novelfind.media.dates import SOURCE_WORDS
-from novelfind.media.raw import image_info_any
+from novelfind.media.kinds import kind_of
 from novelfind.outputs.thumbnails import Thumb, ThumbnailCache, clip_moment, clock, make_thumbnails
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
@@ -348,7 +348,7 @@ def _picks_section(
 def _image_infos(paths: Sequence[Path]) -> Iterator[dict]:
     """Dimensions and EXIF date of each photo, read in a few threads (headers only)."""
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return iter(list(pool.map(image_info_any, paths)))
+        return iter(list(pool.map(lambda path: kind_of(path).info(path), paths)))
 
 
 def _pick_card(

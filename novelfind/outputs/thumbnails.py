@@ -29,9 +29,8 @@ from PIL import Image
 
 from novelfind.base.devices import available_cpus
 from novelfind.extract.decoders.pillow import decode_each
-from novelfind.media import video
 from novelfind.media.decode import decode_processes_within_budget
-from novelfind.media.raw import load_any
+from novelfind.media.kinds import kind_of
 from novelfind.picks import Pick
 
 Thumb = tuple[Path, int, "float | None"]  # a thumbnail wanted: path, size, and a clip's time (None: a photo)
@@ -60,11 +59,7 @@ def thumbnails_of(
     Raises for a file that cannot be read (the worker reports it as None). One decode for all sizes:
     the largest first (a JPEG decoded at a reduced scale no smaller than it), each smaller one from the
     one before. A clip's is its frame at ``at`` seconds (its novel moment; None: its first keyframe)."""
-    frame = None
-    if video.is_clip_name(Path(path)):
-        img, frame = video.poster(Path(path), at or 0.0)
-    else:
-        img = load_any(Path(path), min_side=max(sizes))
+    img, frame = kind_of(path).picture(Path(path), min_side=max(sizes), at=at)
     made: dict[int, Any] = {}
     for size in sorted(set(sizes), reverse=True):
         img.thumbnail((size, size), Image.Resampling.LANCZOS)  # in place: the next size starts here

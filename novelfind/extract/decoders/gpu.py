@@ -66,8 +66,8 @@ from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
     inspect_jpeg,
 )
 from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
-from novelfind.media import video
 from novelfind.media.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
+from novelfind.media.kinds import kind_of
 
 if TYPE_CHECKING:
     import torch
@@ -414,7 +414,7 @@ class GpuFileDecoder:
     def _read(self, path: str) -> tuple[Decoded | None, bytes | None, JpegInfo | str | None]:
         """(digest, bytes, what ``inspect_jpeg`` says), or a failure or a known digest without bytes; for a
         clip (a few keyframes through PyAV in a decode process; never read whole here) nothing."""
-        if video.is_clip_name(path):
+        if not kind_of(path).whole:
             return None, None, None
         try:
             data = read_bytes(path)
@@ -488,7 +488,7 @@ class GpuFileDecoder:
             if decoded.digest is None or decoded.pixels is None:
                 self.stats["failed" if decoded.digest is None else "known"] += 1
             else:
-                self.stats["clip" if video.is_clip_name(paths[g0 + j]) else "pillow"] += 1
+                self.stats["pillow" if kind_of(paths[g0 + j]).whole else "clip"] += 1
         for j in range(len(got)):
             yield g0 + j, results[j]  # type: ignore[misc]
 
