@@ -1,7 +1,7 @@
 """The parameters of a scan, declared once: name, type, default, limits or choices, doc and command line.
 
 Each field of :class:`ScanParameters` carries in its ``metadata`` what every other place needs: the
-API doc (``scan()``'s docstring is made from it), the command line's help text and flags (``cli.py``
+API doc (``scan()``'s docstring is made from it), the command line's help text and flags (``cli/scan.py``
 makes the ``scan`` command's options from the fields, with Click range types from the limits and
 the environment variable ``NOVELFIND_<NAME>``), the numeric limit or the named choices (checked here,
 so a notebook gets the command line's errors as :class:`~novelfind.errors.InputError`), and whether
@@ -71,7 +71,7 @@ def param(
     ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
     ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
     ``record``: part of the run record of the JSON formats (``docs/output-schema.md``). ``group``: the
-    section of ``novelfind scan --help`` the option is listed in (``cli.OPTION_GROUPS``). ``needs``:
+    section of ``novelfind scan --help`` the option is listed in (``cli.scan.OPTION_GROUPS``). ``needs``:
     (another parameter, its value) without which this one takes no effect, so a value other than the
     default is refused there (``NeedsError``) rather than silently unused.
     """

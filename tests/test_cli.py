@@ -17,7 +17,8 @@ from click.testing import CliRunner
 import novelfind
 from novelfind import __version__, params
 from novelfind.base.lock import output_lock_path
-from novelfind.cli import OPTION_GROUPS, cli
+from novelfind.cli.group import cli
+from novelfind.cli.scan import OPTION_GROUPS
 from novelfind.config import config_keys
 from novelfind.errors import InputError
 from novelfind.ranking import driver as ranking
@@ -520,7 +521,7 @@ def test_reader_closing_the_pipe_early_is_not_an_error(library, tmp_path):
 
 
 def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
-    from novelfind.cli import Console, ProgressBars
+    from novelfind.cli.console import Console, ProgressBars
     from novelfind.run import Progress
 
     bars = ProgressBars(enabled=True, console=Console(quiet=False))

@@ -23,7 +23,7 @@ from PIL import Image
 import novelfind
 from novelfind import params
 from novelfind.cache import FeatureCache
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import InputError
 from novelfind.media import dates
 
