@@ -22,6 +22,7 @@ import cloup
 
 from novelfind import params
 from novelfind.base import dirs
+from novelfind.base.since import parse_since
 from novelfind.cli.console import stderr_line
 from novelfind.config import config_keys, read_config, to_default_map
 from novelfind.errors import ExitCode, InputError, NovelfindError
@@ -32,7 +33,7 @@ FIELDS = {f.name: f for f in params.FIELDS}
 
 # A date with a UTC offset (``Z``, ``+02:00``) is that moment; without one, local time.
 class SinceType(click.DateTime):
-    """``--since``: the forms ``params.parse_since`` takes (``7d``, ``yesterday``, ISO 8601)."""
+    """``--since``: the forms ``parse_since`` takes (``7d``, ``yesterday``, ISO 8601)."""
 
     name = "date"
 
@@ -43,7 +44,7 @@ class SinceType(click.DateTime):
         if isinstance(value, datetime):
             return value
         try:
-            return params.parse_since(str(value))
+            return parse_since(str(value))
         except InputError as err:
             self.fail(str(err), param, ctx)
 
