@@ -13,12 +13,14 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from novelfind import run
 from novelfind.base.safe_text import one_line
+
+if TYPE_CHECKING:
+    from novelfind.results import Progress
 
 
 def stderr_line(message: str) -> None:
@@ -26,7 +28,6 @@ def stderr_line(message: str) -> None:
     so a file name cannot forge a line or speak to the terminal
     (:func:`novelfind.base.safe_text.one_line`)."""
     click.echo(one_line(message), err=True)
-
 
 
 def plural(count: int, noun: str) -> str:
@@ -42,7 +43,6 @@ def human_size(size: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     raise AssertionError("unreachable")
-
 
 
 @contextmanager
@@ -144,7 +144,7 @@ class Console:
 
 
 class ProgressBars:
-    """Turns :class:`novelfind.run.Progress` events into tqdm bars on stderr, one per stage."""
+    """Turns :class:`novelfind.results.Progress` events into tqdm bars on stderr, one per stage."""
 
     LABELS = {"walk": "walking", "extract": "extracting", "dates": "reading dates", "report": "report"}
 
@@ -154,7 +154,7 @@ class ProgressBars:
         self.bar: Any = None
         self.stage: str | None = None
 
-    def __call__(self, event: run.Progress) -> None:
+    def __call__(self, event: Progress) -> None:
         if event.stage == "wait":
             self.console.note(f"waiting for another novelfind run writing {event.path}")
             return

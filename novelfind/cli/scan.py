@@ -66,7 +66,6 @@ OPTION_GROUPS = (
 )
 
 
-
 def _scan_options() -> list[click.Parameter]:
     """The options of ``scan`` in their ``--help`` sections (``OPTION_GROUPS``): one per parameter in the
     parameters' order, ``--config`` first in Input, ``--no-cache`` after the cache's, ``-q`` in Outputs."""
