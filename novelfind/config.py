@@ -8,6 +8,7 @@ defaults. Click implements the first, second and last; this module turns a TOML 
 from __future__ import annotations
 
 import datetime
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import click
 from novelfind.base import atomic, dirs, safe_load
 from novelfind.base.safe_text import display
 from novelfind.errors import InputError
+from novelfind.params import FIELDS
 
 MAX_CONFIG_BYTES = 1 << 20  # a config file sets a few dozen keys: some kilobytes
 
@@ -120,3 +122,10 @@ def configured_cache(command: click.Command) -> Path | None:
     """The ``cache`` key of the default config file, for the cache commands (None when unset)."""
     value = configured_value(command, "cache")
     return Path(value) if value is not None else None
+
+
+def config_comment(name: str) -> str:
+    """The comment above the key ``name`` in ``configs/default.toml``: the option's help, wrapped (a
+    test holds the file to it, so the method and feature comments follow ``ranking.METHODS``)."""
+    help_text = next(f.metadata["help"] for f in FIELDS if f.name == name)
+    return textwrap.fill(help_text, width=106, initial_indent="# ", subsequent_indent="# ")

@@ -1,7 +1,7 @@
 """The parameters of a scan, declared once: name, type, default, limits or choices, doc and command line.
 
 Each field of :class:`ScanParameters` carries in its ``metadata`` what every other place needs: the
-API doc (``scan()``'s docstring is made from it), the command line's help text and flags (``cli.py``
+API doc (``scan()``'s docstring is made from it), the command line's help text and flags (``cli/scan.py``
 makes the ``scan`` command's options from the fields, with Click range types from the limits and
 the environment variable ``NOVELFIND_<NAME>``), the numeric limit or the named choices (checked here,
 so a notebook gets the command line's errors as :class:`~novelfind.errors.InputError`), and whether
@@ -15,16 +15,16 @@ import dataclasses
 import inspect
 import numbers
 import os
-import re
-import textwrap
 from collections.abc import Callable, Collection
 from dataclasses import KW_ONLY, dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from novelfind.base.devices import DEVICES
 from novelfind.base.limits import Limit
+from novelfind.base.signature import fields_doc, fields_signature
+from novelfind.base.since import since_value
 from novelfind.cache import DEFAULT_DTYPE, DTYPES, FeatureCache
 from novelfind.errors import InputError, NeedsError, ParameterError
 from novelfind.extract.decoders import DECODERS
@@ -71,7 +71,7 @@ def param(
     ``limit`` / ``choices``: the allowed values, checked by :class:`ScanParameters` and shown by
     ``--help``. ``metavar``: the value's name in ``--help``. ``folder``: a path that names a folder.
     ``record``: part of the run record of the JSON formats (``docs/output-schema.md``). ``group``: the
-    section of ``novelfind scan --help`` the option is listed in (``cli.OPTION_GROUPS``). ``needs``:
+    section of ``novelfind scan --help`` the option is listed in (``cli.scan.OPTION_GROUPS``). ``needs``:
     (another parameter, its value) without which this one takes no effect, so a value other than the
     default is refused there (``NeedsError``) rather than silently unused.
     """
@@ -473,15 +473,7 @@ class ScanParameters:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")
         if self.ray_address is not None and not isinstance(self.ray_address, str):
             raise InputError(f"ray_address must be a string (auto, HOST:PORT), got {self.ray_address!r}")
-        if isinstance(self.since, str):
-            self._set("since", parse_since(self.since))
-        if self.since is not None and not isinstance(self.since, datetime):
-            raise InputError(f"since must be a datetime or a date's text, got {self.since!r}")
-        if self.since is not None and not _is_timestamp(self.since):
-            raise InputError(
-                f"since {self.since.date().isoformat()} is out of range: not a time this system can "
-                "compare file times with"
-            )
+        self._set("since", since_value(self.since))
         sheet = self.contact_sheet
         if sheet is not None and sheet.suffix.lower() not in CONTACT_SHEET_FORMATS:
             raise ParameterError("contact_sheet", f"contact sheet {sheet}: use a .jpg, .png or .webp name")
@@ -510,48 +502,6 @@ class ScanParameters:
     def record(self) -> dict[str, Any]:
         """The parameters in the run record of the JSON formats, as JSON values, in field order."""
         return {f.name: _json_value(getattr(self, f.name)) for f in FIELDS if f.metadata["record"]}
-
-
-# ``since`` as people write it: an amount of time ago, or a day by name (its midnight, local time).
-SINCE_UNITS = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
-SINCE_DAYS = {"today": 0, "yesterday": 1}
-_RELATIVE = re.compile(r"(\d{1,6})\s*([hdw])", re.IGNORECASE)
-
-
-def now() -> datetime:
-    """This moment, aware, in local time: what relative ``since`` values count back from."""
-    return datetime.now().astimezone()
-
-
-def parse_since(text: str, at: datetime | None = None) -> datetime:
-    """The time ``since`` names (``at``: now): ``7d``, ``2w``, ``36h`` before ``at``; ``today`` and
-    ``yesterday`` from local midnight; else an ISO 8601 date or date-time (naive: local time, ``Z`` or
-    ``+02:00``: that offset). InputError for anything else."""
-    value = text.strip()
-    at = now() if at is None else at
-    m = _RELATIVE.fullmatch(value)
-    if m is not None:
-        return at - int(m.group(1)) * SINCE_UNITS[m.group(2).lower()]
-    if value.lower() in SINCE_DAYS:
-        midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
-        return midnight - timedelta(days=SINCE_DAYS[value.lower()])
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise InputError(
-            f"since {text!r} is not a date: use 7d, 2w, 36h, today, yesterday, 2026-01-01, "
-            "2026-01-01T10:00:00 or 2026-01-01T10:00:00+02:00"
-        ) from None
-
-
-def _is_timestamp(when: datetime) -> bool:
-    """Whether ``when`` has a POSIX timestamp: ``0001-01-01`` in local time has none (its conversion to
-    UTC falls before year 1), and would fail only after every photo was extracted."""
-    try:
-        when.timestamp()
-    except (OverflowError, OSError, ValueError):
-        return False
-    return True
 
 
 def _json_value(value: Any) -> Any:
@@ -622,25 +572,9 @@ def parameter_defaults() -> dict[str, Any]:
     return {name: default for name, default in DEFAULTS.items() if name != "paths"}
 
 
-def config_comment(name: str) -> str:
-    """The comment above the key ``name`` in ``configs/default.toml``: the option's help, wrapped (a
-    test holds the file to it, so the method and feature comments follow ``ranking.METHODS``)."""
-    help_text = next(f.metadata["help"] for f in FIELDS if f.name == name)
-    return textwrap.fill(help_text, width=106, initial_indent="# ", subsequent_indent="# ")
-
-
 def describe(indent: str = "        ") -> str:
     """The ``Args:`` entries of ``scan()``'s docstring, one per parameter, from the fields' docs."""
-    return "\n".join(
-        textwrap.fill(
-            f"{f.name}: {f.metadata['doc']}",
-            width=106,
-            initial_indent=indent,
-            subsequent_indent=indent + "    ",
-            break_on_hyphens=False,
-        )
-        for f in FIELDS
-    )
+    return fields_doc(FIELDS, indent)
 
 
 # What scan() accepts where a parameter is stored normalised (paths as Path objects, sequences as tuples)
@@ -655,16 +589,4 @@ _ACCEPTS = {
 def scan_signature(extra: list[inspect.Parameter], returns: str) -> inspect.Signature:
     """The signature of a function taking the parameters as keywords (``paths`` and ``k`` also by
     position), then ``extra``: what ``help(novelfind.scan)`` and editors show."""
-    positional = ("paths", "k")
-    parameters = [
-        inspect.Parameter(
-            f.name,
-            inspect.Parameter.POSITIONAL_OR_KEYWORD
-            if f.name in positional
-            else inspect.Parameter.KEYWORD_ONLY,
-            default=inspect.Parameter.empty if f.default is dataclasses.MISSING else f.default,
-            annotation=_ACCEPTS.get(f.type, f.type),
-        )
-        for f in FIELDS
-    ]
-    return inspect.Signature(parameters + extra, return_annotation=returns)
+    return fields_signature(FIELDS, extra, returns, positional=("paths", "k"), accepts=_ACCEPTS)

@@ -202,7 +202,7 @@ def test_the_command_line_says_it_once_on_stderr(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     import novelfind.model.features
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     files = library(tmp_path / "lib", 6)
     model = PooledFake()
@@ -225,7 +225,7 @@ def test_the_notice_counts_what_the_summary_counts_when_copies_share_their_bytes
     from click.testing import CliRunner
 
     import novelfind.model.features
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     lib = tmp_path / "lib"
     files = library(lib, 4)
@@ -255,7 +255,7 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
     from click.testing import CliRunner
 
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
     from novelfind.model import weights
 
     lib = tmp_path / "lib"

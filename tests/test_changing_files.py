@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import child_env, make_photo, rank_all_as_json
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import DecodeError
 from novelfind.media.decode import file_digest, read_for_model
 

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 import novelfind
 from novelfind import __version__, params
 from novelfind.base.lock import output_lock_path
-from novelfind.cli import OPTION_GROUPS, cli
-from novelfind.config import config_keys
+from novelfind.cli.group import cli
+from novelfind.cli.scan import OPTION_GROUPS
+from novelfind.config import config_comment, config_keys
 from novelfind.errors import InputError
 from novelfind.ranking import driver as ranking
 
@@ -268,10 +269,10 @@ def test_default_config_documents_every_option_with_its_default():
 def test_default_config_comments_on_the_methods_are_made_from_their_records(key):
     """The comments above ``method`` and ``feature`` are the options' help, which ranking.METHODS makes."""
     text = (ROOT / "configs" / "default.toml").read_text()
-    assert f"\n{params.config_comment(key)}\n{key} = " in text
+    assert f"\n{config_comment(key)}\n{key} = " in text
     said = {"method": set(ranking.METHODS), "feature": {m.feature for m in ranking.METHODS.values()}}[key]
     for word in said:
-        assert word in params.config_comment(key)
+        assert word in config_comment(key)
 
 
 def test_cache_commands(library, fake_extractor, tmp_path):
@@ -520,7 +521,7 @@ def test_reader_closing_the_pipe_early_is_not_an_error(library, tmp_path):
 
 
 def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
-    from novelfind.cli import Console, ProgressBars
+    from novelfind.cli.console import Console, ProgressBars
     from novelfind.run import Progress
 
     bars = ProgressBars(enabled=True, console=Console(quiet=False))

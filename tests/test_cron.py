@@ -16,7 +16,8 @@ from conftest import make_photo, missing_prerequisite
 from sidecars import read_sidecar
 
 import novelfind
-from novelfind.cli import cli, human_size
+from novelfind.cli.console import human_size
+from novelfind.cli.group import cli
 from novelfind.media.sidecars import sidecar_for
 from novelfind.outputs import xmp
 

@@ -22,8 +22,10 @@ from PIL import Image
 
 import novelfind
 from novelfind import params
+from novelfind.base import since
+from novelfind.base.since import parse_since
 from novelfind.cache import FeatureCache
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import InputError
 from novelfind.media import dates
 
@@ -314,17 +316,17 @@ FIXED = datetime(2026, 3, 10, 15, 30, tzinfo=timezone(timedelta(hours=1)))
     ],
 )
 def test_since_forms(text, expected):
-    assert params.parse_since(text, FIXED) == expected
+    assert parse_since(text, FIXED) == expected
 
 
 @pytest.mark.parametrize("text", ["7", "d7", "last week", "7 days ago", "2026-13-01", ""])
 def test_since_that_is_no_date_is_refused(text):
     with pytest.raises(InputError, match="not a date"):
-        params.parse_since(text, FIXED)
+        parse_since(text, FIXED)
 
 
 def test_since_relative_on_the_command_line_with_a_fixed_clock(tmp_path, fake_extractor, monkeypatch):
-    monkeypatch.setattr(params, "now", lambda: FIXED)
+    monkeypatch.setattr(since, "now", lambda: FIXED)
     lib = tmp_path / "lib"
     # taken 3 days before the fixed clock, but copied (file time) long ago: --since 7d keeps it
     recent = exif_photo(lib / "recent.jpg", "2026:03:07 12:00:00", offset="+01:00", seed=1, colour=(200, 9, 9))
@@ -344,7 +346,7 @@ def test_since_relative_on_the_command_line_with_a_fixed_clock(tmp_path, fake_ex
 
 
 def test_since_as_text_in_the_api(tmp_path, fake_extractor, monkeypatch):
-    monkeypatch.setattr(params, "now", lambda: FIXED)
+    monkeypatch.setattr(since, "now", lambda: FIXED)
     assert params.ScanParameters(paths=(tmp_path,), since="2w").since == FIXED - timedelta(weeks=2)
 
 

@@ -18,7 +18,7 @@ from PIL import Image
 from stalling import NOT_STOPPED, SLOW_S, WOKE_UP, StallingDecoder, StallingThumbnails
 
 import novelfind
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import pillow
 from novelfind.extract.decoders.pillow import ProcessDecoder

@@ -21,7 +21,7 @@ import pytest
 from conftest import make_photo
 from PIL import Image
 
-from novelfind.cli import scan as scan_command
+from novelfind.cli.scan import scan as scan_command
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -215,7 +215,7 @@ def test_a_scan_ranks_a_night_of_odd_photos_by_their_capture_dates(tmp_path, fak
     from conftest import make_photo
     from PIL import Image
 
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     rng = np.random.default_rng(seed)
     lib = tmp_path / "lib"

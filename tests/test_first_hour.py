@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_photo
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,7 +7,8 @@ import re
 from click.testing import CliRunner
 
 from novelfind import params
-from novelfind.cli import OPTION_GROUPS, cli, scan
+from novelfind.cli.group import cli
+from novelfind.cli.scan import OPTION_GROUPS, scan
 
 
 def help_text() -> str:

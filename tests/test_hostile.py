@@ -26,7 +26,7 @@ from click.testing import CliRunner
 from conftest import child_env, make_photo, rank_all_as_json
 from hostile import BLUE, GREEN, RED, WHITE, Hostile, build_all, flat_png, forged_names, many_scans_jpeg
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import DecodeError
 from novelfind.media import decode
 from novelfind.media.decode import image_info, load_image, read_for_model

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from conftest import make_photo
 
 from novelfind.cache import APPLICATION_ID, CacheWriteError, FeatureCache, guard
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import CacheError
 from novelfind.media.walk import ImageFile
 

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from clips import claiming_png, flat, pan, write_clip, write_png_clip
 from conftest import make_photo
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.stage import Decoded, decode_file, guarded
 from novelfind.media import decode

@@ -186,7 +186,7 @@ def test_explicit_file_in_a_new_folder(tmp_path, photos):
 def test_survives_cache_clear(photos):
     from novelfind.base.dirs import feature_cache_path
     from novelfind.cache import FeatureCache
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     IgnoreList().add(photos[:2])
     FeatureCache(feature_cache_path(), model_key="m").close()  # the cache a scan would have made

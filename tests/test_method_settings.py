@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import novelfind
 from novelfind import params
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import ExitCode, InputError, NeedsError
 from novelfind.extract.engines import ENGINES, Engine, engine_settings
 from novelfind.ranking import driver as ranking

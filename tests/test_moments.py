@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite
 
 import novelfind
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.outputs import xmp
 from novelfind.outputs.formats import format_results, unescape_field
 from novelfind.outputs.placement import place_picks

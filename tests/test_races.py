@@ -32,7 +32,7 @@ from conftest import make_photo
 from PIL import Image
 
 from novelfind.base import atomic
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import OutputError
 from novelfind.outputs import write as outputs
 from novelfind.outputs import xmp

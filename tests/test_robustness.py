@@ -26,7 +26,7 @@ from awkward import build_corpus, build_symlink_cases, is_root, remove_corpus
 from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.ranking.driver import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import make_photo
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.media import video, walk
 from novelfind.media.extensions import HEIF_EXTENSIONS, VIDEO_EXTENSIONS
 

@@ -321,7 +321,7 @@ def test_ads_paper_refuses_a_library_over_the_budget_and_knn_reads_it_in_chunks(
 ):
     from click.testing import CliRunner
 
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     monkeypatch.setattr(ranking, "MATRIX_BUDGET", 33 * fake_extractor.dim * 4 - 1)
     result = CliRunner().invoke(cli, ["scan", str(library["root"]), "--method", "ads-paper", "--no-cache"])
@@ -340,7 +340,7 @@ def test_ads_paper_refuses_a_library_over_the_budget_and_knn_reads_it_in_chunks(
 def test_cache_dtype_float16_stores_half_and_ranks_the_same_photos(library, fake_extractor, tmp_path):
     from click.testing import CliRunner
 
-    from novelfind.cli import cli
+    from novelfind.cli.group import cli
 
     picks = {}
     for dtype in ("float32", "float16"):

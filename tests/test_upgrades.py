@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from novelfind import __version__, run
 from novelfind.cache import FeatureCache, ranking_root
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 
 CHANGED = "this library was last ranked with --method"
 

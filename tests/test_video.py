@@ -23,7 +23,7 @@ from stalling import StallingDecoder
 
 import novelfind
 from novelfind.cache import FeatureCache
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.errors import DecodeError
 from novelfind.extract.decoders import pillow
 from novelfind.extract.engines.local import extract

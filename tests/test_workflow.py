@@ -20,7 +20,7 @@ from sidecars import read_sidecar
 
 import novelfind
 from novelfind.base import dirs, extras
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.media.ignore import IgnoreList
 from novelfind.media.sidecars import sidecar_for
 from novelfind.outputs import xmp
