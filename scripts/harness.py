@@ -224,3 +224,27 @@ def write_json(
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + end)
     return text
+
+
+# --------------------------------------------------------------------------- photos to generate from
+
+SAMPLES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "cat")
+
+
+def sample_images() -> list:
+    """scikit-image's colour sample photos (uint8 RGB arrays), the sources of the photos benchmarks
+    generate: real image content, so that JPEG sizes and decode times are a camera's, not noise's."""
+    import numpy as np
+    import skimage.data
+
+    out = []
+    for name in SAMPLES:
+        try:
+            img = np.asarray(getattr(skimage.data, name)())
+        except Exception:  # noqa: BLE001 - a missing sample is skipped
+            continue
+        if img.ndim == 3 and img.shape[2] >= 3:
+            out.append(img[..., :3].astype(np.uint8))
+    if not out:
+        raise SystemExit("no scikit-image sample photos available")
+    return out
