@@ -36,10 +36,10 @@ from harness import (
     CaseFailed,
     Sampler,
     descendants,
+    in_child,
     machine,
     process_table,
     rss_kib,
-    run_case,
     sample_images,
     self_peak_mb,
     write_json,
@@ -323,7 +323,7 @@ def _close(cache) -> None:
 
 def _run_phase(args: list[str], timeout: float = 3600) -> dict:
     try:
-        return run_case([str(Path(__file__).resolve()), "--phase", *args], timeout=timeout, cwd=ROOT)
+        return in_child([str(Path(__file__).resolve()), "--phase", *args], timeout=timeout, cwd=ROOT)
     except CaseFailed as e:
         return {"error": e.error}
 

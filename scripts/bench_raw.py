@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from harness import CaseFailed, cpu_model, machine, run_case, sample_images, self_peak_mb, write_json
+from harness import CaseFailed, cpu_model, in_child, machine, sample_images, self_peak_mb, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT, ROOT / "tests"):
@@ -181,7 +181,7 @@ def main() -> int:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     for kind in kinds:
         try:
-            results["kinds"][kind] = run_case([__file__, "--worker", kind, *files[kind]], env=env)
+            results["kinds"][kind] = in_child([__file__, "--worker", kind, *files[kind]], env=env)
         except CaseFailed as e:
             print(e.stderr, file=sys.stderr)
             return 1

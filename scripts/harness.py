@@ -200,7 +200,7 @@ class CaseFailed(Exception):
         super().__init__(self.error)
 
 
-def run_case(args: list[str], **kwargs) -> dict:
+def in_child(args: list[str], **kwargs) -> dict:
     """``python SCRIPT ARGS`` in a fresh process (so that its figures, peak memory above all, are its
     own); its last line on stdout, read as JSON. CaseFailed when it fails."""
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, **kwargs)
