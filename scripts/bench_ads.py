@@ -14,14 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from harness import CaseFailed, in_child, machine, write_json
 
 from novelfind.ranking.solver import MIN_DRAWS, ADSConfig, ads, ads_reference
 
@@ -318,13 +317,11 @@ def main() -> None:
                     "block": args.block,
                     "threads": args.threads,
                 }
-                proc = subprocess.run(
-                    [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
-                )
-                if proc.returncode != 0:
-                    print(proc.stderr, file=sys.stderr)
-                    raise SystemExit(f"case failed: {case}")
-                row = json.loads(proc.stdout.strip().splitlines()[-1])
+                try:
+                    row = in_child([__file__, "--case", json.dumps(case)])
+                except CaseFailed as e:
+                    print(e.stderr, file=sys.stderr)
+                    raise SystemExit(f"case failed: {case}") from None
                 rows.append(row)
                 print(
                     f"N={n:>9,} {method:<18} seed={seed} wall={row['wall_s']:7.2f}s "
@@ -343,23 +340,13 @@ def main() -> None:
     if comparison:
         print()
         print(compare_table(comparison))
-    machine = {
-        "cpu": platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
+    host = {
+        **machine("cpu=processor_or_machine", "cores=cpus"),
         "threads": args.threads,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        **machine("torch", "python", "cpu_model"),
     }
-    try:
-        machine["cpu_model"] = next(
-            line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        pass
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(
-        json.dumps({"machine": machine, "summary": summary, "runs": rows, "seed_noise": comparison}, indent=1)
-    )
+    doc = {"machine": host, "summary": summary, "runs": rows, "seed_noise": comparison}
+    write_json(doc, args.out, indent=1, end="")
     print(f"wrote {args.out}", file=sys.stderr)
 
 

@@ -15,14 +15,13 @@ depend much on what else the machine runs.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import machine, write_json
 
 import novelfind
 from novelfind.cache import FeatureCache
@@ -67,18 +66,11 @@ def main() -> None:
     doc = {
         "novelfind": novelfind.__version__,
         "tree": os.path.dirname(os.path.dirname(os.path.abspath(novelfind.__file__))),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine("cpus", "python", "platform"),
         "photos": args.photos,
         "lookups": measure(args.photos, args.repeats),
     }
-    text = json.dumps(doc, indent=1)
-    print(text)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    write_json(doc, args.out, indent=1, echo=True)
 
 
 if __name__ == "__main__":

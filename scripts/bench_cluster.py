@@ -28,9 +28,7 @@ docs/scaling.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -38,6 +36,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+from harness import machine, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,11 +196,7 @@ def main() -> None:
             )
     report = {
         "benchmark": "bench_cluster",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine("cpus", "platform", "python"),
         "load_avg_1m_before": round(load_before, 2),
         "load_avg_1m_after": round(_load(), 2),
         "photos": {"count": args.count, "size": f"{w}x{h}", "folder": str(folder)},
@@ -210,7 +205,7 @@ def main() -> None:
         "runs": runs,
         "model": MODEL,
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(report, args.out)
     cols = (
         "engine",
         "worker_nodes",

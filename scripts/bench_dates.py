@@ -10,8 +10,9 @@ with sub-seconds and offset, and a 24 KB maker note: real cameras' Exif blocks a
 scan extracts every photo (the real weights, on the CPU) and fills the cache; then, run by run in turns
 (so a busy machine slows both alike), a re-scan with the dates cached ("cached") and one whose cache has
 just lost its dates table, as a cache from before it ("upgrade"). Wall and CPU time (user + system) of each
-process; the medians are what to compare. "header_ms" / "header_cpu_ms" is ``novelfind.media.dates.embedded_date``
-per photo in this process (files in the page cache), wall and CPU time, the median of ``--rounds`` passes.
+process; the medians are what to compare. "header_ms" / "header_cpu_ms" is
+``novelfind.media.dates.embedded_date`` per photo in this process (files in the page cache), wall and CPU
+time, the median of ``--rounds`` passes.
 On a shared machine the CPU times are the figures to read (the load average is recorded).
 "dates_step_cpu_ms" is ``dates.scan_dates`` alone on the same cache, in this process: every date cached,
 then just after the table was dropped (the headers read and stored).
@@ -20,19 +21,16 @@ then just after the table was dropped (the headers read and stored).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import resource
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import machine, run_timed, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,21 +53,14 @@ def make_library(folder: Path, n: int) -> None:
         img.save(folder / f"IMG_{i:05d}.jpg", quality=85, exif=exif.tobytes())
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def scan(library: Path, cache: Path) -> dict[str, float]:
     args = [sys.executable, "-m", "novelfind", "scan", str(library), "--k", "10", "--cache", str(cache)]
     args += ["--format", "paths", "--device", "cpu", "-q"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cpu, start = _children_cpu(), time.perf_counter()
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    done, wall, cpu = run_timed(args, env=env)
     if done.returncode != 0:
         raise SystemExit(f"exit {done.returncode}\n{done.stderr}")
-    return {"wall_s": round(wall, 3), "cpu_s": round(_children_cpu() - cpu, 3)}
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 def drop_dates(cache: Path) -> None:
@@ -131,11 +122,7 @@ def main() -> None:
         "what": "novelfind scan of a cached library: dates cached vs read once from the headers (upgrade)",
         "photos": args.photos,
         "photo_bytes_median": int(photo_bytes),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-        },
+        "machine": machine("cpus", "python", "platform"),
         "first_scan": first,
         "runs": runs,
         "median": median,
@@ -151,10 +138,7 @@ def main() -> None:
         "header_cpu_ms": [round(h, 3) for h in header_cpu],
         "header_cpu_ms_median": round(statistics.median(header_cpu), 3),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    write_json(result, args.out, echo=True)
 
 
 if __name__ == "__main__":

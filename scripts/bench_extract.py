@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -33,30 +31,25 @@ import time
 from pathlib import Path
 
 import numpy as np
+from harness import (
+    TICK,
+    CaseFailed,
+    Sampler,
+    descendants,
+    in_child,
+    machine,
+    process_table,
+    rss_kib,
+    sample_images,
+    self_peak_mb,
+    write_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 PHOTO_SIZE = (4000, 3000)  # 12 MP
-SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "cat")
-
 
 # ---------------------------------------------------------------------------------------------- data
-
-
-def _sources() -> list[np.ndarray]:
-    import skimage.data
-
-    out = []
-    for name in SOURCES:
-        try:
-            img = np.asarray(getattr(skimage.data, name)())
-        except Exception:  # noqa: BLE001 - a missing sample is skipped
-            continue
-        if img.ndim == 3 and img.shape[2] >= 3:
-            out.append(img[..., :3].astype(np.uint8))
-    if not out:
-        raise SystemExit("no scikit-image sample photos available")
-    return out
 
 
 def _make_one(args: tuple[int, str, int]) -> int:
@@ -90,7 +83,7 @@ def _make_one(args: tuple[int, str, int]) -> int:
 
 def _init_maker() -> None:
     global _SRC, _NOISE
-    _SRC = _sources()
+    _SRC = sample_images()
     rng = np.random.default_rng(7)
     _NOISE = rng.normal(0, 6, (PHOTO_SIZE[1], PHOTO_SIZE[0] + 256, 3)).astype(np.int16)
 
@@ -142,73 +135,31 @@ def _image_files(folder: Path, prefix: str = "") -> list:
 # --------------------------------------------------------------------------------------------- phases
 
 
-class TreeRSS:
+class TreeRSS(Sampler):
     """Samples the summed RSS of this process and all its descendants (decode workers of a forkserver are
-    grandchildren, which RUSAGE_CHILDREN does not see); keeps the peak."""
+    grandchildren, which RUSAGE_CHILDREN does not see); keeps the peak, and the CPU ticks of each."""
 
     def __init__(self, interval: float = 0.1):
-        import threading
-
-        self.interval, self.peak_kb = interval, 0
+        self.peak_kb = 0
         self.cpu_ticks: dict[int, int] = {}  # pid -> latest utime + stime seen (clock ticks)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+        super().__init__(self.read, interval)
 
-    @staticmethod
-    def _tree_rss_kb(cpu: dict[int, int] | None = None) -> int:
-        parents: dict[int, int] = {}
-        ticks: dict[int, int] = {}
-        for d in os.listdir("/proc"):
-            if d.isdigit():
-                try:
-                    with open(f"/proc/{d}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    parents[int(d)] = int(fields[1])
-                    ticks[int(d)] = int(fields[11]) + int(fields[12])  # utime + stime
-                except (OSError, IndexError, ValueError):
-                    pass
-        tree, frontier = {os.getpid()}, [os.getpid()]
-        while frontier:
-            p = frontier.pop()
-            kids = [c for c, pp in parents.items() if pp == p and c not in tree]
-            tree.update(kids)
-            frontier.extend(kids)
-        if cpu is not None:
-            for pid in tree:
-                if pid in ticks:
-                    cpu[pid] = max(cpu.get(pid, 0), ticks[pid])
-        total = 0
-        for pid in tree:
-            try:
-                with open(f"/proc/{pid}/status") as f:
-                    for line in f:
-                        if line.startswith("VmRSS:"):
-                            total += int(line.split()[1])
-            except OSError:
-                pass
-        return total
-
-    def _loop(self):
-        while not self._stop.is_set():
-            self.peak_kb = max(self.peak_kb, self._tree_rss_kb(self.cpu_ticks))
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join()
+    def read(self) -> None:
+        table = process_table()
+        tree = descendants(os.getpid(), table)
+        for pid in tree & table.keys():
+            self.cpu_ticks[pid] = max(self.cpu_ticks.get(pid, 0), table[pid][1])
+        self.peak_kb = max(self.peak_kb, rss_kib(tree))
 
 
 _TREE: TreeRSS | None = None
 
 
 def _peak() -> dict:
-    out = {"peak_rss_self_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    out = {"peak_rss_self_mb": self_peak_mb()}
     if _TREE is not None:
-        out["peak_rss_tree_mb"] = round(max(_TREE.peak_kb, TreeRSS._tree_rss_kb(_TREE.cpu_ticks)) / 1024, 1)
+        _TREE.read()
+        out["peak_rss_tree_mb"] = round(_TREE.peak_kb / 1024, 1)
     return out
 
 
@@ -216,8 +167,8 @@ def _cpu_mark() -> float:
     """CPU seconds used so far by this process tree (sampled every 0.1 s, so approximate: about +-10%)."""
     if _TREE is None:
         return time.process_time()
-    TreeRSS._tree_rss_kb(_TREE.cpu_ticks)
-    return sum(_TREE.cpu_ticks.values()) / os.sysconf("SC_CLK_TCK")
+    _TREE.read()
+    return sum(_TREE.cpu_ticks.values()) / TICK
 
 
 def _cpu_stats(cpu_s: float, images: int) -> dict:
@@ -371,13 +322,10 @@ def _close(cache) -> None:
 
 
 def _run_phase(args: list[str], timeout: float = 3600) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--phase", *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    if proc.returncode != 0:
-        return {
-            "error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"rc {proc.returncode}"
-        }
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        return in_child([str(Path(__file__).resolve()), "--phase", *args], timeout=timeout, cwd=ROOT)
+    except CaseFailed as e:
+        return {"error": e.error}
 
 
 def _run_cli(folder: Path, count: int) -> dict:
@@ -469,12 +417,7 @@ def main() -> int:
     base = Path(tmp_ctx.name) if tmp_ctx else a.data_dir
     photos = base / "photos"
     results: dict = {
-        "machine": {
-            "python": platform.python_version(),
-            "cpus": len(os.sched_getaffinity(0)),
-            "platform": platform.platform(),
-            "load_avg_before": os.getloadavg(),
-        }
+        "machine": machine("python", "cpus=affinity_cpus", "platform", "load_avg_before=load")
     }
     if a.raw:
         results["raw"] = bench_raw_files(base / "raw", a.raw, a.workers, a.batch_size)
@@ -571,8 +514,7 @@ def _finish(results: dict, out: Path, tmp_ctx) -> int:
     results["machine"]["load_avg_after"] = os.getloadavg()
     la = results["machine"]
     print(f"load average before / after: {la['load_avg_before'][0]:.1f} / {la['load_avg_after'][0]:.1f}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    write_json(results, out)
     print(f"wrote {out}", file=sys.stderr)
     if tmp_ctx:
         tmp_ctx.cleanup()

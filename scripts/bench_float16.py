@@ -37,6 +37,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import bench_quality  # noqa: E402
+from harness import write_json  # noqa: E402
 from quality import extract, sets  # noqa: E402
 
 from novelfind.model.weights import load_classifier, resolve_weights  # noqa: E402
@@ -136,7 +137,7 @@ def main() -> None:
         "f1_changed": sum(r["f1_float32"] != r["f1_float16"] for r in rows),
         "rows": rows,
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_json(report, args.out)
     print(
         "| set | seed | method | feature | N | K | float32 repeatable | same list | shared picks "
         "| F1 float32 | F1 float16 |"

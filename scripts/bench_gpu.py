@@ -22,7 +22,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -66,15 +66,11 @@ def merge(out: Path | None, key: str, value) -> None:
 
 
 def machine() -> dict:
-    info = {"torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count()}
+    info = harness.machine("torch", "python", "cpus")
     if CUDA:
         p = torch.cuda.get_device_properties(0)
         info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1))
-    try:
-        info["load_average"] = os.getloadavg()
-    except OSError:
-        pass
-    return info
+    return {**info, **harness.machine("load_average=load")}
 
 
 def sync() -> None:

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -38,6 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+from harness import machine, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -292,10 +291,9 @@ def main() -> int:
         "what": "host side of a scan: real walk, cache and local.extract; stand-in decoder and model",
         "machine": {
             "cpus": cores,
-            "python": platform.python_version(),
-            "processor": platform.processor(),
+            **machine("python", "processor"),
             "load_average_before": [round(x, 2) for x in load_before],
-            "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            **machine("load_average_after=load_rounded"),
         },
         "photos": {"dir": str(a.dir), "files": count, "mean_mb": round(mean / 1e6, 2)},
         "hash": {
@@ -313,8 +311,7 @@ def main() -> int:
         "ceiling_over_hash_idle_cores": round(hash_ms / best["process_cpu_ms_per_photo"], 3),
         "projected_photos_per_s": {str(c): projected(best, c) for c in sorted({cores, *a.cores})},
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(out, a.out, indent=1)
     print(f"{count} photos, {mean / 1e6:.2f} MB each, {cores} cores, load {load_before[0]:.2f}")
     print(
         f"blake2b: {per_cpu_s / 1e9:.3f} GB per CPU second ({hash_ms:.2f} ms a photo); all cores: "

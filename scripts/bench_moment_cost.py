@@ -24,8 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from bench_rank import ensure_data, load, parse_size  # noqa: E402
+from harness import write_json  # noqa: E402
 
-from novelfind.ranking import driver as ranking
+from novelfind.ranking import driver as ranking  # noqa: E402
 from novelfind.ranking import moments  # noqa: E402
 
 
@@ -54,8 +55,7 @@ def main() -> None:
             }
             out["runs"].append(run)
             print(json.dumps(run), flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1) + "\n")
+    write_json(out, args.out, indent=1)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,7 @@ is run once for the chosen candidate and the baselines (docs/bench/quality-momen
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -37,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
 from bench_quality import average_precision, coverage, f1_at_k, paired  # noqa: E402
+from harness import machine, write_json  # noqa: E402
 from quality import extract, sets  # noqa: E402
 from quality import methods as M  # noqa: E402
 from quality import moments as Q  # noqa: E402
@@ -339,9 +338,9 @@ def main() -> None:
         "rows": rows,
         "summary": summary,
         "table": text,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
+        "machine": machine("python", "cpus", "load"),
     }
-    Path(a.out or f"bench_moments_{a.split}.json").write_text(json.dumps(out, indent=1))
+    write_json(out, Path(a.out or f"bench_moments_{a.split}.json"), indent=1, end="")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -49,6 +48,7 @@ torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 
+from harness import machine, write_json  # noqa: E402
 from quality import extract, pins, sets  # noqa: E402
 from quality import methods as M  # noqa: E402
 
@@ -69,7 +69,8 @@ ABLATIONS = {
     "knn-cos-multik": M.fused_method(("po",), (3, 10, 50)),
     "iforest": M.iforest(),
     "ads-paper": M.shipped("ads-paper"),  # Algorithm 1 on raw logits
-    "cleanlab-ood": M.cleanlab_ood("pooled"),  # cleanlab's own out-of-distribution score (pip install cleanlab)
+    # cleanlab's own out-of-distribution score (pip install cleanlab)
+    "cleanlab-ood": M.cleanlab_ood("pooled"),
 }
 
 # Research candidates (dev split only).
@@ -484,9 +485,9 @@ def main() -> None:
         "rows": rows,
         "summary": summary,
         "table": table,
-        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "load": os.getloadavg()},
+        "machine": machine("python", "cpus", "load"),
     }
-    Path(a.out or f"bench_quality_{a.split}.json").write_text(json.dumps(out, indent=1))
+    write_json(out, Path(a.out or f"bench_quality_{a.split}.json"), indent=1, end="")
 
 
 if __name__ == "__main__":

@@ -38,18 +38,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import CaseFailed, in_child, machine, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from novelfind.ranking import driver as ranking
+from novelfind.ranking import driver as ranking  # noqa: E402
 from novelfind.ranking import knn, moments, pca, solver  # noqa: E402
 
 K = 100  # planted outliers = picks
@@ -414,11 +413,8 @@ def main() -> None:
     sizes = [parse_size(s) for s in args.sizes.split(",") if s]
     methods = [m for m in args.methods.split(",") if m]
     exact_up_to = parse_size(args.exact_up_to) if args.exact_up_to else 0
-    machine = {
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "processor": platform.processor() or platform.machine(),
-        "loadavg_start": os.getloadavg(),
+    host = {
+        **machine("python", "cpus", "processor=processor_or_machine", "loadavg_start=load"),
         "data": args.data,
     }
     rows: list[dict] = []
@@ -437,13 +433,10 @@ def main() -> None:
             if m in ("ads", "knn") and knn.EXACT_MAX_N < n <= exact_up_to
         ]
         for case in cases:
-            proc = subprocess.run(
-                [sys.executable, __file__, "--case", json.dumps(case)], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                rows.append({**case, "error": proc.stderr.strip().splitlines()[-1][:200]})
-            else:
-                rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+            try:
+                rows.append(in_child([__file__, "--case", json.dumps(case)]))
+            except CaseFailed as e:
+                rows.append({**case, "error": e.error[:200]})
             r = rows[-1]
             print(
                 f"N={n:,} {case['method']}{' exact' if case.get('exact') else ''} {case.get('times', '')}: "
@@ -459,7 +452,7 @@ def main() -> None:
     if args.alternatives:
         n = parse_size(args.alternatives)
         alt = alternatives(ensure_data(args.data_dir, n, args.data))
-    machine["loadavg_end"] = os.getloadavg()
+    host["loadavg_end"] = os.getloadavg()
     failed = [r for r in rows if "error" in r]
     print(table(rows))
     for a in alt:
@@ -469,9 +462,8 @@ def main() -> None:
             f"{a.get('recall_at_10', nan):.3f}, exact bounds {a.get('bound_exact_share', nan):.3f}, "
             f"planted share {a['share']:.2f}"
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"machine": machine, "runs": rows, "alternatives": alt}, indent=1))
-    load = f"{machine['loadavg_start'][0]:.1f} -> {machine['loadavg_end'][0]:.1f}"
+    write_json({"machine": host, "runs": rows, "alternatives": alt}, args.out, indent=1, end="")
+    load = f"{host['loadavg_start'][0]:.1f} -> {host['loadavg_end'][0]:.1f}"
     print(f"\nload average {load}; wrote {args.out}")
     if failed:  # a case that fails is a broken benchmark, not a figure
         sys.exit(f"{len(failed)} of {len(rows)} cases failed; the first: {failed[0]['error']}")

@@ -25,13 +25,12 @@ import argparse
 import json
 import os
 import platform
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import CaseFailed, cpu_model, in_child, machine, sample_images, self_peak_mb, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT, ROOT / "tests"):
@@ -39,26 +38,8 @@ for extra in (ROOT, ROOT / "tests"):
         sys.path.insert(0, str(extra))
 
 KINDS = ("preview-small", "preview-full", "no-preview", "jpeg")
-SOURCES = ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry", "retina", "cat")
-
 
 # ---------------------------------------------------------------------------------------------- data
-
-
-def _sources() -> list[np.ndarray]:
-    import skimage.data
-
-    out = []
-    for name in SOURCES:
-        try:
-            img = np.asarray(getattr(skimage.data, name)())
-        except Exception:  # noqa: BLE001 - a missing sample is skipped
-            continue
-        if img.ndim == 3 and img.shape[2] >= 3:
-            out.append(img[..., :3].astype(np.uint8))
-    if not out:
-        raise SystemExit("no scikit-image sample photos available")
-    return out
 
 
 def _photo(i: int, size: tuple[int, int], seed: int) -> np.ndarray:
@@ -66,7 +47,7 @@ def _photo(i: int, size: tuple[int, int], seed: int) -> np.ndarray:
     from PIL import Image
 
     rng = np.random.default_rng(seed + i)
-    sources = _sources()
+    sources = sample_images()
     src = sources[i % len(sources)]
     h, w = src.shape[:2]
     ch, cw = int(h * rng.uniform(0.6, 1.0)), int(w * rng.uniform(0.6, 1.0))
@@ -150,24 +131,17 @@ def _worker(kind: str, paths: list[str]) -> dict:
         "images_per_cpu_s": round(len(paths) / sum(cpus), 2),
         "ms_median": round(1000 * float(np.median(walls)), 1),
         "ms_p90": round(1000 * float(np.percentile(walls, 90)), 1),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 0),
+        "peak_rss_mb": self_peak_mb(0),
         "sources": sources,
     }
 
 
 def _machine() -> dict:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     import rawpy
 
     return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
+        "cpu": cpu_model() or platform.processor(),
+        **machine("cores=cpus", "python"),
         "rawpy": rawpy.__version__,
         "libraw": ".".join(map(str, rawpy.libraw_version)),
     }
@@ -204,17 +178,13 @@ def main() -> int:
         "generate_s": round(generate_s, 1),
         "kinds": {},
     }
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     for kind in kinds:
-        proc = subprocess.run(
-            [sys.executable, __file__, "--worker", kind, *files[kind]],
-            capture_output=True,
-            text=True,
-            env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
-        )
-        if proc.returncode != 0:
-            print(proc.stderr, file=sys.stderr)
+        try:
+            results["kinds"][kind] = in_child([__file__, "--worker", kind, *files[kind]], env=env)
+        except CaseFailed as e:
+            print(e.stderr, file=sys.stderr)
             return 1
-        results["kinds"][kind] = json.loads(proc.stdout.strip().splitlines()[-1])
         r = results["kinds"][kind]
         print(
             f"{kind:14s} {r['mean_file_mb']:5.1f} MB  {r['images_per_s']:6.2f} images/s  "
@@ -223,9 +193,7 @@ def main() -> int:
             file=sys.stderr,
         )
     results["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
+    write_json(results, a.out, echo=True)
     return 0
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -24,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from harness import machine, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,15 +105,9 @@ def main() -> None:
         "but is not a Ray head: wall time of the whole command (new process each run)",
         "median_s": round(statistics.median(r["seconds"] for r in runs), 2),
         "runs": runs,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-            "ray": ray.__version__,
-        },
+        "machine": {**machine("cpus", "platform", "python"), "ray": ray.__version__},
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    write_json(doc, args.out, indent=1)
     print(json.dumps({"median_s": doc["median_s"]}))
 
 

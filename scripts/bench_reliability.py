@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import sqlite3
 import statistics
@@ -34,6 +33,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from harness import machine, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
@@ -380,16 +380,12 @@ def main() -> int:
             "cli": bench_cli(work, repeats),
         }
     result["machine"] = {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
+        **machine("cpus", "platform", "python", "sqlite"),
         "load_before": load_before,
-        "load_after": os.getloadavg(),
+        **machine("load_after=load"),
     }
     show("load average before / after", f"{load_before[0]:.1f} / {os.getloadavg()[0]:.1f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.out)
     return 0
 
 

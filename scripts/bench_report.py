@@ -21,17 +21,15 @@ where wall time does not. ``--tree NAME=PATH`` (repeatable) runs source trees si
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
+
+from harness import TICK, Sampler, children_cpu, descendants, machine, process_table, write_json
 
 HERE = Path(__file__).resolve().parent
 
@@ -60,59 +58,29 @@ def build_library(dest: Path, photos: int, size: tuple[int, int]) -> list[Path]:
     return paths
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def _tree_cpu(root: int, seen: dict[int, float]) -> None:
     """Add to ``seen`` (pid -> CPU seconds so far) every process descended from ``root``."""
-    parents, cpu = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry)] = int(fields[1])
-        cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-    for pid in cpu:
-        up = pid
-        while up in parents and up != root:
-            up = parents[up]
-        if up == root:
-            seen[pid] = max(seen.get(pid, 0.0), cpu[pid])
+    table = process_table()
+    for pid in descendants(root, table) & table.keys():
+        seen[pid] = max(seen.get(pid, 0.0), table[pid][1] / TICK)
 
 
 def run_once(tree: Path, library: Path, cache: Path, k: int, extra: list[str]) -> dict[str, float]:
     args = [sys.executable, "-m", "novelfind", "scan", str(library), "--k", str(k), "--cache", str(cache)]
     args += ["--format", "paths", "--device", "cpu", *extra]
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    before = children_cpu()  # the main process itself, exactly, once it has been waited for
     start = time.perf_counter()
     proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     seen: dict[int, float] = {}
-    stop = threading.Event()
-
-    def sample() -> None:
-        while not stop.wait(0.1):
-            _tree_cpu(proc.pid, seen)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    wall = time.perf_counter() - start
-    stop.set()
-    sampler.join()
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the main process itself, exactly
+    with Sampler(lambda: _tree_cpu(proc.pid, seen)):
+        out, err = proc.communicate()
+        wall = time.perf_counter() - start
     if proc.returncode != 0 or len(out.splitlines()) != k:
         raise SystemExit(f"exit {proc.returncode}, {len(out.splitlines())} picks\n{err}")
     seen.pop(proc.pid, None)
-    main_cpu = usage.ru_utime + usage.ru_stime - run_once.before  # type: ignore[attr-defined]
-    run_once.before = usage.ru_utime + usage.ru_stime  # type: ignore[attr-defined]
+    main_cpu = children_cpu() - before
     return {"wall_s": round(wall, 3), "cpu_s": round(main_cpu + sum(seen.values()), 3)}
-
-
-run_once.before = 0.0  # type: ignore[attr-defined]
 
 
 def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
@@ -172,15 +140,11 @@ def main() -> int:
     result = {
         "what": f"re-scan of {len(paths)} cached photos ({width}x{height} JPEG), --k {a.k}, with and "
         "without --report: the novelfind process tree, wall and CPU seconds",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+        "machine": machine("cpus", "python", "load"),
         "trees": results,
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
+    write_json(result, a.out, echo=True)
     return 0
 
 

@@ -24,9 +24,7 @@ in one extra run per tree.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine, wait_peak, write_json  # noqa: E402
 from photosets import example_set, photo_jitter, random_crop  # noqa: E402
 
 SIZE = (160, 120)
@@ -61,12 +60,11 @@ def timed(args: list[str], env: dict[str, str]) -> dict[str, float]:
     start = time.perf_counter()
     proc = subprocess.Popen(args, env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    code, peak_mb = wait_peak(proc)
     wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(args)}: exit {proc.returncode}\n{stderr.decode(errors='replace')}")
-    return {"wall_s": round(wall, 3), "peak_rss_mb": round(usage.ru_maxrss / 1024, 1)}
+    if code != 0:
+        raise SystemExit(f"{' '.join(args)}: exit {code}\n{stderr.decode(errors='replace')}")
+    return {"wall_s": round(wall, 3), "peak_rss_mb": peak_mb}
 
 
 def scan_args(library: Path, cache: Path) -> list[str]:
@@ -129,18 +127,13 @@ def main() -> int:
         med[name]["imports"] = imported(scan_args(library, cache), envs[name])
     result = {
         "what": f"novelfind scan of {a.count} cached {SIZE[0]}x{SIZE[1]} photos, --k 20, the defaults",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_avg_1m_end": os.getloadavg()[0],
-        },
+        "machine": machine("cpus", "python", "load_avg_1m_end=load_1m"),
         "count": a.count,
         "first_scan": fill,
         "median": med,
         "runs": runs,
     }
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, a.out)
     print(f"{'':14} {'wall s':>8} {'peak MB':>8} {'x import torch':>14}  imports")
     for name, m in med.items():
         ratio, heavy = m.get("ratio_to_import_torch", 1.0), ",".join(m.get("imports", [])) or "-"

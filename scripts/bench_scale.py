@@ -36,16 +36,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
+from harness import Sampler, descendants, machine, process_table, rss_kib, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,36 +101,6 @@ def ensure_library(root: Path, total: int, jobs: int) -> list[Path]:
 # --------------------------------------------------------------------------- measuring a run
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Sum of VmRSS over ``pid`` and all its descendants (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    try:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(int(entry))
-            except OSError:
-                continue
-    except OSError:
-        return 0
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        stack.extend(children.get(p, []))
-        try:
-            with open(f"/proc/{p}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            pass
-    return total
-
-
 def measure(cmd: list[str], env: dict[str, str]) -> dict:
     """Run ``cmd`` in a child that reports its own children's ru_maxrss; sample the tree's RSS meanwhile."""
     wrapper = (
@@ -149,18 +118,12 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict:
         text=True,
     )
     peak = [0]
-    done = threading.Event()
 
     def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            done.wait(0.1)
+        peak[0] = max(peak[0], rss_kib(descendants(proc.pid, process_table())))
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    _, err = proc.communicate()
-    done.set()
-    sampler.join()
+    with Sampler(sample):
+        _, err = proc.communicate()
     seconds = time.monotonic() - started
     lines = err.strip().splitlines()
     report = (
@@ -345,19 +308,13 @@ def measured_child(phase: str, *args: str) -> dict:
         text=True,
     )
     peak = {"VmRSS": 0, "RssAnon": 0, "VmHWM": 0}
-    done = threading.Event()
 
     def sample() -> None:
-        while not done.is_set():
-            for key, value in _proc_kib(proc.pid).items():
-                peak[key] = max(peak[key], value)
-            done.wait(0.1)
+        for key, value in _proc_kib(proc.pid).items():
+            peak[key] = max(peak[key], value)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, _ = proc.communicate()
-    done.set()
-    sampler.join()
+    with Sampler(sample):
+        out, _ = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"{phase} failed with exit code {proc.returncode}")
     result = json.loads(out.strip().splitlines()[-1])
@@ -417,11 +374,7 @@ def archive_main(args) -> None:
         )
     doc = {
         "benchmark": "scale-archive",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine("cpus", "platform", "python"),
         "write": write,
         "runs": rows,
         "model": model,
@@ -439,8 +392,7 @@ def archive_main(args) -> None:
             f"{r['load_avg_1m']} |"
         )
     print(json.dumps(model, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(doc, args.out)
     print(f"\nwrote {args.out}", file=sys.stderr)
 
 
@@ -526,11 +478,7 @@ def main() -> None:
     doc = {
         "benchmark": "scale",
         "extractor": args.extractor,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine("cpus", "platform", "python"),
         "settings": {
             "k": args.k,
             "batch_size": args.batch_size,
@@ -540,8 +488,7 @@ def main() -> None:
         },
         "runs": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(doc, args.out)
     print(f"\nwrote {args.out}", file=sys.stderr)
 
 

@@ -14,14 +14,13 @@ an older tree as it is.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
 import statistics
 import tempfile
-import time
 from pathlib import Path
+
+from harness import machine, timed, write_json
 
 import novelfind
 from novelfind.outputs import xmp
@@ -39,12 +38,6 @@ def _photos(folder: Path, n: int) -> list[Path]:
     return paths
 
 
-def _timed(work) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
-    work()
-    return time.perf_counter() - wall, time.process_time() - cpu
-
-
 def measure(n: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         paths = _photos(Path(tmp) / "library", n)
@@ -55,10 +48,10 @@ def measure(n: int, repeats: int) -> dict:
         place, tag = [], []
         for r in range(repeats):
             dest = Path(tmp) / f"picks-{r}"
-            place.append(_timed(lambda dest=dest: place_picks(picks, dest)))
+            place.append(timed(lambda dest=dest: place_picks(picks, dest)))
             shutil.rmtree(dest)
             if xmp.available():
-                tag.append(_timed(lambda: [xmp.tag(p, rank=1, score=0.5) for p in paths]))
+                tag.append(timed(lambda: [xmp.tag(p, rank=1, score=0.5) for p in paths]))
                 for sidecar in Path(tmp, "library").glob("*.xmp"):
                     sidecar.unlink()
 
@@ -83,13 +76,10 @@ def main() -> None:
         "novelfind": os.path.dirname(novelfind.__file__),
         "photos": args.photos,
         "repeats": args.repeats,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": machine("cpus", "python"),
         "per_photo": measure(args.photos, args.repeats),
     }
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    write_json(result, args.out, indent=1, echo=True)
 
 
 if __name__ == "__main__":

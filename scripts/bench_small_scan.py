@@ -21,27 +21,19 @@ decode process (and the forkserver) first.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import skimage
+from harness import machine, run_timed, write_json
 
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")
 CONFIGS = {"scan": [], "scan --report": ["--report", "{tmp}/r.html"]}
-
-
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def run_once(tree: Path, library: Path, extra: list[str], tmp: Path) -> dict[str, float]:
@@ -50,12 +42,10 @@ def run_once(tree: Path, library: Path, extra: list[str], tmp: Path) -> dict[str
     args = [sys.executable, "-m", "novelfind", "scan", str(library), "--k", "3", "--cache", str(cache)]
     args += ["--format", "paths", "--device", "cpu", *[a.format(tmp=tmp) for a in extra]]
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    cpu, start = _children_cpu(), time.perf_counter()
-    done = subprocess.run(args, env=env, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - start
+    done, wall, cpu = run_timed(args, env=env)
     if done.returncode != 0 or len(done.stdout.splitlines()) != 3:
         raise SystemExit(f"{tree}: exit {done.returncode}\n{done.stderr}")
-    return {"wall_s": round(wall, 3), "cpu_s": round(_children_cpu() - cpu, 3)}
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3)}
 
 
 _DECODE_STEP = """
@@ -113,11 +103,11 @@ def main() -> None:
             times = decode_step(library, tmp, opts.runs)
             result = {
                 "what": "decoding 5 photos in a fresh process: in that process, or by one decode process",
-                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "machine": machine("cpus", "python"),
                 "median_s": {mode: statistics.median(t) for mode, t in times.items()},
                 "runs_s": times,
             }
-            _write(result, opts.out)
+            write_json(result, opts.out, echo=True)
             return
         for tree in trees.values():  # warm the file cache and the compiled modules of each tree
             run_once(tree, library, [], tmp)
@@ -134,23 +124,12 @@ def main() -> None:
     }
     result = {
         "what": "novelfind scan of 5 photos (fresh cache each run): the process's wall and CPU seconds",
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": platform.python_version(),
-        },
+        "machine": machine("cpus", "platform", "python"),
         "trees": {name: str(path) for name, path in trees.items()},
         "median": summary,
         "runs": runs,
     }
-    _write(result, opts.out)
-
-
-def _write(result: dict, out: Path | None) -> None:
-    text = json.dumps(result, indent=2)
-    print(text)
-    if out is not None:
-        out.write_text(text + "\n")
+    write_json(result, opts.out, echo=True)
 
 
 if __name__ == "__main__":

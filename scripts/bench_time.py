@@ -44,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 BENCH = ROOT / ".bench"
 os.environ.setdefault("NOVELFIND_DATA", str(BENCH / "data"))
 
+from harness import write_json  # noqa: E402
 from PIL import Image  # noqa: E402
 
 DAY = 86400.0
@@ -387,17 +388,15 @@ def main() -> None:
     summary = summarise(rows)
     print(table(summary))
     if a.out:
-        a.out.write_text(
-            json.dumps(
-                {
-                    "split": a.split,
-                    "machine": platform.node() and platform.machine(),
-                    "summary": summary,
-                    "rows": rows,
-                },
-                indent=1,
-            )
-            + "\n"
+        write_json(
+            {
+                "split": a.split,
+                "machine": platform.node() and platform.machine(),
+                "summary": summary,
+                "rows": rows,
+            },
+            a.out,
+            indent=1,
         )
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from harness import machine, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 for extra in (ROOT, ROOT / "scripts"):
@@ -433,10 +433,7 @@ def _machine() -> dict:
     import av
 
     return {
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "load_average": os.getloadavg()[0],
+        **machine("python", "machine", "cpus", "load_average=load_1m"),
         "pyav": av.__version__,
         "ffmpeg": _ffmpeg(),
     }
@@ -473,8 +470,7 @@ def main() -> None:
         result = speed(args.clips, args.photos)
         result["goal"] = goal(result)
     result = {"benchmark": f"video-{args.what}", "machine": _machine(), **result}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.out)
     print(json.dumps(result.get("mean", result.get("goal")), indent=2))
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import re
 import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
+from harness import write_json
 from photosets import wheel_path
 from PIL import Image, ImageDraw, ImageOps
 
@@ -330,8 +330,7 @@ def main() -> None:
         results["class_outliers"] = class_outliers(
             figs / "paper_fig3_class_outliers.png", args.views, max(1, args.seeds // 2 + 1)
         )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
+    write_json(results, args.out, indent=1, end="")
     print(f"wrote {args.out} and figures in {figs}", file=sys.stderr)
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import shutil
 import sqlite3
@@ -40,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from harness import machine, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -318,15 +318,8 @@ def main() -> int:
     finally:
         if args.workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-    result.update(
-        machine=platform.machine(),
-        cpus=os.cpu_count(),
-        load_average=os.getloadavg(),
-        python=platform.python_version(),
-        sqlite=sqlite3.sqlite_version,
-    )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    result.update(machine("machine", "cpus", "load_average=load", "python", "sqlite"))
+    write_json(result, args.out)
     print(
         f"soak: {result['scans']} scans in {result['minutes']} min ({args.scans} at a time), "
         f"{result['prunes']} prunes, {result['clears']} clears, "

@@ -47,8 +47,9 @@ RUNS: dict[str, list[str]] = {
     "soak.py": ["--seconds", "3", "--scans", "2", "--photos", "12", "--workdir", "{tmp}/soak",
                 "--out", "{tmp}/out.json"],
 }
-# modules the benchmarks import (their own tests: test_baselines.py, test_photosets.py, test_quality_sets.py)
-HELPERS = ("baselines.py", "photosets.py", "quality/")
+# modules the benchmarks import (their own tests: test_baselines.py, test_photosets.py, test_quality_sets.py;
+# harness.py is run by every benchmark above)
+HELPERS = ("baselines.py", "harness.py", "photosets.py", "quality/")
 # script -> why the suite does not run it
 NOT_RUN: dict[str, str] = {
     "bench_quality.py": "ranks the labelled photo sets, built from PyPI wheels it downloads",
