@@ -43,7 +43,7 @@ from novelfind.extract.engines import ENGINES
 from novelfind.media.ignore import IgnoreList, count_photos
 from novelfind.model import weights
 from novelfind.outputs.formats import escape_field
-from novelfind.ranking.driver import SOLVER_METHODS
+from novelfind.ranking.methods import SOLVER_METHODS
 
 EXIT_CODES_HELP = """\b
 Exit codes:

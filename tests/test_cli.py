@@ -20,7 +20,7 @@ from novelfind.base.lock import output_lock_path
 from novelfind.cli import OPTION_GROUPS, cli
 from novelfind.config import config_keys
 from novelfind.errors import InputError
-from novelfind.ranking import driver as ranking
+from novelfind.ranking import methods as ranking
 
 if sys.version_info >= (3, 11):
     import tomllib

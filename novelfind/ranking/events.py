@@ -13,7 +13,7 @@ a ten-minute pause, a roll of one photo a day splits only between days. Two plai
 a duration a user can read: a gap shorter than ``MIN_GAP`` never splits (photos minutes apart are one
 event, however regular the shooting), and a gap longer than ``MAX_GAP`` always does (a long pause is a
 new event, whatever the rhythm around it). Cooper et al. (ACM TOMM 2005) add scales and content to the
-same idea; the window here is one scale, and content enters the ranking instead (``novelfind.ranking.driver``,
+same idea; the window here is one scale, and content enters the ranking instead (``novelfind.ranking.eventknn``,
 ``event-knn``), where a photo is compared with the photos of the other events.
 
 Bursts (``bursts``): consecutive dated photos at most ``BURST_GAP`` seconds apart whose unit-length
