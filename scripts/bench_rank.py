@@ -50,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from novelfind.ranking import driver as ranking
-from novelfind.ranking import knn, moments, pca, solver  # noqa: E402
+from novelfind.ranking import cells, knn, moments, pca, solver  # noqa: E402
 
 K = 100  # planted outliers = picks
 
@@ -336,7 +336,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
 
     def cells():
         d, i = knn.knn_cells(z, kk, measure=x)
-        return d, i, {"settings": f"65-d search space, {knn.CELL_ROWS} rows a cell, {knn.CELL_PROBE} probed"}
+        return d, i, {"settings": f"65-d search space, {cells.CELL_ROWS} rows a cell, {knn.CELL_PROBE} probed"}
 
     def certified():
         s = knn.KnnScores.build(x, kk, search=z)

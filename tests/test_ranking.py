@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from novelfind.ranking import driver as rank_mod
-from novelfind.ranking import knn, methods, moments, pca, scoring
+from novelfind.ranking import cells, knn, methods, moments, pca, scoring
 from novelfind.ranking.driver import rank
 from novelfind.ranking.methods import METHODS
 from novelfind.ranking.solver import ADSConfig, ads
@@ -384,7 +384,7 @@ def test_library_scale_picks_are_those_of_the_exact_computation(method, library_
     x, planted = library_18k
     n = len(x)
     assert n > knn.EXACT_MAX_N and n > scoring.SCALE_ROWS
-    assert n > knn.CELL_ROWS * knn.CELL_BRANCH  # two levels of k-means cells
+    assert n > cells.CELL_ROWS * cells.CELL_BRANCH  # two levels of k-means cells
     built = _spy_builds(monkeypatch)
     r = rank(x, 100, method=method)
     dens = built[-1]

@@ -58,8 +58,9 @@ def event_knn_scores(given: ScoreInput) -> Scores:
     distances between feature vectors), where time alone would call its whole day novel.
 
     Undated photos, and the photos of an event larger than ``EVENT_SHARE`` of the library (or
-    ``EVENT_MIN_ROWS``, below half of it) or ``EVENT_MAX_ROWS`` photos (a copied archive), are events of their own: their score is the plain
-    k-NN term. With no dated photo the scores are ``cosine-knn``'s, pick for pick.
+    ``EVENT_MIN_ROWS``, below half of it) or ``EVENT_MAX_ROWS`` photos (a copied archive), are events
+    of their own: their score is the plain k-NN term. With no dated photo the scores are
+    ``cosine-knn``'s, pick for pick.
 
     Cost: the plain term is ``cosine-knn``'s certified search. Up to ``knn.EXACT_MAX_N`` rows the
     outside term is exact for every row (each photo's KNN_K + event size nearest, its own event's

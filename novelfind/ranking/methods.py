@@ -207,8 +207,8 @@ def cosine_knn_scores(given: ScoreInput) -> Scores:
 
 
 def microcluster_method_scores(given: ScoreInput) -> Scores:
-    """The ``microcluster`` method (:mod:`novelfind.ranking.microclusters`): the mean distance to the nearest rows
-    outside the row's microcluster, rows scaled to unit length; exact for every row."""
+    """The ``microcluster`` method (:mod:`novelfind.ranking.microclusters`): the mean distance to the
+    nearest rows outside the row's microcluster, rows scaled to unit length; exact for every row."""
     return Scores.of(microclusters.microcluster_scores(unit_source(given.source))[0])
 
 
