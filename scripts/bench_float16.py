@@ -40,7 +40,8 @@ import bench_quality  # noqa: E402
 from quality import extract, sets  # noqa: E402
 
 from novelfind.model.weights import load_classifier, resolve_weights  # noqa: E402
-from novelfind.ranking.driver import METHOD_FEATURE, rank  # noqa: E402
+from novelfind.ranking.driver import rank  # noqa: E402
+from novelfind.ranking.methods import METHOD_FEATURE  # noqa: E402
 
 
 def compare(
