@@ -38,14 +38,8 @@ from novelfind.outputs.placement import PLACE_MODES
 from novelfind.outputs.xmp import DEFAULT_KEYWORD as DEFAULT_XMP_KEYWORD
 from novelfind.outputs.xmp import check_keyword
 from novelfind.ranking.adsconfig import ADS_LIMITS, ADSConfig
-from novelfind.ranking.driver import (
-    DEFAULT_DEDUP,
-    DEFAULT_METHOD,
-    METHODS,
-    features_help,
-    method_settings,
-    methods_help,
-)
+from novelfind.ranking.driver import DEFAULT_DEDUP
+from novelfind.ranking.methods import DEFAULT_METHOD, METHODS, features_help, method_settings, methods_help
 
 ADS = ADSConfig()  # the solver's defaults: the scan's ADS parameters default to them
 

@@ -68,7 +68,7 @@ class ScanResult:
     :class:`~novelfind.media.walk.FileList`, ImageFile records in compact form), and ``features`` (N, dim)
     float32 their vectors, row i for ``files[i]`` (rank them again another way with
     :func:`novelfind.rank`, without touching the photos); None for a library too large to hold them
-    (``novelfind.ranking.driver.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
+    (``novelfind.ranking.budget.MATRIX_BUDGET``), ranked from the cache. ``sidecars`` says what ``xmp`` did.
     ``clips`` maps each clip among ``files`` to what its vector was made from (``video.ClipInfo``).
     ``taken`` / ``taken_source``: when each of ``files`` was taken and where that date came from
     (``dates``: :class:`novelfind.media.dates.Dates`, with the offsets).

@@ -42,6 +42,8 @@ from novelfind.outputs.write import OutputSettings, OwnOutputs, check_outputs, h
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.ranking import driver as ranking
+from novelfind.ranking.budget import read_in_chunks
+from novelfind.ranking.methods import METHODS
 from novelfind.ranking.pca import map_2d
 from novelfind.ranking.sources import FeatureSource, as_source
 from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
@@ -192,7 +194,7 @@ class _Scan:
             # the memory budget decides how the ranking reads the vectors (in memory, or from the cache); the
             # stage keeps the stored vectors (pooled, also for logits), so those set the memory
             stored_dim = getattr(extractor, "stored_dim", extractor.dim)
-            streamed = ranking.read_in_chunks(p.method, len(photos), stored_dim)
+            streamed = read_in_chunks(p.method, len(photos), stored_dim)
             # a cached vector beyond what the model can make is damage (extractors that store what they
             # return, without ``encode``, give no such bound)
             bound = (
@@ -422,7 +424,7 @@ class _Scan:
                 method=p.method,
                 config=p.solver_config(),
                 dedup=p.dedup,
-                device=self.solver_device(len(files)) if ranking.METHODS[p.method].solver else None,
+                device=self.solver_device(len(files)) if METHODS[p.method].solver else None,
                 candidates=candidates if restricted else None,
                 # a moment is shown by its best original: the largest file among the medoid's copies
                 # (a clip's size says nothing of its frames: a photo is preferred to it)

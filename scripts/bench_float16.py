@@ -41,7 +41,8 @@ from harness import write_json  # noqa: E402
 from quality import extract, sets  # noqa: E402
 
 from novelfind.model.weights import load_classifier, resolve_weights  # noqa: E402
-from novelfind.ranking.driver import METHOD_FEATURE, rank  # noqa: E402
+from novelfind.ranking.driver import rank  # noqa: E402
+from novelfind.ranking.methods import METHOD_FEATURE  # noqa: E402
 
 
 def compare(

@@ -242,11 +242,11 @@ def child_write(root: str, cache_path: str, n: int) -> dict:
 def child_scan(root: str, cache_path: str, n: int) -> dict:
     """The real novelfind.scan on the first n files, seconds per stage from its progress events."""
     import novelfind
-    from novelfind.ranking import driver as ranking
+    from novelfind.ranking import budget
 
     # Ranked from the cache past 2 GiB of vectors, as on a machine of 6 GiB or less (a larger machine ranks
     # in memory up to a third of its memory).
-    ranking.MATRIX_BUDGET = ranking.MATRIX_BUDGET_MIN
+    budget.MATRIX_BUDGET = budget.MATRIX_BUDGET_MIN
     marks: dict[str, float] = {}
     started = time.monotonic()
 

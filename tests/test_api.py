@@ -24,7 +24,7 @@ from novelfind.cli.group import cli
 from novelfind.errors import CacheError, ExitCode, InputError, LockedError, NovelfindError
 from novelfind.extract import engines
 from novelfind.extract.engines import local
-from novelfind.ranking.driver import METHODS
+from novelfind.ranking.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "novelfind"

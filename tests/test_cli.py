@@ -21,7 +21,7 @@ from novelfind.cli.group import cli
 from novelfind.cli.scan import OPTION_GROUPS
 from novelfind.config import config_comment, config_keys
 from novelfind.errors import InputError
-from novelfind.ranking import driver as ranking
+from novelfind.ranking import methods as ranking
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import novelfind
-from novelfind.ranking import driver as ranking
-from novelfind.ranking import events
+from novelfind.ranking import eventknn, events
+from novelfind.ranking import methods as ranking
 from novelfind.ranking.sources import ChunkedSource
 
 HOUR = 3600.0
@@ -160,7 +160,7 @@ def test_times_of_the_wrong_shape_are_refused():
 
 def test_event_knn_is_a_method():
     assert "event-knn" in ranking.METHODS
-    assert ranking.METHODS["event-knn"].timed
+    assert ranking.METHODS["event-knn"].tuning == {"weight": eventknn.EVENT_WEIGHT}
 
 
 def test_picks_and_json_carry_the_moment_span():

@@ -344,7 +344,7 @@ def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
 def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
     from novelfind.params import ScanParameters
     from novelfind.ranking.adsconfig import ADS_LIMITS
-    from novelfind.ranking.driver import METHODS
+    from novelfind.ranking.methods import METHODS
 
     out = tmp_path / "r.html"
     for name, method in METHODS.items():
@@ -359,14 +359,14 @@ def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tm
 
 
 def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch):
-    from novelfind.ranking import driver as ranking
+    from novelfind.ranking import driver, methods
 
     x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
-    for name, method in ranking.METHODS.items():
+    for name, method in methods.METHODS.items():
         calls = []
-        real = ranking._ads_weights
-        monkeypatch.setattr(ranking, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-        ranking.rank(x, 3, method=name)
+        real = methods._ads_weights
+        monkeypatch.setattr(methods, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        driver.rank(x, 3, method=name)
         monkeypatch.undo()
         assert bool(calls) == method.solver, name
 

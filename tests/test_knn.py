@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from novelfind.ranking import knn
+from novelfind.ranking.cells import CELL_BRANCH, kmeans_cells
 
 
 def clustered(n, d, seed, clusters=12, spread=0.3):
@@ -75,17 +76,17 @@ def test_knn_cells_measured_in_another_space():
 
 def test_kmeans_cells_partition_every_row_once():
     x = clustered(6000, 5, seed=4)
-    cells, centres = knn.kmeans_cells(x, 16)
+    cells, centres = kmeans_cells(x, 16)
     allrows = np.concatenate(cells)
     assert sorted(allrows.tolist()) == list(range(6000))
-    assert len(cells) > knn.CELL_BRANCH  # the hierarchy was used
+    assert len(cells) > CELL_BRANCH  # the hierarchy was used
     assert max(len(c) for c in cells) <= 4 * 16 * 2
     np.testing.assert_allclose(centres[0], x[cells[0]].mean(0), rtol=1e-5, atol=1e-5)
 
 
 def test_kmeans_cells_identical_rows_terminate():
     x = np.zeros((5000, 4), dtype=np.float32)  # k-means cannot cut these: they are cut by position
-    cells, _ = knn.kmeans_cells(x, 64)
+    cells, _ = kmeans_cells(x, 64)
     assert sorted(np.concatenate(cells).tolist()) == list(range(5000))
     assert max(len(c) for c in cells) <= 128
     dist, _ = knn.knn_cells(x, 10, rows=64)

@@ -17,7 +17,7 @@ from novelfind import params
 from novelfind.cli.group import cli
 from novelfind.errors import ExitCode, InputError, NeedsError
 from novelfind.extract.engines import ENGINES, Engine, engine_settings
-from novelfind.ranking import driver as ranking
+from novelfind.ranking import methods as ranking
 
 if sys.version_info >= (3, 11):
     import tomllib

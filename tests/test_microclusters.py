@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from novelfind.ranking import driver as ranking
-from novelfind.ranking import knn, microclusters
+from novelfind.ranking import budget, knn, microclusters
 from novelfind.ranking.driver import rank
 from novelfind.ranking.sources import ChunkedSource
 
@@ -86,7 +85,7 @@ def test_a_library_over_the_memory_budget_is_ranked_from_the_cache_the_same(
     cache = tmp_path / "c.sqlite"
     in_memory = novelfind.scan(library["root"], 3, cache=cache, method="microcluster")
     assert in_memory.features is not None
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 0)
     streamed = novelfind.scan(library["root"], 3, cache=cache, method="microcluster")
     assert streamed.features is None
     assert [p.path for p in streamed.picks] == [p.path for p in in_memory.picks]
@@ -98,13 +97,13 @@ def test_microcluster_refuses_a_library_past_its_size_before_any_work():
     rank() before scoring; at the limit it is accepted (the small libraries above rank)."""
     import novelfind
     from novelfind.errors import InputError
-    from novelfind.ranking import driver as ranking
+    from novelfind.ranking import methods
 
-    limit = ranking.MICROCLUSTER_MAX_ROWS
-    assert ranking.read_in_chunks("microcluster", limit, 1280) is False
+    limit = methods.MICROCLUSTER_MAX_ROWS
+    assert budget.read_in_chunks("microcluster", limit, 1280) is False
     with pytest.raises(InputError, match=f"ranks at most {limit:,} photos"):
-        ranking.read_in_chunks("microcluster", limit + 1, 1280)
-    assert ranking.read_in_chunks("cosine-knn", limit + 1, 1280) is False  # the others take any size
+        budget.read_in_chunks("microcluster", limit + 1, 1280)
+    assert budget.read_in_chunks("cosine-knn", limit + 1, 1280) is False  # the others take any size
     x = np.random.default_rng(0).random((limit + 1, 4), dtype=np.float32)
     with pytest.raises(ValueError, match="ranks at most"):
         novelfind.rank(x, 5, method="microcluster")

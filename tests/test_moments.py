@@ -25,9 +25,10 @@ from novelfind.outputs import xmp
 from novelfind.outputs.formats import format_results, unescape_field
 from novelfind.outputs.placement import place_picks
 from novelfind.picks import Member, Pick
+from novelfind.ranking import budget, knn, methods, moments
 from novelfind.ranking import driver as ranking
-from novelfind.ranking import knn, moments
-from novelfind.ranking.sources import ChunkedSource
+from novelfind.ranking.scoring import l2_normalise
+from novelfind.ranking.sources import ChunkedSource, UnitSource, as_source
 
 MTIME_NS = 1_700_000_000_123_456_789
 
@@ -62,7 +63,7 @@ def test_a_burst_is_one_pick_with_its_frames_as_members_nearest_first():
     r = novelfind.rank(x, 3, method="knn")
     assert sorted(map(sorted, _moments(r))) == sorted(map(sorted, groups))  # K = 3 counts moments
     assert all(len(m) == 4 for m in r.members) and r.duplicates_dropped >= 1
-    xn = ranking.l2_normalise(x)
+    xn = l2_normalise(x)
     for pick, members, far in zip(r.indices, r.members, r.member_distance, strict=True):
         dist = np.linalg.norm(xn[members] - xn[pick], axis=1)
         np.testing.assert_allclose(far, dist, rtol=1e-4, atol=1e-6)
@@ -87,7 +88,7 @@ def test_the_representative_is_the_medoid_and_the_score_the_best_members():
 
 def test_every_photo_is_a_pick_or_a_member_when_k_exceeds_the_moments():
     x, groups = _bursts(40, 8, seed=1, bursts=4)
-    for method in ranking.METHODS:
+    for method in methods.METHODS:
         r = novelfind.rank(x, 1000, method=method)
         listed = [int(i) for i in r.indices] + [int(i) for m in r.members for i in m]
         assert sorted(listed) == list(range(len(x))), method
@@ -108,7 +109,7 @@ def test_a_moment_is_made_of_candidates_only():
 def test_a_batch_larger_than_one_look_up_stays_one_moment():
     """A burst of 12 frames looked up 4 neighbours at a time: the moment grows until it is whole."""
     x, groups = _bursts(300, 32, seed=4, bursts=1, size=12)
-    grouper = moments.Grouper(ranking.UnitSource(ranking.as_source(x)), 0.15, neighbours=4)
+    grouper = moments.Grouper(UnitSource(as_source(x)), 0.15, neighbours=4)
     found = grouper.group(np.argsort(-np.linalg.norm(x - x.mean(0), axis=1)), 3)
     assert groups[0] in [
         {int(h), *m.tolist()} for h, m in zip(found.representatives, found.members, strict=True)
@@ -267,7 +268,7 @@ def test_the_same_moments_from_memory_and_from_the_cache(
 ):
     cache = tmp_path / "c.sqlite"
     in_memory = novelfind.scan(burst_library["root"], k=13, cache=cache)
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 0)
     streamed = novelfind.scan(burst_library["root"], k=13, cache=cache)
     assert in_memory.features is not None and streamed.features is None
     assert [(p.path, p.members) for p in streamed.picks] == [(p.path, p.members) for p in in_memory.picks]

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from novelfind.ranking import driver as rank_mod
-from novelfind.ranking import knn, pca
-from novelfind.ranking.driver import METHODS, rank
+from novelfind.ranking import cells, knn, methods, moments, pca, scoring
+from novelfind.ranking.driver import rank
+from novelfind.ranking.methods import METHODS
 from novelfind.ranking.solver import ADSConfig, ads
 
 
@@ -62,7 +63,7 @@ def test_a_moments_neighbour_is_the_nearest_photo_outside_it():
         for i in moment:
             rows = {int(r.indices[i]), *map(int, r.members[i])}
             assert int(r.neighbour[i]) not in rows
-            y = rank_mod.l2_normalise(x) if method == "cosine-knn" else x
+            y = scoring.l2_normalise(x) if method == "cosine-knn" else x
             dist = np.linalg.norm(y - y[r.indices[i]], axis=1)
             dist[list(rows)] = np.inf
             assert int(r.neighbour[i]) == int(np.argmin(dist)), method
@@ -239,7 +240,7 @@ def test_candidates_only_candidates_are_picked(method):
         assert np.all(np.diff(r.scores) <= 0)
     # neighbours are searched in the whole library, not only among the candidates (multiscale-knn: by
     # cosine, between unit rows)
-    if method in rank_mod.COSINE_METHODS:
+    if method in methods.COSINE_METHODS:
         x = x / np.linalg.norm(x, axis=1, keepdims=True)
     for i, nb in zip(r.indices, r.neighbour, strict=True):
         dist = np.linalg.norm(x - x[i], axis=1)
@@ -268,13 +269,13 @@ def test_candidates_ads_paper_widens_support_geometrically(monkeypatch):
     mask = np.zeros(2000, dtype=bool)
     mask[:1000] = True  # none of the outliers; the support first holds almost only non-candidates
     supports = []
-    real = rank_mod.METHODS["ads-paper"]
+    real = methods.METHODS["ads-paper"]
 
-    def spy(xm, k, config, device=None, support=None):
-        supports.append(support)
-        return real.scorer(xm, k, config, device, support)
+    def spy(given):
+        supports.append(given.support)
+        return real.scorer(given)
 
-    monkeypatch.setitem(rank_mod.METHODS, "ads-paper", dataclasses.replace(real, scorer=spy))
+    monkeypatch.setitem(methods.METHODS, "ads-paper", dataclasses.replace(real, scorer=spy))
     r = rank(x, 10, method="ads-paper", candidates=mask)
     assert len(r.indices) == 10 and mask[r.indices].all()
     assert supports[0] == 10  # same first support as without candidates
@@ -322,10 +323,10 @@ def test_dedup_order_matches_sequential_reference():
         base = rng.normal(size=(max(1, n // 6), m)).astype(np.float32)
         noise = rng.normal(size=(n, m)).astype(np.float32) * [0.01, 0.1][trial % 2]
         x = base[rng.integers(0, len(base), n)] + noise
-        xn = rank_mod.l2_normalise(x)
+        xn = scoring.l2_normalise(x)
         order = rng.permutation(n)[: int(rng.integers(1, n + 1))]
         k, thr = int(rng.integers(1, n + 3)), [0.02, 0.15, 0.4][trial % 3]
-        picks, dropped = rank_mod.dedup_order(order, xn, k, thr)
+        picks, dropped = moments.dedup_order(order, xn, k, thr)
         ref, ref_dropped = _dedup_reference(order, xn, k, thr)
         assert picks.tolist() == ref and dropped == ref_dropped, trial
 
@@ -333,9 +334,9 @@ def test_dedup_order_matches_sequential_reference():
 def test_dedup_order_keeps_all_distinct_rows_for_large_k():
     """k = N = 6000, M = 256, all distinct: every row kept, in order (the blocked pass, many blocks)."""
     rng = np.random.default_rng(6)
-    xn = rank_mod.l2_normalise(rng.normal(size=(6000, 256)).astype(np.float32))
+    xn = scoring.l2_normalise(rng.normal(size=(6000, 256)).astype(np.float32))
     order = rng.permutation(6000)
-    picks, dropped = rank_mod.dedup_order(order, xn, 6000, 0.15)
+    picks, dropped = moments.dedup_order(order, xn, 6000, 0.15)
     assert picks.tolist() == order.tolist() and dropped == 0
 
 
@@ -382,8 +383,8 @@ def test_library_scale_picks_are_those_of_the_exact_computation(method, library_
     every other row's score is an upper bound of its exact one."""
     x, planted = library_18k
     n = len(x)
-    assert n > knn.EXACT_MAX_N and n > rank_mod.SCALE_ROWS
-    assert n > knn.CELL_ROWS * knn.CELL_BRANCH  # two levels of k-means cells
+    assert n > knn.EXACT_MAX_N and n > scoring.SCALE_ROWS
+    assert n > cells.CELL_ROWS * cells.CELL_BRANCH  # two levels of k-means cells
     built = _spy_builds(monkeypatch)
     r = rank(x, 100, method=method)
     dens = built[-1]
@@ -455,8 +456,8 @@ def test_library_scale_finds_every_planted_outlier(seed):
     highest of those bounds. The default (each draw with its own solver seed) and ``knn`` must then pick
     exactly the planted rows, and the scores ``knn`` reports for its picks must be the brute-force ones.
     """
-    n, k = 30_000, rank_mod.KNN_K
-    assert n > knn.EXACT_MAX_N and n > rank_mod.PCA_ROWS and n > rank_mod.SCALE_ROWS
+    n, k = 30_000, scoring.KNN_K
+    assert n > knn.EXACT_MAX_N and n > scoring.PCA_ROWS and n > scoring.SCALE_ROWS
     x, labels, out = planted_clusters(n, seed)
     planted = set(out.tolist())
     ordinary = np.setdiff1d(np.arange(n), out)
@@ -471,7 +472,7 @@ def test_library_scale_finds_every_planted_outlier(seed):
     r = rank(x, len(out), method="ads", config=ADSConfig(seed=seed))
     assert set(r.indices.tolist()) == planted
     if seed == 0:  # the default on one draw: the same argument between rows scaled to unit length
-        xu = rank_mod.l2_normalise(x)
+        xu = scoring.l2_normalise(x)
         per_cluster = [
             _mean_knn(xu[np.intersect1d(ordinary, np.flatnonzero(labels == c))], xu[labels == c], k + 1).max()
             for c in range(labels.max() + 1)
@@ -497,7 +498,7 @@ def test_principal_space_and_its_lower_bound():
     proj, var, resid = space.proj, space.var, space.resid
     c = x - x.mean(0)
     np.testing.assert_allclose((c * c).sum(1), (proj * proj).sum(1) + resid**2, rtol=1e-3)
-    z = rank_mod.search_space(proj, resid)
+    z = scoring.search_space(proj, resid)
     i, j = rng.integers(0, 3000, 500), rng.integers(0, 3000, 500)
     raw = np.linalg.norm(x[i] - x[j], axis=1)
     low = np.linalg.norm(z[i] - z[j], axis=1)
@@ -522,7 +523,7 @@ def test_spread_is_an_even_sample():
 
 
 def test_rank_percentiles_share_ties_and_lie_in_zero_one():
-    p = rank_mod.rank_percentiles(np.array([3.0, 1.0, 2.0, 2.0]))
+    p = methods.rank_percentiles(np.array([3.0, 1.0, 2.0, 2.0]))
     np.testing.assert_allclose(p, [4 / 4, 1 / 4, 2.5 / 4, 2.5 / 4])
 
 
@@ -554,7 +555,7 @@ def test_multiscale_knn_fuses_three_neighbourhood_sizes_by_rank():
     x = np.vstack([x, single]).astype(np.float32)
     r = rank(x, 10, method="multiscale-knn", dedup=0)
     xu = x / np.linalg.norm(x, axis=1, keepdims=True)
-    pct = [rank_mod.rank_percentiles(_mean_knn(xu, xu, k + 1, np.float64) * (k + 1) / k) for k in (3, 10, 50)]
+    pct = [methods.rank_percentiles(_mean_knn(xu, xu, k + 1, np.float64) * (k + 1) / k) for k in (3, 10, 50)]
     np.testing.assert_allclose(r.all_scores, np.mean(pct, axis=0), atol=2e-3)  # a near-tie may swap ranks
     assert r.indices[0] == len(x) - 1 and r.scores[0] == 1.0  # first at every k
     assert np.all(np.diff(r.scores) <= 0)

@@ -27,7 +27,7 @@ from click.testing import CliRunner
 from conftest import make_photo, missing_prerequisite
 
 from novelfind.cli.group import cli
-from novelfind.ranking.driver import METHODS
+from novelfind.ranking.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_CLI = ROOT / "tests" / "fake_cli.py"
@@ -607,7 +607,8 @@ def _features(n: int = 12, m: int = 8, seed: int = 0) -> np.ndarray:
 
 @pytest.mark.parametrize("poison", [np.nan, np.inf, -np.inf])
 def test_solver_and_rank_reject_nan_and_inf(poison):
-    from novelfind.ranking.driver import METHODS, rank
+    from novelfind.ranking.driver import rank
+    from novelfind.ranking.methods import METHODS
     from novelfind.ranking.solver import ads, ads_reference
 
     x = _features()
@@ -647,7 +648,8 @@ def test_solver_and_rank_reject_bad_shapes(shape):
 def _near_copies_listed(x: np.ndarray, picks: np.ndarray) -> int:
     """How many of ``picks`` lie within the default near-duplicate distance of an earlier pick (unit rows)
     -- the list's filled tail; they must all come after the distinct picks."""
-    from novelfind.ranking.driver import DEFAULT_DEDUP, l2_normalise
+    from novelfind.ranking.driver import DEFAULT_DEDUP
+    from novelfind.ranking.scoring import l2_normalise
 
     u = l2_normalise(np.asarray(x, np.float64) / max(float(np.abs(x).max()), 1e-300))[picks]
     near = [bool((np.linalg.norm(u[:i] - u[i], axis=1) < DEFAULT_DEDUP).any()) for i in range(len(u))]
@@ -684,7 +686,8 @@ def _assert_sane_ranking(r, n: int, k: int, filled: int = 0) -> None:
     ["k>n", "n=1", "identical", "zeros", "huge-finite", "tiny", "one-column", "duplicated-pairs"],
 )
 def test_rank_gives_a_defined_result_on_degenerate_features(case):
-    from novelfind.ranking.driver import METHODS, rank
+    from novelfind.ranking.driver import rank
+    from novelfind.ranking.methods import METHODS
     from novelfind.ranking.solver import ads
 
     x = _features(20, 8)

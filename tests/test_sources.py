@@ -7,8 +7,8 @@ import sqlite3
 import numpy as np
 import pytest
 
+from novelfind.ranking import budget, knn, methods, pca, scoring
 from novelfind.ranking import driver as ranking
-from novelfind.ranking import knn, pca
 from novelfind.ranking.driver import rank
 from novelfind.ranking.sources import ChunkedSource, MatrixSource, blocks
 
@@ -165,8 +165,8 @@ def test_matrix_and_chunks_give_the_same_ranking_past_the_exact_size(method, see
     _same(got, want)
     _same(rank(MatrixSource(x), 40, method=method), want)  # the array's own source
     assert len(set(got.indices.tolist()) & set(planted.tolist())) >= 35
-    if method in ranking.COSINE_METHODS:  # they measure between rows scaled to unit length
-        x = ranking.l2_normalise(x)
+    if method in methods.COSINE_METHODS:  # they measure between rows scaled to unit length
+        x = scoring.l2_normalise(x)
     nb, dist = ranking.nearest_neighbours(x, got.indices)  # exact, in the space the method measures in
     assert got.neighbour.tolist() == nb.tolist()
     np.testing.assert_allclose(got.distance, dist, rtol=1e-5)
@@ -225,8 +225,8 @@ def test_chunked_ranking_finds_outliers_that_differ_off_the_principal_axes(seed,
     the one scorer measures it on the raw vectors, from chunks as well (the default, three draws, and
     the earlier default)."""
     x, out = off_axis_outliers(20_000, seed)
-    space = pca.fit_space(x, ranking.WHITEN_DIMS)
-    in_axes = knn.KnnScores.build(space.proj, ranking.KNN_K, exact_max_n=len(x)).values  # exact, 64 axes
+    space = pca.fit_space(x, scoring.WHITEN_DIMS)
+    in_axes = knn.KnnScores.build(space.proj, scoring.KNN_K, exact_max_n=len(x)).values  # exact, 64 axes
     assert len(set(np.argsort(-in_axes)[:100].tolist()) & set(out.tolist())) < 20
     read: list = []
     r = rank(_chunked(x, 4096, read), 100, method=method, config=ranking_config(seed))
@@ -276,7 +276,7 @@ def test_a_library_over_the_budget_is_ranked_from_the_cache_with_the_same_picks(
     cache = tmp_path / "c.sqlite"
     in_memory = novelfind.scan(big_library["root"], 10, cache=cache)
     assert in_memory.features is not None and len(in_memory.files) > knn.EXACT_MAX_N
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 0)
     streamed = novelfind.scan(big_library["root"], 10, cache=cache, report=tmp_path / "b.html")
     assert streamed.features is None and len(streamed.files) == len(in_memory.files)
     assert [p.path for p in streamed.picks] == [p.path for p in in_memory.picks]
@@ -300,7 +300,7 @@ def test_a_small_library_over_the_budget_with_and_without_a_cache(
         for m in methods
     }
     assert all(r.features is not None for r in in_memory.values())
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 0)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 0)
     for cache in (tmp_path / "c.sqlite", False):  # vectors from the cache; a temporary cache without one
         for method in methods:
             streamed = novelfind.scan(
@@ -323,7 +323,7 @@ def test_ads_paper_refuses_a_library_over_the_budget_and_knn_reads_it_in_chunks(
 
     from novelfind.cli.group import cli
 
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 33 * fake_extractor.dim * 4 - 1)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 33 * fake_extractor.dim * 4 - 1)
     result = CliRunner().invoke(cli, ["scan", str(library["root"]), "--method", "ads-paper", "--no-cache"])
     assert result.exit_code == 2 and result.stdout == ""
     assert "method ads-paper ranks all 33 feature vectors in memory" in result.stderr
@@ -332,7 +332,7 @@ def test_ads_paper_refuses_a_library_over_the_budget_and_knn_reads_it_in_chunks(
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.stderr
     assert set(result.stdout.split()) == {str(p) for p in library["odd"]}
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 33 * fake_extractor.dim * 4)  # exactly fits: in memory
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 33 * fake_extractor.dim * 4)  # exactly fits: in memory
     args = ["scan", str(library["root"]), "--method", "ads-paper", "--no-cache"]
     assert CliRunner().invoke(cli, args).exit_code == 0
 
@@ -360,10 +360,10 @@ def test_cache_dtype_float16_stores_half_and_ranks_the_same_photos(library, fake
 @pytest.mark.parametrize("physical_gib, budget_gib", [(4, 2), (6, 2), (24, 8), (96, 32)])
 def test_the_matrix_budget_is_a_third_of_memory_and_never_below_2_gib(monkeypatch, physical_gib, budget_gib):
     pages = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": physical_gib * 2**30 // 4096}
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", None)
-    monkeypatch.setattr(ranking.os, "sysconf", lambda name: pages[name])
-    assert ranking.matrix_budget() == budget_gib * 2**30
-    assert ranking.fits_in_memory(budget_gib * 2**30 // 4000, 1000)
-    assert not ranking.fits_in_memory(budget_gib * 2**30 // 4000 + 1, 1000)
-    monkeypatch.setattr(ranking, "MATRIX_BUDGET", 12345)  # set explicitly: used as it is
-    assert ranking.matrix_budget() == 12345
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", None)
+    monkeypatch.setattr(budget.os, "sysconf", lambda name: pages[name])
+    assert budget.matrix_budget() == budget_gib * 2**30
+    assert budget.fits_in_memory(budget_gib * 2**30 // 4000, 1000)
+    assert not budget.fits_in_memory(budget_gib * 2**30 // 4000 + 1, 1000)
+    monkeypatch.setattr(budget, "MATRIX_BUDGET", 12345)  # set explicitly: used as it is
+    assert budget.matrix_budget() == 12345

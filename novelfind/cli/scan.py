@@ -36,7 +36,7 @@ from novelfind.cli.console import (
 )
 from novelfind.errors import ExitCode, InputError, Interrupted, NeedsError, ParameterError
 from novelfind.extract.engines import ENGINES
-from novelfind.ranking.driver import SOLVER_METHODS
+from novelfind.ranking.methods import SOLVER_METHODS
 
 EXIT_CODES_HELP = """\b
 Exit codes:

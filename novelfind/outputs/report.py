@@ -438,7 +438,7 @@ def _settings_used(run: Mapping[str, Any]) -> dict[str, Any]:
     """The run record less the settings its method does not use: the ADS solver's (``epochs``,
     ``partners``, ...) only for a method that runs the solver (``ranking.Method.solver``)."""
     from novelfind.ranking.adsconfig import ADS_LIMITS
-    from novelfind.ranking.driver import METHODS
+    from novelfind.ranking.methods import METHODS
 
     method = METHODS.get(str(run.get("method")))
     if method is None or method.solver:  # an unknown method: show everything

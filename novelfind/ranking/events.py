@@ -13,8 +13,9 @@ a ten-minute pause, a roll of one photo a day splits only between days. Two plai
 a duration a user can read: a gap shorter than ``MIN_GAP`` never splits (photos minutes apart are one
 event, however regular the shooting), and a gap longer than ``MAX_GAP`` always does (a long pause is a
 new event, whatever the rhythm around it). Cooper et al. (ACM TOMM 2005) add scales and content to the
-same idea; the window here is one scale, and content enters the ranking instead (``novelfind.ranking.driver``,
-``event-knn``), where a photo is compared with the photos of the other events.
+same idea; the window here is one scale, and content enters the ranking instead
+(``novelfind.ranking.eventknn``, ``event-knn``), where a photo is compared with the photos of the other
+events.
 
 Bursts (``bursts``): consecutive dated photos at most ``BURST_GAP`` seconds apart whose unit-length
 feature vectors are closer than ``BURST_RADIUS``, chained: frames of one subject shot in a row. Bursts
@@ -69,6 +70,13 @@ def check_times(times, n: int) -> np.ndarray:
     return t
 
 
+def _in_time_order(t: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``rows`` (dated) sorted by time, ties by row, and the gaps between consecutive ones (seconds):
+    the walk along the time line that events and bursts both cut."""
+    order = rows[np.lexsort((rows, t[rows]))]
+    return order, np.diff(t[order])
+
+
 def segment(
     times: np.ndarray,
     *,
@@ -82,10 +90,8 @@ def segment(
     t = np.asarray(times, dtype=np.float64)
     n = len(t)
     labels = np.empty(n, dtype=np.int64)
-    dated = np.flatnonzero(np.isfinite(t))
-    order = dated[np.lexsort((dated, t[dated]))]  # by time, ties by row
+    order, gaps = _in_time_order(t, np.flatnonzero(np.isfinite(t)))  # (D,), (D - 1,)
     if len(order):
-        gaps = np.diff(t[order])  # (D - 1,)
         cut = boundaries(gaps, ratio=ratio, window=window, min_gap=min_gap, max_gap=max_gap)
         labels[order] = np.concatenate([[0], np.cumsum(cut)])
     undated = np.flatnonzero(~np.isfinite(t))
@@ -144,10 +150,10 @@ def bursts(
     if len(dated):  # copies' file times: no burst
         _, inverse, counts = np.unique(t[dated], return_inverse=True, return_counts=True)
         dated = dated[counts[inverse] <= SAME_TIME_MAX]
-    order = dated[np.lexsort((dated, t[dated]))]
+    order, gaps = _in_time_order(t, dated)
     link = np.zeros(max(len(order) - 1, 0), dtype=bool)
     if len(order) > 1:
-        close = np.flatnonzero(np.diff(t[order]) <= gap)
+        close = np.flatnonzero(gaps <= gap)
         if len(close):
             d = np.asarray(unit_pairs(order[close], order[close + 1]))
             link[close[d < radius]] = True

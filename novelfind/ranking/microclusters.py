@@ -7,7 +7,7 @@ calls the whole batch ordinary. The outlier-detection literature calls such a ba
 a small group far from the rest of the data, to be found and scored as a whole, so that its members do
 not mask each other.
 
-The score here, ``microcluster`` in ``novelfind.ranking.driver``:
+The score here, ``microcluster`` in ``novelfind.ranking.methods``:
 
 1. **Microclusters**: single-linkage components of the library (photos closer than a radius,
    chained, followed along each photo's ``GRAPH_K`` nearest neighbours) at a geometric series of radii,

@@ -1,7 +1,7 @@
 """Where the ranking reads feature vectors from: a matrix in memory, or a store read in chunks.
 
 A library's float32 feature matrix is N x M (M = 1000 for logits, 1280 for pooled vectors): 4 GB at a
-million photos, 40 GB at ten million. Past the memory budget (``novelfind.ranking.driver.fits_in_memory``) the
+million photos, 40 GB at ten million. Past the memory budget (``novelfind.ranking.budget.fits_in_memory``) the
 vectors stay in the feature cache and are read back in chunks. The ranking is written once, against the
 small protocol here, so the budget decides only how the vectors are read, never which scorer runs:
 

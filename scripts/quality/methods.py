@@ -57,24 +57,26 @@ def api_rank(x: np.ndarray, k: int, method: str, seed: int):
 
 
 def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
-    """The ``ads`` method's score (``novelfind.ranking.driver.ads_scores``) with another share for its
+    """The ``ads`` method's score (``novelfind.ranking.methods.ads_scores``) with another share for its
     density term: 1.0 is the default without its ADS term (the shipped density term alone, by the same
     code path as the default's at every N), 0.5 the default itself. The order is read as ``rank`` reads
     it (``novelfind.ranking.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
     (above ``knn.EXACT_MAX_N`` rows) by upper bounds, which only AP sees."""
 
     def run(f: dict, k: int, seed: int) -> Scored:
-        from novelfind.ranking import driver as ranking
         from novelfind.ranking.knn import certified_order
+        from novelfind.ranking.methods import method_scores
+        from novelfind.ranking.moments import dedup_order
 
         x = np.ascontiguousarray(f[kind], dtype=np.float32)
-        sc = ranking.ads_scores(x, k, ADSConfig(seed=seed), density_weight=density_weight)
+        share = {"density_weight": density_weight}
+        sc = method_scores(x, k, "ads", ADSConfig(seed=seed), settings=share)
         if sc.exact is None:
             return _finish(np.asarray(sc.current(), dtype=np.float64), f, k, kind=kind)
         xn = _memo(f, ("l2n", kind), lambda: l2n(x))
 
         def walk(order: np.ndarray) -> int:
-            picks, dropped = ranking.dedup_order(order, xn, k, DEDUP)
+            picks, dropped = dedup_order(order, xn, k, DEDUP)
             return len(picks) + dropped if len(picks) == k else len(order)
 
         _, scores = certified_order(sc.current, sc.exact, sc.refine, walk, first=2 * k + 2 * KNN_K)
