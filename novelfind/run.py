@@ -31,6 +31,7 @@ from novelfind.base import devices
 from novelfind.base.lock import output_lock
 from novelfind.cache import open_store, ranking_root
 from novelfind.errors import CacheError, InputError, NovelfindError
+from novelfind.extract.dating import scan_dates
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.media import dates, decode, video, walk
@@ -214,10 +215,11 @@ class _Scan:
             extraction = self.extract(photos.files, extractor, store, keep_vectors=not streamed)
             self.remember_failures(cache, extraction.files)
             read = photos.subset(extraction.files)  # row i of the features is photo read[i]
-            # when each photo was taken (row i for photo i): cached beside the vectors, headers read once
-            taken = dates.scan_dates(
+            # when each photo was taken (row i for photo i): read with its pixels and cached beside its vector
+            taken = scan_dates(
                 extraction.files,
                 store,
+                decoded=extraction.taken,
                 twins=lambda i: [os.fspath(t.path) for t in read[i].also],
                 on_progress=lambda done, total: self.progress("dates", done, total),
                 on_warning=self.warn,

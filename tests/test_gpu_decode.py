@@ -428,6 +428,9 @@ class MemoryCache:
         for f, digest, vec in rows:
             self.rows[f.path] = (digest, vec)
 
+    def put_dates(self, rows):
+        pass
+
 
 def test_extract_with_gpu_decoding_agrees_with_the_cpu_path(files, monkeypatch):
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", lambda device, **kw: GpuDecoder(PillowBackend()))

@@ -65,7 +65,8 @@ from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
     draft_factor,
     inspect_jpeg,
 )
-from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
+from novelfind.extract.shared import SharedDecoder
+from novelfind.extract.stage import Decoded, Decoder
 from novelfind.media import video
 from novelfind.media.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
 
