@@ -188,7 +188,8 @@ class Stage:
     :func:`extract` drives it with a decoder and the model on this machine. An engine that makes the
     vectors elsewhere drives it with what comes back: :meth:`stat_hits` first (the misses by index), then
     per result :meth:`take_vector` (made by the model), :meth:`take_known` (bytes already cached) or
-    :meth:`fail`, and :meth:`commit` once per batch (one cache transaction), :meth:`progress` as it likes.
+    :meth:`fail`, with :meth:`take_date` for a date read with the pixels, and :meth:`commit` once per
+    batch (one cache transaction), :meth:`progress` as it likes.
 
     What is stored and kept is what the extractor's ``encode`` makes (``stored_dim`` long: the pooled
     vector, one per photo); :meth:`result` turns it into the feature asked for (``head``). An extractor
@@ -324,9 +325,8 @@ class Stage:
         if decoded.digest is None:
             self.fail(i, decoded.reason or "cannot decode")
             return
-        if decoded.taken is not None:  # stored beside the vector, in the same commit
-            self.taken[i] = decoded.taken
-            self.dated.append(row_of(decoded.digest, decoded.taken))
+        if decoded.taken is not None:
+            self.take_date(i, decoded.digest, decoded.taken)
         if self.take_known(i, decoded.digest):  # the same bytes were seen before (moved, renamed, touched)
             if self.moved >= MOVED_FLUSH * self.batch_size and not self.batch:
                 self._flush()
@@ -383,6 +383,12 @@ class Stage:
         self.rows.append((self.files[i], digest, known))
         self.moved += 1
         return True
+
+    def take_date(self, i: int, digest: str, taken: Taken) -> None:
+        """File i's capture date as its decode read it: kept for the result, and stored beside its vector
+        in the next commit (the cache's dates table, keyed by the same digest)."""
+        self.taken[i] = taken
+        self.dated.append(row_of(digest, taken))
 
     def fail(self, i: int, reason: str) -> None:
         """File i cannot be read: reported now, listed in the result, never cached."""
