@@ -1,5 +1,6 @@
 """What a scan returns: :class:`ScanResult` with its :class:`Counts`, the :class:`Progress` events it
-reports on the way, and the run record of the JSON formats (``docs/output-schema.md``)."""
+reports on the way, the run record of the JSON formats (``docs/output-schema.md``), and the notices and
+warnings a scan gives about its result (a ranking that changed method, nothing new to rank)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.cache import ranking_root
+from novelfind.errors import NovelfindError
 from novelfind.media.dates import Dates
 from novelfind.media.video import ClipInfo
 from novelfind.media.walk import ImageFile
@@ -159,3 +162,77 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
         warnings.showwarning = previous
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+# --------------------------------------------------------------------------- what a scan tells besides
+
+# Methods whose score scale a release changed, with that release: a library last ranked by an earlier
+# version with the same method is told once that its scores moved. (None so far.)
+SCALE_CHANGED: dict[str, str] = {}
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``)."""
+    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+
+
+def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
+    """The one warning when the library was last ranked (with this cache) by another method, or by an
+    earlier version whose scores of this method were on another scale: the picks and scores then
+    differ from the last run's for a reason the user did not choose, and the line says how to keep
+    the old ranking. A cache an earlier version wrote stands for that version's default."""
+    try:
+        last = cache.last_ranking(ranking_root(params.paths))
+    except NovelfindError:
+        return None  # an unreadable record only costs the notice
+    if last is None:
+        return None
+    method, version, inferred = last
+    new = params.method
+    rescaled = new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new])
+    if method == new and not rescaled:
+        return None
+    was = (
+        f"novelfind {version}, which last used this cache, ranked with {method} by default"
+        if inferred
+        else f"this library was last ranked with --method {method} (novelfind {version})"
+    )
+    if method == new:
+        return f"{was}; the scores of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
+    return (
+        f"{was}; this run ranks with --method {new}, so the picks and the scale of the scores "
+        f"differ: add --method {method} to rank as before"
+    )
+
+
+def note_ranking(cache: Any, params: ScanParameters) -> None:
+    """Remember this ranking of the library for the next scan (:func:`ranking_changed`)."""
+    try:
+        cache.note_ranking(ranking_root(params.paths), params.method, __version__)
+    except NovelfindError:
+        pass  # a cache that cannot be written has already been reported
+
+
+def unranked_notice(photos: int, picks: list[Pick]) -> str | None:
+    """The notice of a library of one photo: there is nothing to compare it with, so its score (0) says
+    nothing."""
+    if photos == 1 and picks:
+        return (
+            f"the library is one photo ({picks[0].path}): it has nothing to be compared with, so "
+            "it cannot be ranked and its score 0 means nothing"
+        )
+    return None
+
+
+def nothing_new_notice(params: ScanParameters, held: int) -> str:
+    """The notice of a run with nothing to rank but ``held`` photos on the ignore list (a re-run of a line
+    with ``ignore_picks``): it says why, and that the outputs are left as they were."""
+    photos = f"{held} photo" + ("" if held == 1 else "s")
+    if params.since is not None:
+        what = f"nothing new: the {photos} modified since {params.since:%Y-%m-%d %H:%M:%S}"
+        what += " is" if held == 1 else " are all"
+    else:
+        what = f"nothing new: {'the' if held == 1 else 'all'} {photos} {'is' if held == 1 else 'are'}"
+    what += " on the ignore list (already picked by an earlier run, or ignored)"
+    kept = [str(target) for target in params.outputs()] + (["the XMP tags"] if params.xmp else [])
+    return what + (f"; left as they were: {', '.join(kept)}" if kept else "")
