@@ -1,6 +1,6 @@
 """The pick record: a selected moment (``Pick``), the other photos of its moment (``Member``), what the
-model takes it for (``Label``), a file that could not be read (``Failure``), ``picks_of``, which
-turns a ranking into picks, and ``rank_picks``, the scan's ranking step that makes them.
+model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
+turns a ranking into picks.
 
 Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in
 :mod:`novelfind.outputs.placement`, the HTML report, the XMP sidecars) reads these records.
@@ -8,23 +8,15 @@ Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from novelfind.media.video import ClipInfo
-
-if TYPE_CHECKING:
-    from novelfind.media.dates import Dates
-    from novelfind.media.pairs import PhotoList
-    from novelfind.media.walk import FileList
-    from novelfind.model.features import Extractor
-    from novelfind.params import ScanParameters
-    from novelfind.ranking.sources import FeatureSource
 
 
 @dataclass(frozen=True)
@@ -176,70 +168,3 @@ def iso_utc(mtime_ns: int) -> str:
     """``2024-05-01T12:34:56.123456Z`` for a nanosecond timestamp (microsecond precision)."""
     return utc_datetime(mtime_ns).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
-
-def rank_picks(
-    params: ScanParameters,
-    vectors: np.ndarray | FeatureSource,
-    files: FileList,
-    read: PhotoList,
-    clips: Mapping[Path, ClipInfo],
-    taken: Dates | None,
-    extractor: Extractor | None,
-    *,
-    candidates: np.ndarray,
-    restricted: bool,
-    on_progress: Callable[[int], None],
-) -> tuple[list[Pick], int]:
-    """The picks of a scan and the duplicates dropped: the most novel ``candidates``, scored against the
-    whole library (with ``since`` or ignored photos, the candidates are fewer than the photos; all of them
-    count as neighbours). ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk;
-    ``clips``: what the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was
-    taken (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``): the events of
-    ``event-knn`` and every moment's time span; ``extractor``: what made the vectors, whose classes label
-    the picks (``features.classes_of``); ``on_progress(0)`` and ``on_progress(1)`` around the ranking."""
-    # imported here: the outputs read the records above and need not load the ranking with them
-    from novelfind.errors import InputError
-    from novelfind.model.features import classes_of
-    from novelfind.ranking import driver as ranking
-    from novelfind.ranking.sources import as_source
-
-    if not len(candidates):
-        return [], 0
-    p = params
-    on_progress(0)
-    try:
-        result = ranking.rank(
-            vectors,
-            p.k,
-            method=p.method,
-            config=p.solver_config(),
-            dedup=p.dedup,
-            device=solver_device(p, len(files)) if ranking.METHODS[p.method].solver else None,
-            candidates=candidates if restricted else None,
-            # a moment is shown by its best original: the largest file among the medoid's copies
-            # (a clip's size says nothing of its frames: a photo is preferred to it)
-            prefer=np.fromiter(
-                (0.0 if f.path in clips else f.size for f in files), dtype=np.float64, count=len(files)
-            ),
-            times=None if taken is None else taken.taken,  # when each photo was taken
-        )
-    except ValueError as err:  # e.g. a learning rate so large that the weights overflow
-        raise InputError(f"cannot rank with these settings: {err}") from None
-    on_progress(1)
-    labels = classes_of(extractor, as_source(vectors).take(result.indices))
-    picks = picks_of(result, files, read, clips, taken, labels)
-    if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
-        picks = [pick for pick in picks if pick.score >= p.min_score]
-    return picks, int(result.duplicates_dropped)
-
-
-def solver_device(params: ScanParameters, photos: int) -> str:
-    """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
-    elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
-    one and the ranking is large enough to pay for it (``devices.resolve_device``)."""
-    from novelfind.base import devices
-    from novelfind.extract.engines import ENGINES
-
-    if not ENGINES[params.engine].remote or params.device == "cpu":
-        return devices.resolve_device(params.device, photos)
-    return devices.resolve_device("auto", photos)

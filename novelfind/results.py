@@ -1,12 +1,13 @@
 """What a scan returns: :class:`ScanResult` with its :class:`Counts`, the :class:`Progress` events it
-reports on the way, the run record of the JSON formats (``docs/output-schema.md``), and the notices and
-warnings a scan gives about its result (a ranking that changed method, nothing new to rank)."""
+reports on the way, the run record of the JSON formats (``docs/output-schema.md``), the scan's rank
+step that makes its picks (:func:`rank_picks`), and the notices and warnings a scan gives about its
+result (a ranking that changed method, nothing new to rank)."""
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,15 +16,21 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.base import devices
 from novelfind.cache import ranking_root
-from novelfind.errors import NovelfindError
+from novelfind.errors import InputError, NovelfindError
+from novelfind.extract.engines import ENGINES
 from novelfind.media.dates import Dates
+from novelfind.media.pairs import PhotoList
 from novelfind.media.video import ClipInfo
-from novelfind.media.walk import ImageFile
+from novelfind.media.walk import FileList, ImageFile
+from novelfind.model.features import Extractor, classes_of
 from novelfind.outputs.formats import format_results
 from novelfind.outputs.xmp import SidecarSummary
 from novelfind.params import ScanParameters
-from novelfind.picks import Failure, Pick
+from novelfind.picks import Failure, Pick, picks_of
+from novelfind.ranking import driver as ranking
+from novelfind.ranking.sources import FeatureSource, as_source
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,67 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
         warnings.showwarning = previous
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+# --------------------------------------------------------------------------- the picks
+
+def rank_picks(
+    params: ScanParameters,
+    vectors: np.ndarray | FeatureSource,
+    files: FileList,
+    read: PhotoList,
+    clips: Mapping[Path, ClipInfo],
+    taken: Dates | None,
+    extractor: Extractor | None,
+    *,
+    candidates: np.ndarray,
+    restricted: bool,
+    on_progress: Callable[[int], None],
+) -> tuple[list[Pick], int]:
+    """The picks of a scan and the duplicates dropped: the most novel ``candidates``, scored against the
+    whole library (with ``since`` or ignored photos, the candidates are fewer than the photos; all of them
+    count as neighbours). ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk;
+    ``clips``: what the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was
+    taken (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``): the events of
+    ``event-knn`` and every moment's time span; ``extractor``: what made the vectors, whose classes label
+    the picks (``features.classes_of``); ``on_progress(0)`` and ``on_progress(1)`` around the ranking."""
+    if not len(candidates):
+        return [], 0
+    p = params
+    on_progress(0)
+    try:
+        result = ranking.rank(
+            vectors,
+            p.k,
+            method=p.method,
+            config=p.solver_config(),
+            dedup=p.dedup,
+            device=solver_device(p, len(files)) if ranking.METHODS[p.method].solver else None,
+            candidates=candidates if restricted else None,
+            # a moment is shown by its best original: the largest file among the medoid's copies
+            # (a clip's size says nothing of its frames: a photo is preferred to it)
+            prefer=np.fromiter(
+                (0.0 if f.path in clips else f.size for f in files), dtype=np.float64, count=len(files)
+            ),
+            times=None if taken is None else taken.taken,  # when each photo was taken
+        )
+    except ValueError as err:  # e.g. a learning rate so large that the weights overflow
+        raise InputError(f"cannot rank with these settings: {err}") from None
+    on_progress(1)
+    labels = classes_of(extractor, as_source(vectors).take(result.indices))
+    picks = picks_of(result, files, read, clips, taken, labels)
+    if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
+        picks = [pick for pick in picks if pick.score >= p.min_score]
+    return picks, int(result.duplicates_dropped)
+
+
+def solver_device(params: ScanParameters, photos: int) -> str:
+    """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
+    elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
+    one and the ranking is large enough to pay for it (``devices.resolve_device``)."""
+    if not ENGINES[params.engine].remote or params.device == "cpu":
+        return devices.resolve_device(params.device, photos)
+    return devices.resolve_device("auto", photos)
 
 
 # --------------------------------------------------------------------------- what a scan tells besides

@@ -40,7 +40,6 @@ from novelfind.media.walk import FileList, ImageFile
 from novelfind.model import features, weights
 from novelfind.outputs.write import OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
-from novelfind.picks import rank_picks
 from novelfind.ranking import driver as ranking
 from novelfind.ranking.pca import map_2d
 from novelfind.results import (
@@ -49,6 +48,7 @@ from novelfind.results import (
     ScanResult,
     note_ranking,
     nothing_new_notice,
+    rank_picks,
     ranking_changed,
     run_record,
     unranked_notice,
