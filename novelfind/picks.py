@@ -2,8 +2,8 @@
 model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
 turns a ranking into picks.
 
-Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in
-:mod:`novelfind.outputs.placement`, the HTML report, the XMP sidecars) reads these records.
+Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in :mod:`novelfind.outputs.placement`,
+the HTML report, the XMP sidecars) reads these records.
 """
 
 from __future__ import annotations
@@ -167,4 +167,3 @@ def utc_datetime(mtime_ns: int) -> datetime:
 def iso_utc(mtime_ns: int) -> str:
     """``2024-05-01T12:34:56.123456Z`` for a nanosecond timestamp (microsecond precision)."""
     return utc_datetime(mtime_ns).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
