@@ -2,12 +2,12 @@
 
 Flow for a list of files (walk order):
   1. stat lookup in the cache (path, size, mtime) in chunks: no image byte is read for a hit;
-  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes and
-     the model's input pixels (uint8 224x224x3), in input order, with a bounded window of files in
-     flight, so memory does not grow with the library;
+  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes, the
+     model's input pixels (uint8 224x224x3) and the capture date, in input order, with a bounded window
+     of files in flight, so memory does not grow with the library;
   3. a digest already in the cache (moved or renamed file) reuses its vector without inference;
   4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
-     so an interrupted run loses at most the batch in flight.
+     with its capture dates, so an interrupted run loses at most the batch in flight.
 
 The package:
 
