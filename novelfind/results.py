@@ -1,11 +1,13 @@
 """What a scan returns: :class:`ScanResult` with its :class:`Counts`, the :class:`Progress` events it
-reports on the way, and the run record of the JSON formats (``docs/output-schema.md``)."""
+reports on the way, the run record of the JSON formats (``docs/output-schema.md``), the scan's rank
+step that makes its picks (:func:`rank_picks`), and the notices and warnings a scan gives about its
+result (a ranking that changed method, nothing new to rank)."""
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,13 +16,22 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.base import devices
+from novelfind.cache import ranking_root
+from novelfind.errors import InputError, NovelfindError
+from novelfind.extract.engines import ENGINES
 from novelfind.media.dates import Dates
+from novelfind.media.pairs import PhotoList
 from novelfind.media.video import ClipInfo
-from novelfind.media.walk import ImageFile
+from novelfind.media.walk import FileList, ImageFile
+from novelfind.model.features import Extractor, classes_of
 from novelfind.outputs.formats import format_results
 from novelfind.outputs.xmp_ledger import SidecarSummary
 from novelfind.params import ScanParameters
-from novelfind.picks import Failure, Pick
+from novelfind.picks import Failure, Pick, picks_of
+from novelfind.ranking import driver as ranking
+from novelfind.ranking.methods import METHODS
+from novelfind.ranking.sources import FeatureSource, as_source
 
 
 @dataclass(frozen=True)
@@ -159,3 +170,138 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
         warnings.showwarning = previous
         logger.removeHandler(handler)
         logger.propagate = propagate
+
+
+# --------------------------------------------------------------------------- the picks
+
+def rank_picks(
+    params: ScanParameters,
+    vectors: np.ndarray | FeatureSource,
+    files: FileList,
+    read: PhotoList,
+    clips: Mapping[Path, ClipInfo],
+    taken: Dates | None,
+    extractor: Extractor | None,
+    *,
+    candidates: np.ndarray,
+    restricted: bool,
+    on_progress: Callable[[int], None],
+) -> tuple[list[Pick], int]:
+    """The picks of a scan and the duplicates dropped: the most novel ``candidates``, scored against the
+    whole library (with ``since`` or ignored photos, the candidates are fewer than the photos; all of them
+    count as neighbours). ``vectors``: the matrix, or the vectors left in the cache, read chunk by chunk;
+    ``clips``: what the clips among ``files`` were read as (``Extraction.clips``); ``taken``: when each was
+    taken (``taken.taken``, float64 UTC seconds, NaN where unknown, row i for ``files[i]``): the events of
+    ``event-knn`` and every moment's time span; ``extractor``: what made the vectors, whose classes label
+    the picks (``features.classes_of``); ``on_progress(0)`` and ``on_progress(1)`` around the ranking."""
+    if not len(candidates):
+        return [], 0
+    p = params
+    on_progress(0)
+    try:
+        result = ranking.rank(
+            vectors,
+            p.k,
+            method=p.method,
+            config=p.solver_config(),
+            dedup=p.dedup,
+            device=solver_device(p, len(files)) if METHODS[p.method].solver else None,
+            candidates=candidates if restricted else None,
+            # a moment is shown by its best original: the largest file among the medoid's copies
+            # (a clip's size says nothing of its frames: a photo is preferred to it)
+            prefer=np.fromiter(
+                (0.0 if f.path in clips else f.size for f in files), dtype=np.float64, count=len(files)
+            ),
+            times=None if taken is None else taken.taken,  # when each photo was taken
+        )
+    except ValueError as err:  # e.g. a learning rate so large that the weights overflow
+        raise InputError(f"cannot rank with these settings: {err}") from None
+    on_progress(1)
+    labels = classes_of(extractor, as_source(vectors).take(result.indices))
+    picks = picks_of(result, files, read, clips, taken, labels)
+    if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
+        picks = [pick for pick in picks if pick.score >= p.min_score]
+    return picks, int(result.duplicates_dropped)
+
+
+def solver_device(params: ScanParameters, photos: int) -> str:
+    """Where the solver runs for ``photos`` photos: ``device``; with an engine running the model
+    elsewhere, ``device`` is the workers', and the solver takes this machine's CUDA device when there is
+    one and the ranking is large enough to pay for it (``devices.resolve_device``)."""
+    if not ENGINES[params.engine].remote or params.device == "cpu":
+        return devices.resolve_device(params.device, photos)
+    return devices.resolve_device("auto", photos)
+
+
+# --------------------------------------------------------------------------- what a scan tells besides
+
+# Methods whose score scale a release changed, with that release: a library last ranked by an earlier
+# version with the same method is told once that its scores moved. (None so far.)
+SCALE_CHANGED: dict[str, str] = {}
+
+
+def _older(version: str, than: str) -> bool:
+    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``)."""
+    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+
+
+def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
+    """The one warning when the library was last ranked (with this cache) by another method, or by an
+    earlier version whose scores of this method were on another scale: the picks and scores then
+    differ from the last run's for a reason the user did not choose, and the line says how to keep
+    the old ranking. A cache an earlier version wrote stands for that version's default."""
+    try:
+        last = cache.last_ranking(ranking_root(params.paths))
+    except NovelfindError:
+        return None  # an unreadable record only costs the notice
+    if last is None:
+        return None
+    method, version, inferred = last
+    new = params.method
+    rescaled = new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new])
+    if method == new and not rescaled:
+        return None
+    was = (
+        f"novelfind {version}, which last used this cache, ranked with {method} by default"
+        if inferred
+        else f"this library was last ranked with --method {method} (novelfind {version})"
+    )
+    if method == new:
+        return f"{was}; the scores of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
+    return (
+        f"{was}; this run ranks with --method {new}, so the picks and the scale of the scores "
+        f"differ: add --method {method} to rank as before"
+    )
+
+
+def note_ranking(cache: Any, params: ScanParameters) -> None:
+    """Remember this ranking of the library for the next scan (:func:`ranking_changed`)."""
+    try:
+        cache.note_ranking(ranking_root(params.paths), params.method, __version__)
+    except NovelfindError:
+        pass  # a cache that cannot be written has already been reported
+
+
+def unranked_notice(photos: int, picks: list[Pick]) -> str | None:
+    """The notice of a library of one photo: there is nothing to compare it with, so its score (0) says
+    nothing."""
+    if photos == 1 and picks:
+        return (
+            f"the library is one photo ({picks[0].path}): it has nothing to be compared with, so "
+            "it cannot be ranked and its score 0 means nothing"
+        )
+    return None
+
+
+def nothing_new_notice(params: ScanParameters, held: int) -> str:
+    """The notice of a run with nothing to rank but ``held`` photos on the ignore list (a re-run of a line
+    with ``ignore_picks``): it says why, and that the outputs are left as they were."""
+    photos = f"{held} photo" + ("" if held == 1 else "s")
+    if params.since is not None:
+        what = f"nothing new: the {photos} modified since {params.since:%Y-%m-%d %H:%M:%S}"
+        what += " is" if held == 1 else " are all"
+    else:
+        what = f"nothing new: {'the' if held == 1 else 'all'} {photos} {'is' if held == 1 else 'are'}"
+    what += " on the ignore list (already picked by an earlier run, or ignored)"
+    kept = [str(target) for target in params.outputs()] + (["the XMP tags"] if params.xmp else [])
+    return what + (f"; left as they were: {', '.join(kept)}" if kept else "")

@@ -11,10 +11,10 @@ scan extracts every photo (the real weights, on the CPU) and fills the cache; th
 (so a busy machine slows both alike), a re-scan with the dates cached ("cached") and one whose cache has
 just lost its dates table, as a cache from before it ("upgrade"). Wall and CPU time (user + system) of each
 process; the medians are what to compare. "header_ms" / "header_cpu_ms" is
-``novelfind.media.dates.embedded_date`` per photo in this process (files in the page cache), wall and CPU
-time, the median of ``--rounds`` passes.
+``novelfind.extract.dating.embedded_date`` per photo in this process (files in the page cache), wall and
+CPU time, the median of ``--rounds`` passes.
 On a shared machine the CPU times are the figures to read (the load average is recorded).
-"dates_step_cpu_ms" is ``dates.scan_dates`` alone on the same cache, in this process: every date cached,
+"dates_step_cpu_ms" is ``dating.scan_dates`` alone on the same cache, in this process: every date cached,
 then just after the table was dropped (the headers read and stored).
 """
 
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from novelfind.media import dates
+    from novelfind.extract import dating
 
     with tempfile.TemporaryDirectory(prefix="bench-dates-") as tmp:
         library, cache = Path(tmp) / "lib", Path(tmp) / "cache.sqlite"
@@ -91,23 +91,23 @@ def main() -> None:
         # the dates step alone, in this process, on the same cache: all cached, then after an upgrade
         step: dict[str, list[float]] = {"cached": [], "upgrade": []}
         from novelfind.cache import FeatureCache
-        from novelfind.media.walk import walk
+        from novelfind.media.walk import FileList, walk
 
-        files = list(walk([library]))
+        files = FileList(walk([library]))
         for _ in range(args.rounds):
             for name in ("cached", "upgrade"):
                 if name == "upgrade":
                     drop_dates(cache)
                 with FeatureCache(cache) as store:
                     cpu = time.process_time()
-                    found = dates.scan_dates(files, store)
+                    found = dating.scan_dates(files, store)
                     step[name].append((time.process_time() - cpu) * 1000)
                 assert found.sources == ["exif"] * len(files), set(found.sources)
         paths = sorted(str(p) for p in library.iterdir())
         header, header_cpu = [], []
         for _ in range(args.rounds):
             start, cpu = time.perf_counter(), time.process_time()
-            got = [dates.embedded_date(p) for p in paths]
+            got = [dating.embedded_date(p) for p in paths]
             header.append((time.perf_counter() - start) / len(paths) * 1000)
             header_cpu.append((time.process_time() - cpu) / len(paths) * 1000)
         assert all(t.source == "exif" for t in got), {t.source for t in got}

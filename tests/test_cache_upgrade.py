@@ -287,7 +287,9 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
 
 def test_a_cache_without_the_dates_table_gets_it_in_place_and_keeps_its_vectors(tmp_path):
+    from novelfind.extract.dating import scan_dates
     from novelfind.media import dates
+    from novelfind.media.walk import FileList
 
     files = library(tmp_path / "lib", 3)
     path = tmp_path / "c.sqlite"
@@ -303,11 +305,11 @@ def test_a_cache_without_the_dates_table_gets_it_in_place_and_keeps_its_vectors(
     with FeatureCache(path, NEW) as store:
         assert [hit for _, hit in store.dates_by_stat(files)] == [None] * 3  # the table is back, empty
         assert [d for d, _ in store.dates_by_stat(files)] == [digest_of(f) for f in files]
-        first = dates.scan_dates(files, store, read=read)
+        first = scan_dates(FileList(files), store, read=read)
         assert [v.tolist() for v in store.get_many_by_stat(files)] == [[float(i)] * 6 for i in range(3)]
     assert len(reads) == 3 and first.sources == ["exif"] * 3
     with FeatureCache(path, NEW) as store:  # the next scan: no header read
-        again = dates.scan_dates(files, store, read=read)
+        again = scan_dates(FileList(files), store, read=read)
         assert store.prune() == 0
     assert len(reads) == 3
     assert again.taken.tolist() == first.taken.tolist() == [1.6e9 + 1, 1.6e9 + 2, 1.6e9 + 3]

@@ -27,6 +27,7 @@ from novelfind.base.since import parse_since
 from novelfind.cache import FeatureCache
 from novelfind.cli.group import cli
 from novelfind.errors import InputError
+from novelfind.extract import dating
 from novelfind.media import dates
 
 DAY = 86400
@@ -74,7 +75,7 @@ def run(*args, env=None):
 
 def test_exif_with_offset_and_subseconds_is_the_true_instant(tmp_path):
     path = exif_photo(tmp_path / "a.jpg", "2025:03:02 22:31:07", subsec="400", offset="+01:00")
-    taken = dates.embedded_date(path)
+    taken = dating.embedded_date(path)
     assert taken.source == "exif"
     assert taken.seconds == pytest.approx(utc(2025, 3, 2, 21, 31, 7) + 0.4)
     assert dates.iso(taken.seconds, taken.offset) == "2025-03-02T22:31:07.400+01:00"
@@ -82,7 +83,7 @@ def test_exif_with_offset_and_subseconds_is_the_true_instant(tmp_path):
 
 def test_exif_without_offset_is_local_wall_clock(tmp_path):
     path = exif_photo(tmp_path / "a.jpg", "2025:03:02 22:31:07")
-    taken = dates.embedded_date(path)
+    taken = dating.embedded_date(path)
     assert (taken.source, taken.offset) == ("exif-local", None)
     assert taken.seconds == utc(2025, 3, 2, 22, 31, 7)  # the wall clock, read as UTC
     assert dates.iso(taken.seconds, taken.offset) == "2025-03-02T22:31:07"
@@ -95,32 +96,32 @@ def test_falls_back_to_date_time_digitized_and_ifd0(tmp_path):
     exif = Image.Exif()
     exif[0x0132] = "2021:06:01 08:00:00"  # IFD0 DateTime only
     img.save(path, exif=exif.tobytes())
-    assert dates.embedded_date(path).seconds == utc(2021, 6, 1, 8, 0, 0)
+    assert dating.embedded_date(path).seconds == utc(2021, 6, 1, 8, 0, 0)
     exif.get_ifd(0x8769)[0x9004] = "2022:06:01 08:00:00"  # DateTimeDigitized wins over IFD0
     img.save(path, exif=exif.tobytes())
-    assert dates.embedded_date(path).seconds == utc(2022, 6, 1, 8, 0, 0)
+    assert dating.embedded_date(path).seconds == utc(2022, 6, 1, 8, 0, 0)
 
 
 def test_no_exif_is_no_date(tmp_path):
     screenshot = make_photo(tmp_path / "Screenshot.png", (250, 250, 250), seed=2)
     plain = make_photo(tmp_path / "download.jpg", (20, 30, 40), seed=3)
-    assert dates.embedded_date(screenshot) == dates.NONE
-    assert dates.embedded_date(plain) == dates.NONE
-    assert dates.embedded_date(tmp_path / "missing.jpg") == dates.NONE  # never raises
+    assert dating.embedded_date(screenshot) == dates.NONE
+    assert dating.embedded_date(plain) == dates.NONE
+    assert dating.embedded_date(tmp_path / "missing.jpg") == dates.NONE  # never raises
 
 
 @pytest.mark.parametrize(
     "when", ["2000:01:01 00:02:13", "1970:01:01 00:00:00", "0000:00:00 00:00:00", "2999:01:01 10:00:00"]
 )
 def test_a_reset_or_future_clock_is_invalid(tmp_path, when):
-    taken = dates.embedded_date(exif_photo(tmp_path / "r.jpg", when))
+    taken = dating.embedded_date(exif_photo(tmp_path / "r.jpg", when))
     assert taken.source == "invalid" and not taken.known
 
 
 def test_raw_file_date_from_its_tiff_structure(tmp_path):
     # a TIFF-based RAW (DNG, NEF, CR2, ARW ...): the Exif IFD of IFD0, read from the file's head
     path = exif_photo(tmp_path / "IMG_1.DNG", "2024:07:14 05:06:07", offset="-04:00", fmt="TIFF")
-    taken = dates.embedded_date(path)
+    taken = dating.embedded_date(path)
     assert taken.source == "raw"
     assert taken.seconds == utc(2024, 7, 14, 9, 6, 7)
 
@@ -129,11 +130,11 @@ def test_raw_with_nonstandard_magic_and_embedded_exif(tmp_path):
     tiff = exif_photo(tmp_path / "t.tif", "2023:01:02 03:04:05", fmt="TIFF").read_bytes()
     orf = tmp_path / "P1.ORF"  # Olympus: "IIRO" where TIFF has "II*\0"
     orf.write_bytes(b"IIRO" + tiff[4:])
-    assert dates.embedded_date(orf).seconds == utc(2023, 1, 2, 3, 4, 5)
+    assert dating.embedded_date(orf).seconds == utc(2023, 1, 2, 3, 4, 5)
     raf = tmp_path / "F1.RAF"  # Fujifilm: a header, then a JPEG with its Exif block
     jpeg = exif_photo(tmp_path / "j.jpg", "2023:05:06 07:08:09").read_bytes()
     raf.write_bytes(b"FUJIFILMCCD-RAW 0201" + bytes(80) + jpeg)
-    assert dates.embedded_date(raf).seconds == utc(2023, 5, 6, 7, 8, 9)
+    assert dating.embedded_date(raf).seconds == utc(2023, 5, 6, 7, 8, 9)
 
 
 def test_clip_creation_time(tmp_path):
@@ -151,7 +152,7 @@ def test_clip_creation_time(tmp_path):
                 container.mux(packet)
         for packet in stream.encode():
             container.mux(packet)
-    taken = dates.embedded_date(path)
+    taken = dating.embedded_date(path)
     assert taken.source == "clip"
     assert taken.seconds == utc(2024, 12, 31, 23, 59, 58)
     assert dates.iso(taken.seconds, taken.offset) == "2024-12-31T23:59:58+00:00"
@@ -172,7 +173,7 @@ def test_clip_creation_time(tmp_path):
 def test_xmp_sidecar_date(tmp_path, packet, expected, offset):
     photo = make_photo(tmp_path / "scan.jpg", (200, 190, 180), seed=4)
     (tmp_path / "scan.xmp").write_text(f"<x:xmpmeta><rdf:RDF>{packet}</rdf:RDF></x:xmpmeta>")
-    found = dates.library_dates([str(photo)], np.array([photo.stat().st_mtime_ns]))
+    found = dating.library_dates([str(photo)], np.array([photo.stat().st_mtime_ns]))
     assert found.sources == ["xmp"]
     assert found.taken[0] == pytest.approx(expected)
     assert (None if np.isnan(found.offsets[0]) else found.offsets[0]) == offset
@@ -183,7 +184,7 @@ def test_xmp_date_replaces_a_reset_clock_but_not_a_real_one(tmp_path):
     real = exif_photo(tmp_path / "real.jpg", "2018:02:03 04:05:06")
     for photo in (reset, real):
         photo.with_name(photo.name + ".xmp").write_text('<d photoshop:DateCreated="2015-05-05T05:05:05Z"/>')
-    found = dates.library_dates([str(reset), str(real)], np.array([0, 0]))
+    found = dating.library_dates([str(reset), str(real)], np.array([0, 0]))
     assert found.sources == ["xmp", "exif-local"]
     assert found.taken.tolist() == [utc(2015, 5, 5, 5, 5, 5), utc(2018, 2, 3, 4, 5, 6)]
 
@@ -201,7 +202,7 @@ def test_file_times_of_undated_photos_in_a_library_with_original_times(tmp_path)
     shot = make_photo(tmp_path / "screenshot.png", (1, 2, 3), seed=40)
     paths.append(str(shot))
     mtimes.append(start + 5 * DAY)
-    found = dates.library_dates(paths, (np.array(mtimes) * 1e9).astype(np.int64))
+    found = dating.library_dates(paths, (np.array(mtimes) * 1e9).astype(np.int64))
     assert found.file_times_trusted
     assert found.sources[-1] == "file" and found.taken[-1] == start + 5 * DAY
     assert found.sources[:12] == ["exif-local"] * 12  # never the file time for a photo with its own date
@@ -212,7 +213,7 @@ def test_a_copied_library_does_not_trust_its_file_times(tmp_path):
     paths = [str(exif_photo(tmp_path / f"d{i}.jpg", f"20{10 + i}:05:05 10:00:00", seed=i)) for i in range(10)]
     paths += [str(make_photo(tmp_path / f"u{i}.png", (i, i, i), seed=50 + i)) for i in range(10)]
     mtimes = (copy_day + np.arange(20) * 37.0) * 1e9  # every file written within minutes of each other
-    found = dates.library_dates(paths, mtimes.astype(np.int64))
+    found = dating.library_dates(paths, mtimes.astype(np.int64))
     assert not found.file_times_trusted
     assert found.sources[10:] == ["none"] * 10
     assert np.isnan(found.taken[10:]).all()
@@ -246,7 +247,7 @@ class CountingReader:
 
     def __call__(self, path: str) -> dates.Taken:
         self.paths.append(path)
-        return dates.embedded_date(path)
+        return dating.embedded_date(path)
 
 
 def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extractor):
@@ -267,7 +268,7 @@ def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extracto
     # the next scan reads no header
     reader = CountingReader()
     with FeatureCache(cache, fake_extractor.model_key) as store:
-        again = dates.scan_dates(first.files, store, read=reader)
+        again = dating.scan_dates(first.files, store, read=reader)
     assert reader.paths == []
     assert np.array_equal(again.taken, first.taken, equal_nan=True)
     assert again.sources == first.taken_source
@@ -401,3 +402,13 @@ def test_report_card_names_the_date_and_its_source(dated_library, fake_extractor
     assert "2025-03-02 22:31:07.400+01:00 (EXIF, with its time zone)" in html
     assert "2025-03-03 09:00:00 (EXIF, the camera&#x27;s local time)" in html
     assert "unknown (the camera&#x27;s clock was not set" in html
+
+
+def test_the_decode_reads_the_date_with_the_pixels(tmp_path):
+    from novelfind.extract.stage import decode_file
+
+    path = exif_photo(tmp_path / "a.jpg", "2025:03:02 22:31:07", offset="+01:00", seed=1)
+    decoded = decode_file(str(path), frozenset())
+    assert decoded.pixels is not None and decoded.taken == dating.embedded_date(path)
+    assert decoded.taken.source == "exif"
+    assert decode_file(str(tmp_path / "missing.jpg"), frozenset()).taken is None  # a failure has no date

@@ -331,12 +331,15 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
     fd.close()
     assert [pos for pos, _ in got] == list(range(len(paths)))
     cpu = [stage.decode_file(p, known) for p in paths]
-    for (pos, (digest, pixels, reason)), (want_digest, want, want_reason) in zip(got, cpu, strict=True):
+    for (pos, (digest, pixels, reason, taken)), (want_digest, want, want_reason, want_taken) in zip(
+        got, cpu, strict=True
+    ):
         name = Path(paths[pos]).name
         if want_digest is None:  # a failure: the same reason as the CPU path gives
             assert (digest, pixels, reason) == (None, None, want_reason), name
             continue
         assert digest == want_digest, name
+        assert repr(taken) == repr(want_taken), name  # the capture date, as on the CPU path (NaN: unknown)
         if want is None:
             assert pixels is None, name  # known digest: not decoded
             continue
@@ -352,7 +355,7 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
 def test_rejected_jpeg_goes_to_pillow_in_the_file_decoder(files):
     data = files["rotated"].read_bytes()
     fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend(reject=[data])))
-    [(pos, (digest, pixels, reason))] = list(fd.decode([str(files["rotated"])]))
+    [(pos, (digest, pixels, reason, _))] = list(fd.decode([str(files["rotated"])]))
     fd.close()
     assert digest == decode.file_digest(data) and reason is None
     assert isinstance(pixels, np.ndarray)
@@ -368,7 +371,7 @@ def test_raw_files_go_through_libraw_in_the_file_decoder(tmp_path):
 
     dng = write_dng(tmp_path / "a.DNG", photo(320, 240, seed=3))
     fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend()))
-    [(pos, (digest, pixels, reason))] = list(fd.decode([str(dng)]))
+    [(pos, (digest, pixels, reason, _))] = list(fd.decode([str(dng)]))
     fd.close()
     want = stage.decode_file(str(dng), frozenset())
     assert (digest, reason) == (want.digest, None) and fd.stats == {"pillow": 1}
@@ -427,6 +430,9 @@ class MemoryCache:
     def put_many(self, rows):
         for f, digest, vec in rows:
             self.rows[f.path] = (digest, vec)
+
+    def put_dates(self, rows):
+        pass
 
 
 def test_extract_with_gpu_decoding_agrees_with_the_cpu_path(files, monkeypatch):

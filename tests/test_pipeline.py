@@ -37,6 +37,7 @@ class DictCache:
     def __init__(self):
         self.files: dict[str, tuple[int, int, str]] = {}
         self.vectors: dict[str, np.ndarray] = {}
+        self.dates: dict[str, tuple] = {}  # digest -> (taken, offset, source), stored with the vectors
         self.transactions: list[int] = []
         self.stat_calls = 0
 
@@ -60,6 +61,9 @@ class DictCache:
         for f, digest, vec in rows:
             self.files[str(f.path)] = (f.size, f.mtime_ns, digest)
             self.vectors[digest] = np.array(vec, np.float32)
+
+    def put_dates(self, rows):
+        self.dates.update((digest, (taken, offset, source)) for digest, taken, offset, source in rows)
 
 
 class MeanColour:

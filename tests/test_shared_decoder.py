@@ -1,4 +1,4 @@
-"""stage.SharedDecoder and the "both" decoder on the CPU: two decoders fed from one queue, a stand-in
+"""shared.SharedDecoder and the "both" decoder on the CPU: two decoders fed from one queue, a stand-in
 taking the GPU's place. Same results in the same order as one decoder, failures reported once, both sides
 taking work, a failing side's files decoded by the other, Ctrl-C and close leaving nothing running."""
 
@@ -15,7 +15,8 @@ from novelfind.extract import decoders, stage
 from novelfind.extract.decoders import gpu as gpu_decode
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.engines.local import extract
-from novelfind.extract.stage import SharedDecoder, decode_file
+from novelfind.extract.shared import SharedDecoder
+from novelfind.extract.stage import decode_file
 from tests.test_pipeline import DictCache, MeanColour, make_library
 
 

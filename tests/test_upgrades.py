@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from novelfind import __version__, run
+from novelfind import __version__, results
 from novelfind.cache import FeatureCache, ranking_root
 from novelfind.cli.group import cli
 
@@ -87,7 +87,7 @@ def test_a_changed_score_scale_is_said_for_the_same_method(library, fake_extract
     scan(library["root"], cache)
     with FeatureCache(cache) as store:
         store.note_ranking(ranking_root([library["root"]]), "cosine-knn", "0.1.9")
-    monkeypatch.setitem(run.SCALE_CHANGED, "cosine-knn", "0.2.0")
+    monkeypatch.setitem(results.SCALE_CHANGED, "cosine-knn", "0.2.0")
     assert notices(scan(library["root"], cache)) == [
         f"warning: {CHANGED} cosine-knn (novelfind 0.1.9); the scores of cosine-knn are on another scale "
         "since novelfind 0.2.0"
@@ -98,4 +98,4 @@ def test_a_changed_score_scale_is_said_for_the_same_method(library, fake_extract
 @pytest.mark.parametrize(("version", "than", "older"), [("0.1.0", "0.2.0", True), ("0.2.0", "0.2.0", False),
                                                         ("0.10.0", "0.9.1", False)])
 def test_versions_compare_as_numbers(version, than, older):
-    assert run._older(version, than) is older
+    assert results._older(version, than) is older

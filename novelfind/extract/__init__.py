@@ -2,18 +2,21 @@
 
 Flow for a list of files (walk order):
   1. stat lookup in the cache (path, size, mtime) in chunks: no image byte is read for a hit;
-  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes and
-     the model's input pixels (uint8 224x224x3), in input order, with a bounded window of files in
-     flight, so memory does not grow with the library;
+  2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes, the
+     model's input pixels (uint8 224x224x3) and the capture date, in input order, with a bounded window
+     of files in flight, so memory does not grow with the library;
   3. a digest already in the cache (moved or renamed file) reuses its vector without inference;
   4. the rest are batched into the extractor; each batch is written to the cache in one transaction,
-     so an interrupted run loses at most the batch in flight.
+     with its capture dates, so an interrupted run loses at most the batch in flight.
 
 The package:
 
 - ``stage``: one extraction's bookkeeping (``Stage``: lookups, batches, commits, counts) and what the
   decoders and engines share (``Decoded``, ``Decoder``, ``FeatureStore``, ``decode_file``,
-  ``SharedDecoder``, ``stored_source``); it imports none of them;
+  ``stored_source``); it imports none of them;
+- ``shared``: ``SharedDecoder``, several decoders fed from one queue (the "both" decoder);
+- ``dating``: the capture dates that travel with the vectors (each kind's reader, ``embedded_date``)
+  and the scan's dates, completed from the cache (``scan_dates``);
 - ``decoders``: step 2's alternatives by name (``DECODERS``): ``pillow`` (worker processes), ``gpu``
   (nvImageCodec), ``auto``;
 - ``engines``: the whole stage's alternatives by name (``ENGINES``, one ``Engine`` record each, saying

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import threading
 import warnings
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +22,9 @@ import numpy as np
 
 from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
+from novelfind.extract.dating import embedded_date, row_of
 from novelfind.media import video
+from novelfind.media.dates import Taken
 from novelfind.media.kinds import kind_of
 from novelfind.media.walk import FileList
 from novelfind.model.features import Extractor
@@ -51,15 +51,21 @@ class Extraction:
     from_cache: int = 0  # vectors found by stat or by digest
     extracted: int = 0  # vectors made by the model in this run
     clips: dict[Path, video.ClipInfo] = field(default_factory=dict)  # the clips among ``files``, by path
+    # when each of ``files`` was taken, as its decode read it (None: its vector came from the cache, or its
+    # decoder reads no date): what ``dating.scan_dates`` completes from the cache
+    taken: list[Taken | None] = field(default_factory=list)
 
 
 class Decoded(NamedTuple):
     """One file read for the model: ``digest`` None means it failed, ``reason`` says why; ``pixels``
-    None with a digest means its bytes were already known (no decode was needed)."""
+    None with a digest means its bytes were already known (no decode was needed). ``taken``: its capture
+    date as its own bytes say (:func:`~novelfind.extract.dating.embedded_date`), stored with its vector;
+    None when the decoder reads none (the date is then read once after the extraction)."""
 
     digest: str | None
     pixels: Any = None  # uint8 (224, 224, 3): a numpy array, or whatever the decoder's stack() takes
     reason: str | None = None
+    taken: Taken | None = None
 
 
 class Decoder(Protocol):
@@ -111,6 +117,8 @@ class FeatureStore(Protocol):
     def get_many_by_digest(self, digests: Sequence[str]) -> list[np.ndarray | None]: ...
     def known_digests(self) -> frozenset[str]: ...
     def put_many(self, rows: Sequence[tuple[Any, str, np.ndarray]]) -> None: ...
+    def dates_by_stat(self, files: Sequence[Any]) -> list[tuple[str | None, Any]]: ...
+    def put_dates(self, rows: Sequence[tuple[str, float | None, int | None, str]]) -> None: ...
 
 
 def load(spec: str) -> Any:
@@ -139,13 +147,17 @@ def use_known(known: frozenset[str]) -> None:
 
 
 def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
-    """Read and decode one file for the model; never raises for a bad file. A clip's pixels are a
-    :class:`video.ClipFrames` (several frames), a photo's one uint8 (224, 224, 3) array.
+    """Read and decode one file for the model, with its capture date; never raises for a bad file. A
+    clip's pixels are a :class:`video.ClipFrames` (several frames), a photo's one uint8 (224, 224, 3)
+    array. The date is read here, in the decode worker, under the same time limit as the pixels.
 
     ``known`` defaults to the set the worker process was started with.
     """
     read = kind_of(path).read_for_model
-    return guarded(lambda: read(path, _KNOWN if known is None else known))
+    decoded = guarded(lambda: read(path, _KNOWN if known is None else known))
+    if decoded.digest is None:
+        return decoded
+    return decoded._replace(taken=embedded_date(path))
 
 
 def _decode_again(decoder: Decoder, paths: list[str]) -> Iterator[tuple[int, Decoded]]:
@@ -176,7 +188,8 @@ class Stage:
     :func:`extract` drives it with a decoder and the model on this machine. An engine that makes the
     vectors elsewhere drives it with what comes back: :meth:`stat_hits` first (the misses by index), then
     per result :meth:`take_vector` (made by the model), :meth:`take_known` (bytes already cached) or
-    :meth:`fail`, and :meth:`commit` once per batch (one cache transaction), :meth:`progress` as it likes.
+    :meth:`fail`, with :meth:`take_date` for a date read with the pixels, and :meth:`commit` once per
+    batch (one cache transaction), :meth:`progress` as it likes.
 
     What is stored and kept is what the extractor's ``encode`` makes (``stored_dim`` long: the pooled
     vector, one per photo); :meth:`result` turns it into the feature asked for (``head``). An extractor
@@ -209,6 +222,8 @@ class Stage:
         self.extracted = 0
         self.batch: list[tuple[int, str, np.ndarray]] = []  # (file index, digest, pixels) for the model
         self.rows: list[tuple[Any, str, np.ndarray]] = []  # (file, digest, vector) for the next commit
+        self.taken: list[Taken | None] = [None] * n  # file index -> the date its decode read
+        self.dated: list[tuple[str, float | None, int | None, str]] = []  # date rows for the next commit
         self.moved = 0  # of self.rows, reused vectors of moved files (their commit may wait)
         self.former_kind = DigestSet()  # digests the cache held only an earlier kind of vector for
         self.again = 0  # of self.extracted, files with such a digest
@@ -310,6 +325,8 @@ class Stage:
         if decoded.digest is None:
             self.fail(i, decoded.reason or "cannot decode")
             return
+        if decoded.taken is not None:
+            self.take_date(i, decoded.digest, decoded.taken)
         if self.take_known(i, decoded.digest):  # the same bytes were seen before (moved, renamed, touched)
             if self.moved >= MOVED_FLUSH * self.batch_size and not self.batch:
                 self._flush()
@@ -367,6 +384,12 @@ class Stage:
         self.moved += 1
         return True
 
+    def take_date(self, i: int, digest: str, taken: Taken) -> None:
+        """File i's capture date as its decode read it: kept for the result, and stored beside its vector
+        in the next commit (the cache's dates table, keyed by the same digest)."""
+        self.taken[i] = taken
+        self.dated.append(row_of(digest, taken))
+
     def fail(self, i: int, reason: str) -> None:
         """File i cannot be read: reported now, listed in the result, never cached."""
         self.reasons[i] = reason
@@ -378,12 +401,15 @@ class Stage:
         return os.fsdecode(self.files.raw_path(i))
 
     def commit(self) -> None:
-        """Write the queued rows in one transaction (a cache that cannot be written: warn once, go on)."""
+        """Write the queued rows in one transaction, and their capture dates (a cache that cannot be
+        written: warn once, go on)."""
         rows, self.rows, self.moved = self.rows, [], 0
+        dated, self.dated = self.dated, []
         if not rows or not self.cache_writable:
             return
         try:
             self.cache.put_many(rows)
+            self.cache.put_dates(dated)
             self.clips.write(self.cache)
         except CacheError as err:
             self.cache_writable = False
@@ -435,6 +461,7 @@ class Stage:
             from_cache=self.from_cache,
             extracted=self.extracted,
             clips=self.clips.result(self.cache, keep),
+            taken=[self.taken[i] for i in keep],
         )
 
 
@@ -468,152 +495,3 @@ def featured(store: Any, extractor: Extractor) -> Any:
     if getattr(extractor, "head", None) is None:
         return store
     return FeaturedStore(store, extractor)
-
-
-# how long a stopping SharedDecoder waits for each decoder's thread (a running decode's grace, plus slack)
-THREAD_JOIN_S = 8.0
-
-
-class SharedDecoder:
-    """Several decoders fed from one queue (``Decoder``): whichever is free takes the next files.
-
-    Each decoder runs in its own thread and claims the next ``claims[name]`` files of ``paths`` when it
-    has finished its last claim, so a faster decoder (the GPU's) takes more of them and the scan can pass
-    either decoder alone. Results come out in input order, each once. Memory stays bounded: a decoder
-    claims only while the claims not yet handed on span at most ``ahead`` files. A decoder that raises
-    is reported once through ``on_warning`` and leaves the scan; its claim goes back to the queue, whole
-    (nothing of a claim is handed on before all of it is decoded), so no file is lost or reported twice.
-    ``taken`` counts the files each decoder decoded.
-    """
-
-    def __init__(
-        self,
-        decoders: dict[str, Any],
-        *,
-        claims: dict[str, int],
-        ahead: int,
-        stack: Callable[[list[Any]], Any] = np.stack,
-        on_warning: OnWarning | None = None,
-    ):
-        if not decoders:
-            raise ValueError("SharedDecoder needs at least one decoder")
-        self.decoders = dict(decoders)
-        self.claims = {name: max(1, int(claims.get(name, 1))) for name in self.decoders}
-        self.ahead = max(int(ahead), 2 * sum(self.claims.values()))
-        self.stack = stack
-        self.on_warning = on_warning
-        self.taken: dict[str, int] = dict.fromkeys(self.decoders, 0)
-        self.threads: list[threading.Thread] = []
-        self._cond = threading.Condition()
-        self._stop = False
-
-    def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
-        cond = self._cond
-        order: deque[tuple[int, int]] = deque()  # the claims, (start, end), in the order they were made
-        returned: deque[tuple[int, int]] = deque()  # claims given back by a decoder that failed
-        done: dict[int, list[tuple[int, Decoded]]] = {}  # start -> the claim's results, in order
-        state = {"next": 0, "emitted": 0, "busy": 0, "alive": len(self.decoders)}
-        errors: list[BaseException] = []
-        self._stop = False
-
-        def claim(size: int) -> tuple[int, int] | None:
-            """The next files for a free decoder; None when there are none left (or the scan stopped).
-            A decoder stays until every claim is decoded: one that fails gives its claim back."""
-            while not self._stop:
-                if returned:
-                    state["busy"] += 1
-                    return returned.popleft()
-                nxt = state["next"]
-                room = nxt == state["emitted"] or nxt + size <= state["emitted"] + self.ahead
-                if nxt < len(paths) and room:
-                    state["next"] = min(nxt + size, len(paths))
-                    order.append((nxt, state["next"]))
-                    state["busy"] += 1
-                    return nxt, state["next"]
-                if nxt >= len(paths) and state["busy"] == 0:
-                    return None
-                cond.wait()
-            return None
-
-        def feed(name: str, decoder: Any) -> None:
-            while True:
-                with cond:
-                    span = claim(self.claims[name])
-                if span is None:
-                    return
-                start, end = span
-                try:
-                    got = [(start + j, r) for j, r in decoder.decode(paths[start:end])]
-                    if len(got) != end - start:
-                        raise RuntimeError(f"{name} returned {len(got)} results for {end - start} files")
-                except BaseException as e:  # noqa: BLE001 - the other decoders take its work
-                    with cond:
-                        state["busy"] -= 1
-                        if not self._stop:
-                            returned.append(span)
-                            state["alive"] -= 1
-                            if state["alive"] == 0:
-                                errors.append(e)
-                            elif self.on_warning is not None:
-                                self.on_warning(
-                                    f"{name} decoding stopped ({type(e).__name__}: {e}); "
-                                    "the other decoders go on"
-                                )
-                        cond.notify_all()
-                    return
-                with cond:
-                    state["busy"] -= 1
-                    done[start] = got
-                    self.taken[name] += end - start
-                    cond.notify_all()
-
-        self.threads = [
-            threading.Thread(target=feed, args=(name, d), name=f"novelfind-{name}", daemon=True)
-            for name, d in self.decoders.items()
-        ]
-        for t in self.threads:
-            t.start()
-        try:
-            while True:
-                with cond:
-                    while not order and state["next"] < len(paths) and not errors:
-                        cond.wait(0.5)
-                    if not order:
-                        if errors:
-                            raise errors[0]
-                        return
-                    start = order[0][0]
-                    while start not in done and not errors:
-                        cond.wait(0.5)  # a timeout keeps Ctrl-C prompt
-                    if start not in done:
-                        raise errors[0]
-                    order.popleft()
-                    got = done.pop(start)
-                    state["emitted"] = order[0][0] if order else state["next"]
-                    cond.notify_all()
-                yield from got
-        finally:
-            with cond:
-                self._stop = True
-                cond.notify_all()
-
-    def terminate(self) -> None:
-        """Stop every decoder at once; their threads end with their current claim."""
-        with self._cond:
-            self._stop = True
-            self._cond.notify_all()
-        for d in self.decoders.values():
-            d.terminate()
-        self._join()
-        for d in self.decoders.values():  # what a thread may have started again before it saw the stop
-            d.terminate()
-
-    def close(self) -> None:
-        self._join()
-        for d in self.decoders.values():
-            d.close()
-
-    def _join(self) -> None:
-        for t in self.threads:
-            t.join(timeout=THREAD_JOIN_S)
-        self.threads = []

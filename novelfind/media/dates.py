@@ -1,8 +1,11 @@
 """When each photo was taken: the capture date read from the file's own metadata, its XMP sidecar, or
 (where it can be trusted) its file time; the rules are in ``docs/dates.md``.
 
-What the file itself says (:func:`embedded_date`) depends on its bytes only, so it is read once and kept
-in the feature cache beside the vector, keyed by the same content digest (``FeatureCache.put_dates``).
+This module holds the readers, one per source, and is the one place each source is parsed; it imports
+no other module of the package, so the decoders can call it. What the file itself says (the reader of
+its kind: :func:`image_date`, :func:`raw_date`, :func:`clip_date`) depends on its bytes only, so it is
+read once, when the file is decoded for the model (``novelfind.extract.dating``), and kept in the feature
+cache beside the vector, keyed by the same content digest (``FeatureCache.put_dates``).
 Reading it costs a header parse, never a pixel decode: Pillow's ``Image.open`` + ``getexif()`` for an
 image, the TIFF structure (or the embedded Exif block) of a RAW file, the container's ``creation_time``
 for a clip. A sidecar (which the user's tools edit) and the file time (which a copy changes) are looked
@@ -34,7 +37,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -199,6 +202,44 @@ def parse_iso_date(text: Any) -> tuple[float, int | None] | None:
     return seconds, shift
 
 
+def exif_iso(value: Any, offset: Any = None) -> str | None:
+    """An Exif date as the report's header line shows it: ``'2021:06:01 12:30:05'`` ->
+    ``'2021-06-01T12:30:05'``, with an ``OffsetTime`` of the form ``+HH:MM`` appended as written; None
+    when it is not a date. The wall clock as written: no conversion, no validity window."""
+    text = _text(value)
+    if text is None or len(text) < 19 or text[4] != ":" or text[7] != ":" or text[10] not in " T":
+        return None
+    day, clock = text[:10].replace(":", "-"), text[11:19]
+    try:
+        datetime.strptime(f"{day}T{clock}", "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    out = f"{day}T{clock}"
+    if isinstance(offset, bytes):
+        offset = offset.decode("ascii", "replace")
+    if isinstance(offset, str):
+        offset = offset.strip("\x00 ")
+        if len(offset) == 6 and offset[0] in "+-" and offset[3] == ":":
+            out += offset
+    return out
+
+
+def original_iso(exif: Any) -> str | None:
+    """:func:`exif_iso` of a Pillow ``Image.Exif``'s ``DateTimeOriginal`` with its ``OffsetTimeOriginal``
+    (both in the Exif IFD): the date the report shows beside a photo's size."""
+    sub = exif.get_ifd(_EXIF_IFD)
+    return exif_iso(sub.get(_ORIGINAL), sub.get(_OFFSET[_ORIGINAL]))
+
+
+def libraw_iso(timestamp: Any) -> str | None:
+    """LibRaw's capture time of a RAW (rawpy's ``other.timestamp``, a ``datetime``) as the report shows
+    it: the camera's local time to the second, ``2021-06-01T12:30:05``; None when unknown (LibRaw's 0,
+    the epoch)."""
+    if timestamp is None or timestamp.year <= 1970:
+        return None
+    return timestamp.replace(tzinfo=None, microsecond=0).isoformat()
+
+
 # ------------------------------------------------------------------------------------ what a file says
 
 
@@ -303,14 +344,6 @@ def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     return INVALID if any(v for v in values) else NONE
 
 
-def embedded_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
-    """What the file's own bytes say (never raises): the value the cache keeps for its digest."""
-    from novelfind.media.kinds import kind_of
-
-    read = {"exif": image_date, "raw": raw_date, "clip": clip_date}[kind_of(path).date_source]
-    return read(path, now)
-
-
 _XMP_DATE = re.compile(
     rb"(photoshop:DateCreated|exif:DateTimeOriginal|xmp:CreateDate)"
     rb"""(?:\s*=\s*["']([^"'<>]{4,40})["']|\s*>\s*([^<>]{4,40})\s*<)"""
@@ -318,15 +351,19 @@ _XMP_DATE = re.compile(
 _XMP_ORDER = (b"photoshop:DateCreated", b"exif:DateTimeOriginal", b"xmp:CreateDate")
 
 
-def sidecar_date(paths: Sequence[str | os.PathLike[str]], now: float | None = None) -> Taken:
+def sidecar_date(
+    paths: Sequence[str | os.PathLike[str]],
+    candidates: Callable[[str | os.PathLike[str]], Iterable[Path]],
+    now: float | None = None,
+) -> Taken:
     """The capture date in the first XMP sidecar of ``paths`` (a photo's files) that has one, read as
     text (at most ``SIDECAR_MAX_BYTES``, no XML parser): ``photoshop:DateCreated``, else
-    ``exif:DateTimeOriginal``, else ``xmp:CreateDate``, as attribute or element."""
-    from novelfind.media.sidecars import sidecar_candidates
-
+    ``exif:DateTimeOriginal``, else ``xmp:CreateDate``, as attribute or element. ``candidates(path)``:
+    the sidecar names a file may have (the XMP writer's rule), passed in so that this module, which the
+    decoders import, imports none of them."""
     seen: set[Path] = set()
     for photo in paths:
-        for candidate in sidecar_candidates(photo):
+        for candidate in candidates(photo):
             if candidate in seen:
                 continue
             seen.add(candidate)
@@ -418,17 +455,19 @@ def library_dates(
     paths: Sequence[str],
     mtimes_ns: np.ndarray,
     *,
+    read: Callable[[str], Taken],
+    sidecars: Callable[[str | os.PathLike[str]], Iterable[Path]],
     cached: Sequence[Taken | None] = (),
     twins: Callable[[int], Sequence[str]] | None = None,
-    read: Callable[[str], Taken] = embedded_date,
     on_read: Callable[[int, Taken], None] | None = None,
     now: float | None = None,
 ) -> Dates:
     """The capture dates of one scan's photos (``paths``, the files read, with their ``mtimes_ns``).
 
-    ``cached[i]``: what the cache holds of photo i's bytes (None or missing: read the file's header with
-    ``read`` and hand the result to ``on_read(i, taken)`` to be stored). ``twins(i)``: photo i's other
-    files (a RAW + JPEG pair), whose sidecars count too.
+    ``cached[i]``: what is already known of photo i's bytes (the decode's date, or the cache's; None or
+    missing: read the file's header with ``read``, the reader of its kind, and hand the result to
+    ``on_read(i, taken)`` to be stored). ``twins(i)``: photo i's other files (a RAW + JPEG pair), whose
+    sidecars (named by ``sidecars(path)``) count too.
     """
     n = len(paths)
     found: list[Taken] = []
@@ -457,7 +496,7 @@ def library_dates(
             files = [paths[i], *(twins(i) if twins is not None else ())]
             if not any(may_have_sidecar(os.fspath(f)) for f in files):
                 continue
-            side = sidecar_date(files, now)
+            side = sidecar_date(files, sidecars, now)
             if side.known:
                 found[i] = side
     taken = np.array([t.seconds for t in found], dtype=np.float64).reshape(n)
@@ -470,80 +509,6 @@ def library_dates(
             if valid(mtimes[i], now):
                 taken[i], offsets[i], sources[i] = mtimes[i], 0.0, "file"
     return Dates(taken, sources, offsets, trusted)
-
-
-# ------------------------------------------------------------------------------------------- a scan
-
-STORE_EVERY = 512  # dates read from headers are written to the cache this many at a time
-PROGRESS_EVERY = 256  # headers read between two progress events
-
-
-def _stored(row: tuple[float | None, int | None, str]) -> Taken:
-    taken, offset, source = row
-    if source not in EMBEDDED:
-        return NONE
-    return Taken(math.nan if taken is None else float(taken), source, None if offset is None else int(offset))
-
-
-def scan_dates(
-    files: Any,
-    store: Any,
-    *,
-    twins: Callable[[int], Sequence[str]] | None = None,
-    on_progress: Callable[[int, int], None] | None = None,
-    on_warning: Callable[[str], None] | None = None,
-    read: Callable[[str], Taken] = embedded_date,
-    now: float | None = None,
-) -> Dates:
-    """The capture dates of a scan's files (a ``walk.FileList``, row i for file i), through ``store``
-    (``FeatureCache.dates_by_stat`` / ``put_dates``; a ``NullCache`` keeps nothing): what the cache holds
-    is used, every other file's header is read once (``on_progress(done, to_read)``) and its date stored
-    for the next scan, ``STORE_EVERY`` at a time. A cache that cannot take them is one warning.
-
-    Measured (``scripts/bench_dates.py``, 2 cores, 300 JPEGs with a camera's Exif): 5.5 ms of CPU for
-    the 300 when their dates are cached, 138 ms when every header is read and stored (0.35 ms a header).
-    """
-    known = store.dates_by_stat(files)
-    cached = [None if hit is None else _stored(hit) for _, hit in known]
-    to_read = sum(1 for c in cached if c is None)
-    pending: list[tuple[str, float | None, int | None, str]] = []
-    state = {"done": 0, "writable": True}
-
-    def flush() -> None:
-        rows = list(pending)
-        pending.clear()
-        if not rows or not state["writable"]:
-            return
-        try:
-            store.put_dates(rows)
-        except Exception as err:  # noqa: BLE001 - CacheWriteError: the dates are read again next time
-            state["writable"] = False
-            if on_warning is not None:
-                on_warning(f"{err}; capture dates are not cached")
-
-    def on_read(i: int, taken: Taken) -> None:
-        digest = known[i][0]
-        if digest is not None:
-            pending.append((digest, None if not taken.known else taken.seconds, taken.offset, taken.source))
-            if len(pending) >= STORE_EVERY:
-                flush()
-        state["done"] += 1
-        if on_progress is not None and (state["done"] % PROGRESS_EVERY == 0 or state["done"] == to_read):
-            on_progress(state["done"], to_read)
-
-    paths = [os.fsdecode(files.raw_path(i)) for i in range(len(files))] if hasattr(files, "raw_path") else [
-        os.fspath(f.path) for f in files
-    ]
-    if hasattr(files, "mtimes_ns"):
-        mtimes = files.mtimes_ns
-    else:
-        mtimes = np.array([f.mtime_ns for f in files], np.int64)
-    try:
-        return library_dates(
-            paths, mtimes, cached=cached, twins=twins, read=read, on_read=on_read, now=now
-        )
-    finally:
-        flush()  # Ctrl-C keeps the dates read so far
 
 
 def since_mask(dates: Dates, mtimes_ns: np.ndarray, since: datetime | None) -> np.ndarray:

@@ -28,6 +28,7 @@ from PIL import Image, ImageFile, ImageOps
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
+from novelfind.media import dates
 from novelfind.media.extensions import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PILLOW_EXTENSIONS
 from novelfind.model.weights import MOBILENET_V2
 
@@ -475,9 +476,6 @@ def read_for_model(
 
 _ORIENTATION = 0x0112
 _IMAGE_WIDTH, _IMAGE_LENGTH = 0x0100, 0x0101  # TIFF: as stored
-_EXIF_IFD = 0x8769
-_DATETIME_ORIGINAL = 0x9003
-_OFFSET_TIME_ORIGINAL = 0x9011
 
 
 def image_info(path: str | os.PathLike) -> dict:
@@ -514,31 +512,4 @@ def _fill_info(info: dict, img: Image.Image) -> None:
     if exif.get(_ORIENTATION) in (5, 6, 7, 8):
         w, h = h, w
     info["width"], info["height"] = int(w), int(h)
-    sub = exif.get_ifd(_EXIF_IFD)
-    info["taken"] = _exif_iso(sub.get(_DATETIME_ORIGINAL), sub.get(_OFFSET_TIME_ORIGINAL))
-
-
-def _exif_iso(value, offset=None) -> str | None:
-    """'2021:06:01 12:30:05' -> '2021-06-01T12:30:05' (+ offset when present); None if malformed."""
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
-    if not isinstance(value, str):
-        return None
-    value = value.strip("\x00 ").strip()
-    if len(value) < 19 or value[4] != ":" or value[7] != ":" or value[10] not in " T":
-        return None
-    date, clock = value[:10].replace(":", "-"), value[11:19]
-    try:
-        from datetime import datetime
-
-        datetime.strptime(f"{date}T{clock}", "%Y-%m-%dT%H:%M:%S")
-    except ValueError:
-        return None
-    iso = f"{date}T{clock}"
-    if isinstance(offset, bytes):
-        offset = offset.decode("ascii", "replace")
-    if isinstance(offset, str):
-        offset = offset.strip("\x00 ")
-        if len(offset) == 6 and offset[0] in "+-" and offset[3] == ":":
-            iso += offset
-    return iso
+    info["taken"] = dates.original_iso(exif)

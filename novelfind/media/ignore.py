@@ -457,3 +457,46 @@ def _files(
             yield path
         else:
             on_error(path, "no such file or folder")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which of a scan's photos are ranked: the ``candidates`` (int64 rows), the ``ignored`` ones (bool
+    (N,), on the ignore list) and, with ``ignore_picks``, the ``kept`` rows: the photos this run would rank
+    but for the ignore list (mostly an earlier run's picks of the same window), whose tags stay; with
+    nothing else to rank the outputs stay as they were (``nothing_new``). A re-run of the weekly line
+    loses nothing; last week's picks (before ``since``) lose their tags when this week's are tagged."""
+
+    candidates: np.ndarray
+    ignored: np.ndarray
+    kept: np.ndarray
+    restricted: bool  # fewer candidates than photos: ``since`` or ignored photos
+
+    @property
+    def nothing_new(self) -> bool:
+        return not len(self.candidates) and bool(len(self.kept))
+
+
+def select(
+    in_window: np.ndarray,
+    ignore_list: IgnoreList | None,
+    groups: Sequence[Sequence[Any]],
+    *,
+    since: bool,
+    ignore_picks: bool,
+    known_digests: Callable[[Sequence[Any]], Sequence[str | None]] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+) -> Selection:
+    """The :class:`Selection` of the photos whose files are ``groups`` (row i: photo i's files), of which
+    ``in_window`` (bool (N,)) fall within ``since`` (:func:`novelfind.media.dates.since_mask`), against
+    ``ignore_list`` (None: nothing is ignored)."""
+    ignored = np.zeros(len(in_window), dtype=bool)
+    if ignore_list is not None:
+        ignored = ignore_list.ignored_in(groups, known_digests=known_digests, on_warning=on_warning)
+    kept = np.flatnonzero(in_window & ignored) if ignore_picks else np.zeros(0, np.int64)
+    return Selection(
+        candidates=np.flatnonzero(in_window & ~ignored),  # int64 rows
+        ignored=ignored,
+        kept=kept,
+        restricted=since or bool(ignored.any()),
+    )

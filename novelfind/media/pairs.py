@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from array import array
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from novelfind.media import raw
+from novelfind.errors import NovelfindError
+from novelfind.media import raw, walk
 from novelfind.media.extensions import HEIF_EXTENSIONS, JPEG_EXTENSIONS
 from novelfind.media.kinds import RAW, kind_of
 from novelfind.media.walk import FileList, ImageFile
@@ -217,3 +219,51 @@ class _Groups(Sequence[tuple[ImageFile, ...]]):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         return self._photos[i].files
+
+
+def find_photos(
+    paths: Sequence[Path],
+    *,
+    exclude: Sequence[str],
+    follow_symlinks: bool,
+    excluded: Callable[[Path], bool],
+    on_error: Callable[[Path, str], None],
+    on_found: Callable[[int], None],
+    on_walked: Callable[[int], None],
+    on_warning: Callable[[str], None],
+) -> PhotoList:
+    """The photos under ``paths``, in walk order, without the files ``excluded`` names (a run's own
+    outputs); twins (RAW + JPEG) are one photo (:class:`PhotoList`). ``on_found(n)`` after each file the
+    walk offers, ``on_walked(n)`` once the walk is done. What the walk or this installation left out
+    (RAW files without LibRaw, HEIC without pillow-heif, clips without PyAV) is one warning line per
+    kind, with the count and the reason (and a few names, for clips); with no photo left, the error
+    (NovelfindError) says it instead."""
+    skipped: Counter[str] = Counter()
+    names: dict[str, list[str]] = {}  # the first few names of the kinds whose line names them
+
+    def on_skipped(kind: str, name: str) -> None:
+        skipped[kind] += 1
+        if kind in walk.NAMED_KINDS and len(names.setdefault(kind, [])) < walk.NAMES_SHOWN:
+            names[kind].append(name)
+
+    walked = walk.walk(
+        paths, exclude=exclude, follow_symlinks=follow_symlinks, on_error=on_error, on_skipped=on_skipped
+    )
+    photos = PhotoList.from_walk((f for f in walked if not excluded(f.path)), on_found)
+    on_walked(photos.file_count())
+    photos, left_out = photos.readable()
+    messages = [
+        walk.skipped_message(kind, count, names.get(kind, ())) for kind, count in sorted(skipped.items())
+    ]
+    if left_out:
+        messages.insert(
+            0,
+            f"{left_out} RAW file{'' if left_out == 1 else 's'} without a JPEG twin left out: "
+            "RAW support is not installed (pip install 'novelfind[raw]')",
+        )
+    if not photos:
+        where = ", ".join(str(path) for path in paths)
+        raise NovelfindError(f"no images found in {where}" + "".join(f" ({m})" for m in messages))
+    for message in messages:
+        on_warning(message)
+    return photos

@@ -39,6 +39,7 @@ from PIL import Image
 
 from novelfind.base import extras
 from novelfind.errors import DecodeError
+from novelfind.media import dates
 from novelfind.media.decode import (
     INPUT_SIZE,
     MAX_IMAGE_PIXELS,
@@ -247,8 +248,7 @@ def image_info(path: str | os.PathLike[str]) -> dict:
             w, h = h, w
         if w > 0 and h > 0:
             info["width"], info["height"] = int(w), int(h)
-        if taken is not None and taken.year > 1970:  # LibRaw's 0 (the epoch) means unknown
-            info["taken"] = taken.replace(tzinfo=None, microsecond=0).isoformat()
+        info["taken"] = dates.libraw_iso(taken)
     except Exception:  # noqa: BLE001 - informational only
         pass
     return info

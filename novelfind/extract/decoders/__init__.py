@@ -4,7 +4,7 @@ stage its digest and the model's input pixels.
 - ``pillow`` (``pillow.ProcessDecoder``): Pillow, and LibRaw for RAW files, in worker processes;
 - ``gpu`` (``gpu.GpuFileDecoder``): JPEGs on the model's GPU with nvImageCodec, the rest with Pillow;
 - ``auto``, the default (:func:`auto_decoder`): the GPU decoder and Pillow processes at once, fed from one
-  queue (``stage.SharedDecoder``: whichever is free takes the next files) when the model runs on CUDA
+  queue (``shared.SharedDecoder``: whichever is free takes the next files) when the model runs on CUDA
   and nvImageCodec is installed, else ``pillow``.
 
 Another decoder is a class (or factory) with the same constructor (``workers``, ``window``, ``known``,

@@ -55,6 +55,7 @@ import numpy as np
 from novelfind.base import extras
 from novelfind.base.devices import available_cpus
 from novelfind.errors import DecodeError
+from novelfind.extract.dating import embedded_date
 from novelfind.extract.decoders import pillow
 
 # (the header check's and the geometry's other names are importable from here too)
@@ -65,7 +66,8 @@ from novelfind.extract.decoders.jpeg_header import (  # noqa: F401
     draft_factor,
     inspect_jpeg,
 )
-from novelfind.extract.stage import Decoded, Decoder, SharedDecoder
+from novelfind.extract.shared import SharedDecoder
+from novelfind.extract.stage import Decoded, Decoder
 from novelfind.media.decode import INPUT_SIZE, file_digest, model_input_from_bytes, read_bytes
 from novelfind.media.kinds import kind_of
 
@@ -412,18 +414,19 @@ class GpuFileDecoder:
         return stack_pixels(pixels)
 
     def _read(self, path: str) -> tuple[Decoded | None, bytes | None, JpegInfo | str | None]:
-        """(digest, bytes, what ``inspect_jpeg`` says), or a failure or a known digest without bytes; for a
-        clip (a few keyframes through PyAV in a decode process; never read whole here) nothing."""
+        """(digest and capture date, bytes, what ``inspect_jpeg`` says), or a failure or a known digest
+        without bytes; for a clip (a few keyframes through PyAV in a decode process; never read whole here)
+        nothing."""
         if not kind_of(path).whole:
             return None, None, None
         try:
             data = read_bytes(path)
         except DecodeError as e:
             return Decoded(None, reason=str(e) or "cannot read"), None, None
-        digest = file_digest(data)
-        if digest in self.known:
-            return Decoded(digest), None, None
-        return Decoded(digest), data, inspect_jpeg(data)
+        head = Decoded(file_digest(data), taken=embedded_date(path))
+        if head.digest in self.known:
+            return head, None, None
+        return head, data, inspect_jpeg(data)
 
     def decode(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         if self.shared is None:
@@ -478,7 +481,7 @@ class GpuFileDecoder:
                 if k in batch.fallback:
                     rejected.append(j)
                 else:
-                    results[j] = Decoded(got[j][0].digest, batch.pixels[k])
+                    results[j] = got[j][0]._replace(pixels=batch.pixels[k])
                     self.stats["gpu"] += 1
         done = first.result() if first is not None else []
         if rejected:  # after the first call: a ProcessDecoder decodes one list at a time

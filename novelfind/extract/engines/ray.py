@@ -35,25 +35,28 @@ seconds (all its workers lost).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import queue
 import sys
-import tempfile
 import threading
 from collections.abc import Collection, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from novelfind import __version__
-from novelfind.base import atomic
 from novelfind.cache import DigestSet
 from novelfind.errors import ClusterError
+from novelfind.extract.engines.ray_actors import (
+    ExtractWorker,
+    ModelSpec,
+    ResultBatch,
+    sha256_of,
+    subset,
+    to_result,
+)
 from novelfind.extract.engines.ray_connect import (
     CONNECT_TIMEOUT_S,
     RAY_CONNECT_ATTEMPTS,
@@ -75,148 +78,6 @@ INSTALL_HINT = "pip install 'novelfind[ray]'"
 STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
 MAX_ROUNDS = 3  # submissions of the files still missing after a failed round
 MAX_BLOCKS = 20_000  # input blocks per run; more files per block above 20,000 x batch_size files
-NODE_DIR = "novelfind-ray"  # under the node's temp folder: the model files shipped by the driver
-
-
-@dataclass
-class ResultBatch:
-    """Results for some of the paths given to ``RayEngine.run``; row i is about ``paths[positions[i]]``.
-
-    A row is one of three cases, as with the local engine:
-
-    - extracted: ``digests[i]`` is set and ``vectors[i]`` holds the model's output (``has_vector[i]``);
-    - bytes already known: ``digests[i]`` is in the ``known`` set given to ``run``, no vector was made
-      (the driver takes the vector from its cache by digest);
-    - unreadable: ``digests[i]`` is None and ``reasons[i]`` says why, word for word what the local engine
-      says.
-
-    Vectors are as the model produced them, the pooled vectors the cache keeps (``stage.Stage`` makes
-    the feature asked for from them): the driver applies the same finite-values check to them as to a
-    local batch.
-    """
-
-    positions: np.ndarray  # int64 (B,): index into the paths given to run()
-    digests: list[str | None]  # blake2b-128 hex of the file's bytes; None where unreadable
-    vectors: np.ndarray  # float32 (B, 1280) pooled; zero rows where has_vector is False
-    has_vector: np.ndarray  # bool (B,)
-    reasons: list[str | None]  # why a file is unreadable; None elsewhere
-    nodes: list[str]  # Ray node id of the worker that read each file
-
-    def __len__(self) -> int:
-        return len(self.positions)
-
-    def items(self) -> Iterator[tuple[int, str | None, np.ndarray | None, str | None]]:
-        """(position, digest, vector or None, reason or None) per row."""
-        for i in range(len(self.positions)):
-            vec = self.vectors[i] if self.has_vector[i] else None
-            yield int(self.positions[i]), self.digests[i], vec, self.reasons[i]
-
-
-# --------------------------------------------------------------------------- model shipping
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _materialise(path: Path, data: bytes, sha256: str) -> Path:
-    """Write ``data`` to ``path`` unless a file with that sha256 is already there; atomic."""
-    try:
-        if path.is_file() and _sha256(path.read_bytes()) == sha256:
-            return path
-    except OSError:
-        pass
-    if _sha256(data) != sha256:
-        raise RuntimeError(f"model bytes for {path.name} arrived damaged (sha256 mismatch)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_bytes(path, data)
-    return path
-
-
-@dataclass(frozen=True)
-class _ModelSpec:
-    """What a worker needs to build its extractor; the bytes travel as object refs."""
-
-    feature: str
-    device: str  # "cpu" or "cuda"
-    onnx_ref: Any  # ObjectRef to the ONNX graph bytes (CPU workers)
-    onnx_sha256: str
-    weights_ref: Any  # ObjectRef to the .pth bytes (GPU workers)
-    weights_sha256: str
-    decode_threads: int
-
-
-def _worker_extractor(spec: _ModelSpec):
-    """The extractor a worker runs: the package's own classes on node-local copies of the shipped files."""
-    import ray
-
-    from novelfind.model.features import OnnxExtractor, TorchExtractor
-    from novelfind.model.weights import WEIGHTS_FILE
-
-    base = Path(tempfile.gettempdir()) / NODE_DIR
-    weights = base / WEIGHTS_FILE
-    if spec.device == "cuda":
-        _materialise(weights, ray.get(spec.weights_ref), spec.weights_sha256)
-        return TorchExtractor(weights, spec.feature, device="cuda")
-    extractor = OnnxExtractor(weights, spec.feature, threads=1, cache_dir=base / "models")
-    _materialise(extractor.onnx_path, ray.get(spec.onnx_ref), spec.onnx_sha256)
-    return extractor
-
-
-class _ExtractWorker:
-    """Ray Data callable class: {pos, path} batch -> {pos, digest, vector, has_vector, reason, node}."""
-
-    def __init__(self, spec: _ModelSpec, known_ref: Any, driver_version: str):
-        import ray
-
-        if driver_version != __version__:
-            raise RuntimeError(
-                f"novelfind {__version__} on this node, {driver_version} on the driver: "
-                "install the same version on every node"
-            )
-        self.extractor = _worker_extractor(spec)
-        self.dim = int(self.extractor.stored_dim)  # the stored vector (pooled), whatever the feature
-        self.known: Collection[str] = (
-            ray.get(known_ref) if isinstance(known_ref, ray.ObjectRef) else known_ref
-        )
-        self.node = ray.get_runtime_context().get_node_id()
-        self.pool = ThreadPoolExecutor(spec.decode_threads) if spec.decode_threads > 1 else None
-
-    def _read(self, raw: bytes):
-        from novelfind.extract.stage import decode_file
-
-        return decode_file(os.fsdecode(raw), self.known)
-
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        raw_paths = list(batch["path"])
-        read = self.pool.map(self._read, raw_paths) if self.pool is not None else map(self._read, raw_paths)
-        n = len(raw_paths)
-        digests, reasons = [b""] * n, [b""] * n
-        todo: list[int] = []
-        pixels: list[np.ndarray] = []
-        for i, decoded in enumerate(read):
-            if decoded.digest is None:
-                reasons[i] = os.fsencode(decoded.reason)  # a reason may quote a file name: keep its bytes
-            else:
-                digests[i] = decoded.digest.encode("ascii")
-                if decoded.pixels is not None:
-                    todo.append(i)
-                    pixels.append(decoded.pixels)
-        vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
-        has_vector = np.zeros(n, bool)
-        if todo:
-            stacked = np.stack(pixels)  # (B', 224, 224, 3) uint8
-            assert stacked.shape[1:] == (INPUT_SIZE, INPUT_SIZE, 3)
-            vectors[todo] = np.asarray(self.extractor.encode(stacked), dtype=np.float32)  # (B', dim)
-            has_vector[todo] = True
-        return {
-            "pos": np.asarray(batch["pos"], np.int64),
-            "digest": np.array(digests, dtype=object),
-            "vector": vectors,
-            "has_vector": has_vector,
-            "reason": np.array(reasons, dtype=object),
-            "node": np.array([self.node.encode("ascii")] * n, dtype=object),
-        }
 
 
 # --------------------------------------------------------------------------- the engine
@@ -274,7 +135,7 @@ class RayEngine:
         self.dim = POOLED_DIM
         self._ray: Any = None
         self._owns_ray = False
-        self._spec: _ModelSpec | None = None
+        self._spec: ModelSpec | None = None
         self._pool: tuple[int, float, float] | None = None  # (actors, CPUs each, GPUs each)
 
     # -- connection ----------------------------------------------------------------------------
@@ -367,7 +228,7 @@ class RayEngine:
             raise ClusterError("the Ray cluster has no CPU for workers (is every worker node down?)")
         return "cpu", int(cpus), 1.0, 0.0
 
-    def _prepare(self) -> _ModelSpec:
+    def _prepare(self) -> ModelSpec:
         """Verify the weights, export + verify the ONNX graph here, and put the bytes in the object store."""
         if self._spec is not None:
             return self._spec
@@ -383,8 +244,8 @@ class RayEngine:
             local = OnnxExtractor(weights, self.feature, cache_dir=self.model_cache_dir)
             local(np.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), np.uint8))  # exports and verifies the graph once
             onnx_bytes = local.onnx_path.read_bytes()
-            onnx_ref, onnx_sha = ray.put(onnx_bytes), _sha256(onnx_bytes)
-        self._spec = _ModelSpec(
+            onnx_ref, onnx_sha = ray.put(onnx_bytes), sha256_of(onnx_bytes)
+        self._spec = ModelSpec(
             feature=self.feature,
             device=device,
             onnx_ref=onnx_ref,
@@ -422,7 +283,7 @@ class RayEngine:
                 for batch in self._round(todo, raw, spec, known_ref):
                     fresh = missing[batch.positions]
                     if not fresh.all():  # a retried block may repeat files already yielded
-                        batch = _subset(batch, fresh)
+                        batch = subset(batch, fresh)
                     if len(batch):
                         missing[batch.positions] = False
                         yield batch
@@ -444,7 +305,7 @@ class RayEngine:
             reason = f": {_first_line(last_error)}" if last_error is not None else ""
             raise ClusterError(f"{left} files were not extracted after {MAX_ROUNDS} attempts{reason}")
 
-    def _round(self, todo: np.ndarray, raw: list[bytes], spec: _ModelSpec, known_ref: Any):
+    def _round(self, todo: np.ndarray, raw: list[bytes], spec: ModelSpec, known_ref: Any):
         """One Ray Data run over the positions ``todo``, pumped through a queue with a stall watchdog."""
         import pyarrow as pa
         import ray.data
@@ -463,7 +324,7 @@ class RayEngine:
         ctx = ray.data.DataContext.get_current()
         with _quiet_data_context(ctx):
             ds = ray.data.from_arrow(tables).map_batches(
-                _ExtractWorker,
+                ExtractWorker,
                 fn_constructor_kwargs={"spec": spec, "known_ref": known_ref, "driver_version": __version__},
                 batch_size=self.batch_size,
                 batch_format="numpy",
@@ -547,43 +408,20 @@ def _take_results(stage: Any, batches: Iterator[ResultBatch], rows: Sequence[int
     cache no longer has (to be extracted again)."""
     gone: list[int] = []
     for batch in batches:
-        for pos, digest, vector, reason in batch.items():
+        for (pos, digest, vector, reason), taken in zip(batch.items(), batch.taken, strict=True):
             i = rows[pos]
             if digest is None:
                 stage.fail(i, reason or "cannot decode")
-            elif vector is not None:
+                continue
+            if taken is not None:  # read with the pixels on the worker: stored with the vector
+                stage.take_date(i, digest, taken)
+            if vector is not None:
                 stage.take_vector(i, digest, vector)
             elif not stage.take_known(i, digest):
                 gone.append(pos)
         stage.commit()
         stage.progress()
     return gone
-
-
-def _subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:
-    idx = np.flatnonzero(keep)
-    return ResultBatch(
-        positions=batch.positions[idx],
-        digests=[batch.digests[i] for i in idx],
-        vectors=batch.vectors[idx],
-        has_vector=batch.has_vector[idx],
-        reasons=[batch.reasons[i] for i in idx],
-        nodes=[batch.nodes[i] for i in idx],
-    )
-
-
-def _to_result(block: dict[str, np.ndarray]) -> ResultBatch:
-    digests = [bytes(d).decode("ascii") or None for d in block["digest"]]
-    reasons = [os.fsdecode(bytes(r)) or None for r in block["reason"]]
-    vectors = np.asarray(block["vector"], dtype=np.float32)
-    return ResultBatch(
-        positions=np.asarray(block["pos"], np.int64),
-        digests=digests,
-        vectors=vectors.reshape(len(digests), -1),
-        has_vector=np.asarray(block["has_vector"], bool),
-        reasons=[r if d is None else None for d, r in zip(digests, reasons, strict=True)],
-        nodes=[bytes(n).decode("ascii") for n in block["node"]],
-    )
 
 
 def _pumped(blocks: Iterator[dict], stall_timeout: float) -> Iterator[ResultBatch]:
@@ -608,7 +446,7 @@ def _pumped(blocks: Iterator[dict], stall_timeout: float) -> Iterator[ResultBatc
     def pump() -> None:
         try:
             for block in blocks:
-                if not put(_to_result(block)):
+                if not put(to_result(block)):
                     return
             put(end)
         except BaseException as err:  # noqa: BLE001 - handed to the consumer
