@@ -7,9 +7,9 @@ test must not (a busy machine would fail it):
 - cache: 10,000 stat lookups in one call, write rate, file size (10,000 vectors of 1,000 floats);
   the wait of a write that gives up after a 0.2 s busy timeout; eight processes opening one new
   cache at the same instant (time until all have opened and written);
-- decode: each valid but hostile file of ``tests/hostile.py`` in a fresh process (time, peak RSS
+- decode: each valid but hostile file of ``tests/support/hostile.py`` in a fresh process (time, peak RSS
   growth); the files whose header claims 100+ million pixels (time to refusal); fuzzed files
-  (``tests/fuzzing.py``: cases per second, slowest case);
+  (``tests/support/fuzzing.py``: cases per second, slowest case);
 - command line: Ctrl-C during a scan until the process has exited; a second run asking for a
   locked output with ``--no-wait`` until it exits with 4.
 

@@ -9,7 +9,7 @@ fenced block. ``quickstart`` is the README's quick start run as written, from a 
 model: the example set (``scripts/make_example.py``) ranked by ``novelfind scan example-photos --k 5``;
 stdout, then the summary line from stderr. The folder it ran in is shown as ``/home/you``. The seconds
 in the summary vary from run to run and machine to machine, so ``--check`` compares everything else
-(``tests/test_docs.py`` runs the check). ``cache-upgrade`` is what ``novelfind cache info`` adds for a cache
+(``tests/project/test_docs.py`` runs the check). ``cache-upgrade`` is what ``novelfind cache info`` adds for a cache
 0.1.0 wrote (``docs/cache.md``): a small one made here, in 0.1.0's layout, with made-up vectors.
 """
 

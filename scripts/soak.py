@@ -18,7 +18,7 @@ runs on the same cache. Checked all along:
     python scripts/soak.py                      # 5 minutes, 8 scans at a time
     python scripts/soak.py --seconds 30 --out /tmp/soak.json
 
-The scans use the tests' fast stand-in for the model (``tests/fake_cli.py``), since what is soaked
+The scans use the tests' fast stand-in for the model (``tests/support/fake_cli.py``), since what is soaked
 is the cache and the process handling, not MobileNet-V2; ``--extractor real`` runs the real one.
 Prints a summary and writes JSON (``--out``); exits 1 if anything failed.
 """

@@ -4,7 +4,7 @@ Everything here is plain Pillow + numpy (no torch), so decode workers start fast
 
 Whatever the bytes, a decode gives pixels or raises ``DecodeError`` with a one-line reason; it
 prints nothing (Pillow's warnings are silenced here). Seeded mutations of every supported format
-(``tests/fuzzing.py``) and valid but hostile files (``tests/hostile.py``) hold it to that. A path
+(``tests/support/fuzzing.py``) and valid but hostile files (``tests/support/hostile.py``) hold it to that. A path
 that is no longer a regular file when it is read (swapped for a FIFO or a device after the walk)
 is refused before a byte is read from it; a PNG refused only for an oversized text or ICC chunk
 is decoded again without its metadata chunks, since the pixels do not depend on them.

@@ -15,7 +15,7 @@ Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract
   cuda   eager PyTorch in float16, channels_last, pinned host memory, cuDNN autotuning; it also takes
          a batch already on the GPU (JPEGs decoded there, ``extract/decoders/gpu.py``).
 The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key`` does
-not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/test_cuda.py).
+not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/model/test_cuda.py).
 
 Every backend computes the 1280-d pooled vector, and that is what the cache keeps, one per photo, whatever
 ``--feature`` says: MobileNet-V2's classifier is linear at inference (Dropout is the identity), so the logits
@@ -67,7 +67,7 @@ BACKENDS = ("auto", "torch", "onnx")
 # Observed differences are ~1e-5 on logits (values of order 10); rankings are identical at this level.
 BACKEND_TOLERANCE = 1e-3
 # Largest relative L2 difference ||cuda - cpu|| / ||cpu|| of one vector, float16 on CUDA against float32 on
-# the CPU (tests/test_cuda.py); float16 keeps ~3 significant digits, and the nearest other photo is
+# the CPU (tests/model/test_cuda.py); float16 keeps ~3 significant digits, and the nearest other photo is
 # typically tens of percent away, so cached vectors from either device can be mixed.
 CUDA_TOLERANCE = 2e-2
 ONNX_OPSET = 17

@@ -1,0 +1,130 @@
+"""What a scan returns: the run record the JSON formats carry, the result's dates where the scan had
+none, its text in each format, and the routing of warnings to ``on_warning``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from novelfind import __version__
+from novelfind.media.dates import Dates
+from novelfind.media.walk import ImageFile
+from novelfind.outputs.formats import format_results
+from novelfind.params import ScanParameters
+from novelfind.picks import Failure, Pick
+from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
+
+COUNTS = Counts(
+    found=12,
+    from_cache=7,
+    extracted=3,
+    failed=2,
+    candidates=9,
+    duplicates_dropped=1,
+    photos=10,
+    ignored=1,
+    newly_ignored=0,
+    clips=2,
+    known_failed=1,
+)
+
+
+def result(**extra) -> ScanResult:
+    params = ScanParameters("/lib", k=2, format="json")
+    files = [ImageFile(Path(f"/lib/{i}.jpg"), i, i) for i in range(3)]
+    picks = [Pick(rank=1, score=0.75, path=files[1].path, size=1, mtime_ns=1)]
+    fields = {
+        "picks": picks,
+        "failures": [Failure(Path("/lib/bad.jpg"), "truncated")],
+        "counts": COUNTS,
+        "seconds": 1.23456,
+        "parameters": params,
+        "files": files,
+        "features": None,
+    }
+    return ScanResult(**{**fields, **extra})
+
+
+def test_the_run_record_is_the_version_the_parameters_and_the_counts():
+    params = ScanParameters("/lib", k=5)
+    record = run_record(params, COUNTS, 2.00049)
+    assert record["version"] == __version__
+    assert {k: record[k] for k in params.record()} == params.record()
+    assert record == {
+        "version": __version__,
+        **params.record(),
+        "images_found": 12,
+        "photos_found": 10,
+        "clips_found": 2,
+        "ignored": 1,
+        "from_cache": 7,
+        "extracted": 3,
+        "failed": 2,
+        "duplicates_dropped": 1,
+        "seconds": 2.0,
+    }
+    assert list(record)[:2] == ["version", "paths"]
+    json.dumps(record)  # JSON values only
+
+
+def test_the_results_record_and_text_are_the_formats():
+    res = result()
+    assert res.record() == run_record(res.parameters, res.counts, res.seconds)
+    assert res.record()["seconds"] == 1.235
+    text = res.to_text()  # the scan's format: json
+    assert text == format_results(res.picks, "json", failures=res.failures, run=res.record())
+    assert json.loads(text)["run"]["k"] == 2
+    assert res.to_text("paths") == "/lib/1.jpg\n"
+
+
+def test_without_dates_every_file_is_undated():
+    res = result()
+    assert np.isnan(res.taken).all() and res.taken.shape == (3,)
+    assert res.taken_source == ["none", "none", "none"]
+
+
+def test_with_dates_the_result_gives_the_scans():
+    dates = Dates(np.array([1.0, np.nan, 3.0]), ["exif", "none", "file"], np.array([0.0, np.nan, np.nan]))
+    res = result(dates=dates)
+    np.testing.assert_array_equal(res.taken, [1.0, np.nan, 3.0])
+    assert res.taken_source == ["exif", "none", "file"]
+
+
+def test_defaults_of_the_records():
+    res = result()
+    assert (res.known_failures, res.notices, res.warnings, res.outputs_kept) == ([], [], [], False)
+    assert res.clips == {} and res.sidecars is None
+    assert "files" not in repr(res) and "features" not in repr(res)
+    assert Progress("walk") == Progress("walk", 0, None, None)
+    small = Counts(1, 0, 1, 0, 1, 0)
+    assert (small.photos, small.ignored, small.clips, small.known_failed) == (0, 0, 0, 0)
+
+
+def test_warnings_and_log_records_reach_on_warning_one_each_and_stop_after():
+    heard: list[str] = []
+    logger = logging.getLogger("novelfind.test")
+    before = warnings.showwarning
+    with warnings_to(heard.append):
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("slower fallback", RuntimeWarning, stacklevel=1)
+        logger.warning("cache %s unusable", "/c.sqlite")
+        logger.info("not a warning")
+    assert heard == ["slower fallback", "cache /c.sqlite unusable"]
+    assert warnings.showwarning is before
+    assert logging.getLogger("novelfind").propagate is True
+    logger.warning("after")
+    assert heard == ["slower fallback", "cache /c.sqlite unusable"]
+
+
+def test_the_routing_is_undone_when_the_block_raises():
+    logger = logging.getLogger("novelfind")
+    handlers = list(logger.handlers)
+    with pytest.raises(KeyError), warnings_to(lambda line: None):
+        raise KeyError("x")
+    assert logger.handlers == handlers and logger.propagate is True
