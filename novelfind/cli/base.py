@@ -50,7 +50,7 @@ class SinceType(click.DateTime):
 
 
 # ctx.meta: parameter name -> ParameterSource, recorded before conversion
-_SOURCES = "novelfind.ranking.sources"
+_SOURCES = "novelfind.sources"
 _CONFIG = "novelfind.config"  # ctx.meta: (config file, {parameter name: key as written in it})
 
 
