@@ -1,6 +1,6 @@
 """Config files read directly: the TOML file, its ``[scan]`` table, and each key checked against the
 command's options with its exact message. (Precedence over the environment and the command line is in
-tests/cli/test_cli.py.)"""
+tests/cli/test_scan.py.)"""
 
 from __future__ import annotations
 

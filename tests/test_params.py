@@ -1,6 +1,6 @@
 """``ScanParameters`` built directly: its defaults, how values are normalised, the checks not covered by
 the API's table of refusals (tests/project/test_api.py) or by the settings a method or engine ignores
-(tests/ranking/test_method_settings.py), and what it reports of itself."""
+(tests/ranking/test_methods.py), and what it reports of itself."""
 
 from __future__ import annotations
 

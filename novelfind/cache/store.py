@@ -173,7 +173,7 @@ class NullCache(NullVectors, NullDates, NullClips, NullRankings, NullFailures, N
     """The cache interface, storing nothing: for ``--no-cache`` and unusable cache locations.
 
     Each table's null part lives beside the table (``NullVectors`` in vectors.py, ...), so a lookup
-    added to a table gets its null answer there; ``tests/cache/test_cache.py`` checks that this class keeps
+    added to a table gets its null answer there; ``tests/cache/test_store.py`` checks that this class keeps
     up with :class:`Store` and with ``FeatureCache``.
     """
 

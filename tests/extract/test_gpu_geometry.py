@@ -1,6 +1,6 @@
 """The CPU path's geometry emulated in torch, run on CPU tensors: the EXIF turns, Pillow's filter
 weights, the draft's block means and the model input's shape, dtype and plain cut. (Agreement with
-Pillow on real JPEGs is in tests/extract/test_gpu_decode.py.)"""
+Pillow on real JPEGs is in tests/extract/test_gpu.py.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The header check of the GPU JPEG path, on hand-made marker sequences: what passes, the reason for what
-does not, and the draft reduction. (Whole JPEGs against Pillow are in tests/extract/test_gpu_decode.py.)"""
+does not, and the draft reduction. (Whole JPEGs against Pillow are in tests/extract/test_gpu.py.)"""
 
 from __future__ import annotations
 

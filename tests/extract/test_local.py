@@ -1,6 +1,6 @@
 """The ``local`` engine: its argument checks, how many decode processes it asks for, and that the
 decoder, the model's loading and the device's choice are asked only for the files the cache lacks.
-(The extraction itself, file by file and batch by batch, is in tests/extract/test_pipeline.py.)"""
+(The extraction itself, file by file and batch by batch, is in tests/extract/test_stage.py.)"""
 
 from __future__ import annotations
 

@@ -1,442 +1,515 @@
-"""Text formats (novelfind.outputs.formats) and placing the picks in a folder (novelfind.outputs.placement)."""
+"""The HTML report, the library map and the contact sheet (novelfind.outputs.report, .contact_sheet and
+.thumbnails), rendered in Chromium."""
 
 from __future__ import annotations
 
-import csv
-import dataclasses
-import io
-import json
-import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from PIL import Image
+from common import missing_prerequisite
+from PIL import Image, ImageDraw
 
-from novelfind.base.atomic import encode_output
 from novelfind.errors import OutputError
-from novelfind.media.video import ClipInfo
-from novelfind.outputs import formats, placement
-from novelfind.outputs.formats import escape_field, format_results, unescape_field
-from novelfind.outputs.placement import MANIFEST_NAME, pick_filename, place_picks
-from novelfind.picks import Pick, iso_utc
+from novelfind.outputs import report as nfhtml
+from novelfind.outputs import thumbnails
+from novelfind.outputs.contact_sheet import write_contact_sheet
+from novelfind.outputs.report import write_html_report
+from novelfind.picks import Pick
+from novelfind.ranking.pca import map_2d
 
-MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
+# --- fixtures ----------------------------------------------------------------------------------
+
+EVIL_NAME = '<img src=x onerror="alert(1)">&amp;.png'
 
 
-def make_pick(path: Path | str, rank: int = 1, score: float = 0.5, **kw) -> Pick:
-    fields = dict(size=1234, mtime_ns=MTIME_NS, neighbour=Path("/lib/near.jpg"), distance=1.25)
-    fields.update(kw)
-    return Pick(rank=rank, score=score, path=Path(path), **fields)
+def _photo(path: Path, colour: tuple[int, int, int], size=(320, 240), taken: str | None = None) -> Path:
+    img = Image.new("RGB", size, colour)
+    ImageDraw.Draw(img).ellipse((size[0] // 4, size[1] // 4, size[0] // 2, size[1] // 2), fill=(250, 220, 40))
+    if taken is None:
+        img.save(path)
+    else:
+        exif = Image.Exif()
+        exif[0x8769] = {0x9003: taken}  # Exif IFD: DateTimeOriginal
+        img.save(path, exif=exif)
+    return path
 
 
 @pytest.fixture
 def library(tmp_path: Path) -> list[Path]:
     lib = tmp_path / "lib"
     lib.mkdir()
-    paths = []
-    for i, name in enumerate(["IMG_4411.jpg", "beach.png", "cat.jpg"]):
-        p = lib / name
-        Image.new("RGB", (32, 24), (60 * i, 100, 200)).save(p)
-        paths.append(p)
+    paths = [_photo(lib / f"IMG_{i:03d}.jpg", (30 + 8 * i, 110, 190)) for i in range(12)]
+    paths.append(_photo(lib / "dated.jpg", (200, 40, 40), size=(240, 320), taken="2021:06:01 12:30:05"))
+    paths.append(_photo(lib / EVIL_NAME, (40, 160, 60)))
     return paths
 
 
-def picks_for(paths: list[Path]) -> list[Pick]:
-    return [
-        make_pick(p, rank=i + 1, score=1.0 - i / 10, size=p.stat().st_size, mtime_ns=p.stat().st_mtime_ns)
-        for i, p in enumerate(paths)
+def _picks(paths: list[Path], rows: list[int], neighbours: list[int | None]) -> list[Pick]:
+    picks = []
+    for rank, (row, nb) in enumerate(zip(rows, neighbours, strict=True), start=1):
+        st = paths[row].stat()
+        picks.append(
+            Pick(
+                rank=rank,
+                score=1.0 / rank,
+                path=paths[row],
+                size=st.st_size,
+                mtime_ns=st.st_mtime_ns,
+                neighbour=None if nb is None else paths[nb],
+                distance=None if nb is None else 3.0 / rank,
+            )
+        )
+    return picks
+
+
+RUN = {
+    "version": "0.1.0",
+    "paths": ["/photos"],
+    "k": 3,
+    "method": "ads",
+    "feature": "logits",
+    "images_found": 15,
+    "from_cache": 10,
+    "extracted": 4,
+    "failed": 1,
+    "seconds": 2.5,
+}
+
+
+@pytest.fixture
+def report_file(tmp_path: Path, library: list[Path]) -> Path:
+    rows = [13, 12, 5]
+    features = np.random.default_rng(0).standard_normal((len(library), 64)).astype(np.float32)
+    out = tmp_path / "report.html"
+    write_html_report(
+        out,
+        _picks(library, rows, [0, 1, 4]),
+        points2d=map_2d(features),
+        pick_indices=rows,
+        paths=library,
+        run=RUN,
+        failures=[(library[0].parent / "broken<1>.jpg", "cannot identify image file")],
+    )
+    return out
+
+
+# --- PCA ---------------------------------------------------------------------------------------
+
+
+def _reference_pca(x: np.ndarray) -> np.ndarray:
+    centred = (x - x.mean(axis=0)).astype(np.float64)
+    vals, vecs = np.linalg.eigh(centred @ centred.T)  # (N, N): left singular vectors
+    top = vecs[:, ::-1][:, :2]
+    return top * np.sqrt(np.maximum(vals[::-1][:2], 0))  # = centred @ V[:, :2]
+
+
+@pytest.mark.parametrize("dim", [40, 2100])  # covariance path, randomized path
+def test_map_2d_matches_svd_up_to_sign(dim):
+    rng = np.random.default_rng(1)
+    # Clear structure: two strong directions plus noise.
+    x = rng.standard_normal((120, dim)) * 0.1
+    x[:, 0] += rng.standard_normal(120) * 5
+    x[:, 1] += rng.standard_normal(120) * 3
+    got = map_2d(x.astype(np.float32))
+    want = _reference_pca(x)
+    assert got.shape == (120, 2) and got.dtype == np.float32
+    for c in range(2):
+        corr = np.corrcoef(got[:, c], want[:, c])[0, 1]
+        assert abs(corr) > 0.999
+
+
+def test_map_2d_is_deterministic_and_chunking_does_not_matter():
+    x = np.random.default_rng(2).standard_normal((500, 30)).astype(np.float32)
+    a = map_2d(x)
+    np.testing.assert_allclose(a, map_2d(x.copy()), rtol=1e-5)
+    np.testing.assert_allclose(a, map_2d(x, chunk=7), rtol=1e-4, atol=1e-4)
+
+
+def test_map_2d_small_and_bad_inputs():
+    assert map_2d(np.ones((1, 5), np.float32)).tolist() == [[0.0, 0.0]]
+    assert map_2d(np.zeros((0, 5), np.float32)).shape == (0, 2)
+    assert map_2d(np.ones((4, 1), np.float32)).shape == (4, 2)  # one feature: second axis zero
+    with pytest.raises(ValueError, match=r"2-D \(N, M\), got shape \(5,\)"):
+        map_2d(np.ones(5))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        map_2d(np.array([[1.0, np.nan], [2.0, 3.0]]))
+
+
+# --- HTML content --------------------------------------------------------------------------------
+
+
+def test_report_contents(report_file, library):
+    page = report_file.read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>")
+    assert "3 most novel photos of 15" in page
+    # Three picks with thumbnails, and three neighbour thumbnails: all embedded.
+    assert len(re.findall(r'<img src="data:image/jpeg;base64,', page)) == 6
+    for rank in (1, 2, 3):
+        assert f'id="pick-{rank}"' in page
+    assert "240 × 320" in page  # dimensions of dated.jpg
+    assert "2021-06-01 12:30:05" in page  # EXIF date taken
+    assert "distance 3.0000" in page
+    assert "cannot identify image file" in page
+    for key in ("from_cache", "extracted", "seconds"):
+        assert f"<td>{key}</td>" in page
+
+
+def test_report_is_self_contained(report_file):
+    page = report_file.read_text(encoding="utf-8")
+    assert "http://" not in page and "https://" not in page
+    assert "<link" not in page and not re.search(r"src=\"(?!data:)", page)
+    assert "default-src 'none'" in page  # the page itself forbids any network access
+
+
+def test_untrusted_paths_are_escaped(report_file):
+    page = report_file.read_text(encoding="utf-8")
+    assert EVIL_NAME not in page
+    assert "broken<1>" not in page
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;amp;.png" in page
+    assert "broken&lt;1&gt;.jpg" in page
+
+
+def test_map_highlights_picks_and_subsamples_the_rest(tmp_path, library):
+    n = 20_000
+    points = np.random.default_rng(3).standard_normal((n, 2)).astype(np.float32)
+    rows = [10, 20, 30]
+    picks = _picks(library, [0, 1, 2], [3, 4, 5])
+    out = tmp_path / "big.html"
+    write_html_report(out, picks, points2d=points, pick_indices=rows, run={})
+    page = out.read_text(encoding="utf-8")
+    assert page.count('class="pt"') == nfhtml.MAX_MAP_POINTS
+    assert page.count('class="pk"') == 3
+    assert '<a href="#pick-1">' in page
+    assert f"of {n - 3} other photos shown" in page
+
+
+def test_map_inputs_are_checked(tmp_path, library):
+    picks = _picks(library, [0, 1], [2, 3])
+    with pytest.raises(ValueError, match="2 pick_indices for 2 picks|out of range"):
+        write_html_report(tmp_path / "r.html", picks, points2d=np.zeros((2, 2)), pick_indices=[0, 5])
+    with pytest.raises(ValueError, match=r"shape \(N, 2\)"):
+        write_html_report(tmp_path / "r.html", picks, points2d=np.zeros((4, 3)), pick_indices=[0, 1])
+    with pytest.raises(ValueError, match="pick_indices is required"):
+        write_html_report(tmp_path / "r.html", picks, points2d=np.zeros((4, 2)))
+
+
+def test_unreadable_pick_gets_a_placeholder(tmp_path, library):
+    picks = _picks(library, [0, 1], [None, 2])
+    library[0].write_bytes(b"not an image any more")
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    page = out.read_text(encoding="utf-8")
+    assert "no preview" in page
+    assert "the only photo in the library" in page
+    assert len(re.findall(r"<img ", page)) == 2  # pick 2 and its neighbour
+
+
+def test_report_unwritable_is_output_error(tmp_path, library):
+    with pytest.raises(OutputError, match="no such folder"):
+        write_html_report(tmp_path / "missing" / "r.html", _picks(library, [0], [1]), run={})
+
+
+# --- contact sheet -----------------------------------------------------------------------------
+
+
+def test_contact_sheet_grid_and_rank_labels(tmp_path, library):
+    picks = _picks(library, [0, 1, 2, 3, 4], [5] * 5)
+    out = tmp_path / "sheet.png"
+    write_contact_sheet(out, picks, cell=128)
+    with Image.open(out) as sheet:
+        assert sheet.format == "PNG"
+        gap = 128 // 32
+        assert sheet.size == (3 * 128 + 4 * gap, 2 * 128 + 4 * gap - gap)
+        sheet = sheet.convert("RGB")
+        # Each filled cell starts with the red rank box; the sixth cell stays empty background.
+        for k in range(5):
+            x0, y0 = gap + (k % 3) * (128 + gap), gap + (k // 3) * (128 + gap)
+            assert sheet.getpixel((x0 + 1, y0 + 1)) == (217, 48, 37)
+        assert sheet.getpixel((gap + 2 * (128 + gap) + 64, gap + 128 + gap + 64)) == (32, 33, 36)
+
+
+def test_contact_sheet_jpeg_columns_and_bad_suffix(tmp_path, library):
+    picks = _picks(library, [0, 1, 2], [3] * 3)
+    write_contact_sheet(tmp_path / "s.jpg", picks, columns=1, cell=64)
+    with Image.open(tmp_path / "s.jpg") as sheet:
+        assert sheet.format == "JPEG" and sheet.height > 2.5 * sheet.width
+    with pytest.raises(OutputError, match=r"use a .jpg, .png or .webp name"):
+        write_contact_sheet(tmp_path / "s.gif", picks)
+
+
+# --- rendered in headless Chromium -------------------------------------------------------------
+
+
+def _chromium() -> str:
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    message = "headless Chromium is needed for the rendering tests (Debian: apt-get install chromium)"
+    missing_prerequisite(message)
+
+
+def _run_chromium(tmp_path: Path, page: Path, *args: str) -> subprocess.CompletedProcess:
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={tmp_path / 'chromium-profile'}",
+        *args,
+        page.absolute().as_uri(),
     ]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result
 
 
-# --- text formats ------------------------------------------------------------------------------
+def test_chromium_loads_every_image(tmp_path, report_file):
+    dom = _run_chromium(tmp_path, report_file, "--dump-dom", "--virtual-time-budget=5000").stdout
+    match = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert match, "the report's load script did not run"
+    loaded, total = map(int, match.groups())
+    assert total == 6 and loaded == total
 
 
-def test_tsv_is_rank_score_path_best_first():
-    picks = [make_pick("/lib/b.jpg", rank=2, score=0.25), make_pick("/lib/a.jpg", rank=1, score=0.75)]
-    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\n2\t0.250000\t/lib/b.jpg\t0\n"
-    assert format_results(picks) == format_results(picks, "tsv")
+def test_chromium_notices_a_broken_image(tmp_path, report_file):
+    page = report_file.read_text(encoding="utf-8")
+    broken = page.replace('src="data:image/jpeg;base64,', 'src="data:image/jpeg;base64,AAAA', 1)
+    report_file.write_text(broken, encoding="utf-8")
+    dom = _run_chromium(tmp_path, report_file, "--dump-dom", "--virtual-time-budget=5000").stdout
+    assert 'data-images-loaded="5/6"' in dom
 
 
-def test_no_picks_is_empty_output():
-    assert format_results([], "tsv") == ""
-    assert format_results([], "paths") == ""
-    assert json.loads(format_results([], "json"))["picks"] == []
+def test_chromium_screenshot(tmp_path, report_file):
+    shot = tmp_path / "shot.png"
+    _run_chromium(tmp_path, report_file, f"--screenshot={shot}", "--window-size=1200,2000")
+    with Image.open(shot) as img:
+        assert img.size == (1200, 2000)
+        rgb = img.convert("RGB")
+    colours = rgb.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 100  # text, thumbnails, map: not a blank page
+    # The picks' red (#d93025) appears: rank numbers and map highlights were drawn.
+    pixels = np.asarray(rgb).reshape(-1, 3).astype(int)
+    red = (abs(pixels[:, 0] - 217) < 12) & (abs(pixels[:, 1] - 48) < 12) & (abs(pixels[:, 2] - 37) < 12)
+    assert red.sum() > 200
 
 
-def test_tsv_escapes_separators_so_one_line_is_one_pick():
-    nasty = "/lib/a\tb\nc\\d\re\x1bf.jpg"
-    out = format_results([make_pick(nasty)], "tsv")
-    assert out.count("\n") == 1 and out.count("\t") == 3
-    field = out.rstrip("\n").split("\t")[2]
-    assert field == "/lib/a\\tb\\nc\\\\d\\re\\x1bf.jpg"
-    assert unescape_field(field) == nasty
+# --- what a pick looks like, its moment, the run table, the thumbnails ---------------------------
 
 
-def test_undecodable_file_name_bytes_round_trip():
-    raw = b"/lib/caf\xe9.jpg"  # Latin-1 name, not UTF-8
-    path = os.fsdecode(raw)
-    tsv = format_results([make_pick(path)], "tsv")
-    tsv.encode("utf-8")  # valid UTF-8 text
-    assert "caf\\xe9.jpg" in tsv
-    assert os.fsencode(unescape_field(tsv.rstrip("\n").split("\t")[2])) == raw
-    doc = json.loads(format_results([make_pick(path)], "json"))
-    assert os.fsencode(doc["picks"][0]["path"]) == raw
-    assert encode_output(format_results([make_pick(path)], "paths0")) == raw + b"\0"
+def test_a_pick_shows_its_labels_with_the_note_that_they_are_imagenet_labels(tmp_path, library):
+    import dataclasses
 
-
-@given(st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0xDCFF)))
-def test_escape_round_trips_and_leaves_no_separators(text):
-    escaped = escape_field(text)
-    assert not any(ch in escaped for ch in "\t\n\r\0")
-    assert unescape_field(escaped) == text
-
-
-def test_ordinary_paths_are_unchanged():
-    name = "/home/ana/Fotos/Été 2023/IMG_0001 (1).JPG"
-    assert escape_field(name) == name
-
-
-def test_paths_and_paths0():
-    picks = [make_pick("/lib/b c.jpg", rank=2), make_pick("/lib/a\nb.jpg", rank=1)]
-    assert format_results(picks, "paths") == "/lib/a\\nb.jpg\n/lib/b c.jpg\n"
-    assert format_results(picks, "paths0") == "/lib/a\nb.jpg\0/lib/b c.jpg\0"
-
-
-def test_csv_has_schema_columns_and_parses_back():
-    picks = [
-        make_pick('/lib/a,"b".jpg', rank=1, score=0.5),
-        make_pick("/lib/only.jpg", rank=2, score=0.25, neighbour=None, distance=None),
-        make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
-    ]
-    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()]
-    assert rows[1] == [
-        "1",
-        "0.500000",
-        '/lib/a,"b".jpg',
-        "1234",
-        "2023-11-14T22:13:20.123456Z",
-        "/lib/near.jpg",
-        "1.250000",
-        "",
-        "0",
-        "",
-        "none",
-        "",
-    ]
-    assert rows[2][5:] == ["", "", "", "0", "", "none", ""]
-    # a photo's other files: a JSON array of paths (empty cell when there are none)
-    assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
-
-
-def test_labels_are_in_the_json_formats_and_the_last_csv_column():
-    """What the model takes a pick for: a list of {label, p} in JSON and JSON lines, ``telescope 0.41,
-    planetarium 0.12`` in the csv's last column; none for a pick without labels."""
     from novelfind.picks import Label
 
-    labels = (Label("telescope", 0.41273), Label("planetarium", 0.1188))
-    labelled = dataclasses.replace(make_pick("/lib/a.jpg", rank=1, score=0.5), labels=labels)
-    picks = [labelled, make_pick("/lib/b.jpg", rank=2, score=0.25)]
-    doc = json.loads(format_results(picks, "json"))
-    want = [{"label": "telescope", "p": 0.4127}, {"label": "planetarium", "p": 0.1188}]
-    assert doc["picks"][0]["labels"] == want
-    assert doc["picks"][1]["labels"] == []
-    lines = [json.loads(line) for line in format_results(picks, "jsonl").splitlines()]
-    assert lines[1]["labels"] == doc["picks"][0]["labels"] and lines[2]["labels"] == []
-    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0][-1] == "labels"
-    assert [row[-1] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
+    picks = _picks(library, [0, 1], [2, 3])
+    picks[0] = dataclasses.replace(picks[0], labels=(Label("telescope", 0.41), Label("planetarium", 0.12)))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    page = out.read_text(encoding="utf-8")
+    first, second = page.split('id="pick-1"')[1].split('id="pick-2"')
+    assert "<dt>looks like</dt><dd>telescope 41%, planetarium 12%</dd>" in first
+    assert "looks like" not in second  # no labels: no row
+    assert "ImageNet labels" in page and "not the truth" in page
+    write_html_report(out, _picks(library, [0], [1]), run={})  # no labels at all: no note
+    assert "ImageNet" not in out.read_text(encoding="utf-8")
 
 
-def test_json_document_schema():
-    picks = [make_pick("/lib/a.jpg", rank=1, score=0.5)]
-    run = {"k": 1, "paths": [Path("/lib")], "images_found": 3}
-    doc = json.loads(format_results(picks, "json", failures=[(Path("/lib/bad.jpg"), "truncated")], run=run))
-    assert doc["schema"] == "novelfind/results"
-    assert doc["version"] == formats.RESULT_SCHEMA_VERSION == 2
-    assert doc["run"] == {"k": 1, "paths": ["/lib"], "images_found": 3}
-    assert doc["picks"] == [
-        {
-            "rank": 1,
-            "score": 0.5,
-            "path": "/lib/a.jpg",
-            "size": 1234,
-            "mtime": "2023-11-14T22:13:20.123456Z",
-            "mtime_ns": MTIME_NS,
-            "neighbour": "/lib/near.jpg",
-            "distance": 1.25,
-            "also": [],
-            "kind": "photo",
-            "clip": None,
-            "member_count": 0,
-            "members": [],
-            "taken": None,
-            "taken_source": "none",
-            "members_taken": [],
-            "members_taken_source": [],
-            "labels": [],
-            "span": None,
-        }
-    ]
-    assert doc["failures"] == [{"path": "/lib/bad.jpg", "reason": "truncated"}]
+def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 5], [4, 6])
+    member = Member(library[1], 10, 0, 0.01)
+    picks[0] = dataclasses.replace(picks[0], members=(member,))
+    picks[1] = dataclasses.replace(picks[1], members=(member,), neighbour=None, distance=None)
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    first, second = out.read_text(encoding="utf-8").split('id="pick-1"')[1].split('id="pick-2"')
+    assert "nearest photo outside this moment" in first and "nearest photo in the library" not in first
+    assert "every photo in the library is in this moment" in second
 
 
-def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
-    clip = ClipInfo(duration=12.3456, times=(1.0, 3.5, 6.0), moment=1, rule="r/1")
-    pick = dataclasses.replace(make_pick("/lib/VID_1.mp4"), clip=clip)
-    record = json.loads(format_results([pick], "json"))["picks"][0]
-    assert (record["kind"], record["clip"]) == (
-        "clip",
-        {"duration": 12.346, "frame_times": [1.0, 3.5, 6.0], "moment": 3.5},
+def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
+    from novelfind.params import ScanParameters
+    from novelfind.ranking.adsconfig import ADS_LIMITS
+    from novelfind.ranking.methods import METHODS
+
+    out = tmp_path / "r.html"
+    for name, method in METHODS.items():
+        run = ScanParameters(paths=str(tmp_path), method=name).record()
+        write_html_report(out, _picks(library, [0], [1]), run=run)
+        table = out.read_text(encoding="utf-8").split("<h2>Run</h2>")[1]
+        shown = [key for key in ADS_LIMITS if f"<td>{key}</td>" in table]
+        recorded = [key for key in ADS_LIMITS if key in run]
+        assert len(recorded) >= 5  # epochs, partners, lr, momentum, seed, ...
+        assert shown == (recorded if method.solver else []), name
+        assert "<td>method</td>" in table and "<td>k</td>" in table
+
+
+def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch):
+    from novelfind.ranking import driver, methods
+
+    x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
+    for name, method in methods.METHODS.items():
+        calls = []
+        real = methods._ads_weights
+        monkeypatch.setattr(methods, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+        driver.rank(x, 3, method=name)
+        monkeypatch.undo()
+        assert bool(calls) == method.solver, name
+
+
+def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, library, monkeypatch):
+    tasks, progress = [], []
+
+    class Recording(thumbnails.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            tasks.extend(batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(thumbnails, "ThumbnailDecoder", Recording)
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    picks = _picks(library, [0, 1], [1, 0])  # each pick is the other's neighbour
+    picks[0] = dataclasses.replace(picks[0], members=(Member(library[2], 1, 0, 0.01),))
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={}, on_progress=lambda done, total: progress.append((done, total)))
+    by_path = {Path(path): sorted(sizes) for path, sizes, _, _ in tasks}
+    assert len(tasks) == len(by_path) == 3  # one decode per file
+    assert by_path[library[0]] == by_path[library[1]] == [nfhtml.NEIGHBOUR_THUMB_SIZE, nfhtml.THUMB_SIZE]
+    assert by_path[library[2]] == [nfhtml.MEMBER_THUMB_SIZE]
+    assert progress == [(1, 3), (2, 3), (3, 3)]
+    page = out.read_text(encoding="utf-8")
+    assert len(re.findall(r'<img src="data:image/jpeg;base64,', page)) == 5  # 2 picks, 2 neighbours, 1 member
+    sizes = []
+    for uri in re.findall(r'src="data:image/jpeg;base64,([^"]+)"', page):
+        import base64
+        import io
+
+        with Image.open(io.BytesIO(base64.b64decode(uri))) as img:
+            sizes.append(max(img.size))
+    # the library's photos are 320 px wide: each thumbnail's longest side is its size
+    assert sorted(sizes) == sorted(
+        [nfhtml.THUMB_SIZE] * 2 + [nfhtml.NEIGHBOUR_THUMB_SIZE] * 2 + [nfhtml.MEMBER_THUMB_SIZE]
     )
-    line = json.loads(format_results([pick], "jsonl").splitlines()[1])
-    assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"  # the line formats: no clip fields
 
 
-def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
-    """A RAW + JPEG pair is one record: listed by its JPEG, the RAW in ``also``; tsv and paths unchanged."""
-    pick = make_pick("/lib/IMG_1.JPG", also=(Path("/lib/IMG_1.CR2"),))
-    doc = json.loads(format_results([pick], "json"))
-    assert doc["picks"][0]["path"] == "/lib/IMG_1.JPG" and doc["picks"][0]["also"] == ["/lib/IMG_1.CR2"]
-    line = json.loads(format_results([pick], "jsonl").splitlines()[1])
-    assert line["type"] == "pick" and line["also"] == ["/lib/IMG_1.CR2"]
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\n"
-    assert format_results([pick], "paths") == "/lib/IMG_1.JPG\n"
-    assert pick.files == (Path("/lib/IMG_1.JPG"), Path("/lib/IMG_1.CR2"))
+_MEASURE = """<script>window.addEventListener("load", function () {
+  var out = [];
+  document.querySelectorAll("section.pick").forEach(function (card) {
+    var rank = card.querySelector(".rank").getBoundingClientRect();
+    var thumb = card.querySelector(".thumb").getBoundingClientRect();
+    var lefts = [];
+    card.querySelectorAll(".thumb > *").forEach(function (e) { lefts.push(e.getBoundingClientRect().left); });
+    out.push([rank.right, thumb.left, Math.min.apply(null, lefts)].join(","));
+  });
+  document.body.dataset.boxes = out.join(";");
+});</script>"""
 
 
-def test_json_accepts_numpy_values():
-    np = pytest.importorskip("numpy")
-    pick = make_pick("/lib/a.jpg", score=np.float32(0.5), distance=np.float32(2.0))
-    doc = json.loads(format_results([pick], "json", run={"seed": np.int64(3)}))
-    assert doc["run"]["seed"] == 3 and doc["picks"][0]["distance"] == 2.0
+@pytest.mark.parametrize("width", [1200, 700])
+def test_a_clips_thumbnail_leaves_its_rank_visible(tmp_path, width):
+    """Rendered in Chromium, at a desktop and a narrow width: nothing in a clip's thumbnail column (its
+    poster and its "▶ clip" mark) reaches left of the column, over the rank number."""
+    from clips import flat, write_clip
+
+    from novelfind.media.video import ClipInfo
+
+    frames = [flat((200, 40, 40), size=(320, 180), seed=i) for i in range(20)]
+    clip = write_clip(tmp_path / "moment.mp4", frames)
+    st = clip.stat()
+    pick = Pick(1, 1.0, clip, st.st_size, st.st_mtime_ns, clip=ClipInfo(2.0, (0.0, 1.0), 1, "test"))
+    out = tmp_path / "r.html"
+    write_html_report(out, [pick], run={})
+    page = out.read_text(encoding="utf-8")
+    page = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)  # let the probe run
+    out.write_text(page.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    size = f"--window-size={width},900"
+    dom = _run_chromium(tmp_path, out, "--dump-dom", "--virtual-time-budget=5000", size).stdout
+    boxes = re.search(r'data-boxes="([^"]+)"', dom)
+    assert boxes, "the probe did not run"
+    for card in boxes.group(1).split(";"):
+        rank_right, thumb_left, content_left = map(float, card.split(","))
+        assert rank_right <= thumb_left + 0.5 and content_left >= thumb_left - 0.5, card
 
 
-def test_json_never_contains_nan():
-    pick = make_pick("/lib/a.jpg", score=float("nan"), distance=float("inf"))
-    text = format_results([pick], "json", run={"lr": float("nan"), "nested": {"x": [float("inf")]}})
-    doc = json.loads(text)  # strict JSON: no NaN / Infinity tokens
-    assert "NaN" not in text and "Infinity" not in text
-    assert doc["picks"][0]["score"] is None and doc["picks"][0]["distance"] is None
-    assert doc["run"] == {"lr": None, "nested": {"x": [None]}}
+def test_a_second_report_takes_its_thumbnails_from_the_cache(tmp_path, library, monkeypatch):
+    """The thumbnails of one report are kept for the next: the same picks decode nothing again, a photo
+    that changed is decoded again, and the page is the same."""
+    import os
+
+    decoded = []
+
+    class Recording(thumbnails.ThumbnailDecoder):
+        def thumbnails(self, batch):
+            decoded.extend(Path(path).name for path, _, _, _ in batch)
+            return super().thumbnails(batch)
+
+    monkeypatch.setattr(thumbnails, "ThumbnailDecoder", Recording)
+    cache = tmp_path / "thumbnails.sqlite"
+    picks = _picks(library, [0, 1], [2, 3])
+    first, second = tmp_path / "a.html", tmp_path / "b.html"
+    write_html_report(first, picks, run={}, thumbnail_cache=cache)
+    assert sorted(decoded) == sorted(p.name for p in library[:4])
+    assert os.stat(cache).st_mode & 0o777 == 0o600  # the user's photos: for the user alone
+    decoded.clear()
+    progress = []
+    write_html_report(second, picks, run={}, thumbnail_cache=cache, on_progress=lambda *a: progress.append(a))
+    assert decoded == [] and progress == [(1, 1)]
+    assert second.read_text(encoding="utf-8") == first.read_text(encoding="utf-8")
+    _photo(library[2], (250, 250, 250))  # the neighbour of pick 1 changed: made again, the rest kept
+    write_html_report(second, picks, run={}, thumbnail_cache=cache)
+    assert decoded == [library[2].name]
 
 
-def test_jsonl_one_object_per_line_with_type():
-    picks = [make_pick("/lib/b.jpg", rank=2), make_pick("/lib/a.jpg", rank=1)]
-    out = format_results(picks, "jsonl", failures=[("/lib/x.jpg", "bad")], run={"k": 2})
-    lines = [json.loads(line) for line in out.splitlines()]
-    assert [line["type"] for line in lines] == ["run", "pick", "pick", "failure"]
-    assert lines[0] == {"type": "run", "schema": "novelfind/results", "version": 2, "run": {"k": 2}}
-    assert [line["rank"] for line in lines[1:3]] == [1, 2]
-    assert lines[3] == {"type": "failure", "path": "/lib/x.jpg", "reason": "bad"}
+def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library):
+    picks = _picks(library, [0], [1])
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database" * 100)
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(tmp_path / "elsewhere.sqlite")
+    for cache in (damaged, link, tmp_path / "missing" / "t.sqlite"):
+        out = tmp_path / "r.html"
+        write_html_report(out, picks, run={}, thumbnail_cache=cache)
+        assert len(re.findall(r'<img src="data:image/jpeg;base64,', out.read_text(encoding="utf-8"))) == 2
+    assert damaged.read_bytes() == b"not a database" * 100
+    assert not (tmp_path / "elsewhere.sqlite").exists()  # never created through a link
+    assert not (tmp_path / "missing").exists()
 
 
-def test_unknown_format_is_value_error():
-    with pytest.raises(ValueError, match="unknown format 'xml'"):
-        format_results([], "xml")
+def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
+    cache = thumbnails.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
+    jpeg = b"x" * 1000
+    cache.put({(library[i], 96, None): jpeg for i in range(2)}, {})
+    cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {})
+    found, _ = cache.get([(p, 96, None) for p in library[:5]])
+    assert sorted(p.name for p, _, _ in found) == sorted(p.name for p in library[2:5])  # the newest 3 KB
+    cache.close()
 
 
-def test_iso_utc():
-    assert iso_utc(MTIME_NS) == "2023-11-14T22:13:20.123456Z"
-    assert iso_utc(0) == "1970-01-01T00:00:00.000000Z"
+def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, library, fake_extractor):
+    import novelfind
+    from novelfind.base import dirs
 
-
-# --- place_picks -------------------------------------------------------------------------------
-
-
-def test_pick_filename_padding_and_long_names():
-    assert pick_filename(1, Path("/a/IMG_4411.jpg"), 3) == "001_IMG_4411.jpg"
-    assert pick_filename(12, Path("/a/x.png"), 4) == "0012_x.png"
-    long = pick_filename(7, Path("/a/" + "é" * 200 + ".jpeg"), 3)
-    assert len(os.fsencode(long)) <= 255 and long.startswith("007_é") and long.endswith(".jpeg")
-
-
-def test_copy_creates_folder_and_rank_prefixed_names(library, tmp_path):
-    dest = tmp_path / "out" / "novel"
-    created = place_picks(picks_for(library), dest)
-    assert [p.name for p in created] == ["001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"]
-    for source, copy in zip(library, created, strict=True):
-        assert copy.read_bytes() == source.read_bytes() and not copy.is_symlink()
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"]
-    manifest = json.loads((dest / MANIFEST_NAME).read_text())
-    assert manifest["schema"] == "novelfind/picks-manifest"
-    assert set(manifest["files"]) == {"001_IMG_4411.jpg", "002_beach.png", "003_cat.jpg"}
-
-
-def test_a_pair_is_copied_together_and_replaced_together(library, tmp_path):
-    """A RAW + JPEG pick: both files, under the pick's rank; a later run without it removes both."""
-    raw = library[0].with_suffix(".CR2")
-    raw.write_bytes(b"raw data of IMG_4411")
-    pair = dataclasses.replace(picks_for(library[:1])[0], also=(raw,))
-    dest = tmp_path / "d"
-    created = place_picks([pair], dest)
-    assert [p.name for p in created] == ["001_IMG_4411.jpg", "001_IMG_4411.CR2"]
-    assert (dest / "001_IMG_4411.CR2").read_bytes() == raw.read_bytes()
-    place_picks(picks_for([library[2]]), dest)
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_cat.jpg"]
-
-
-def test_pad_width_grows_with_k(library, tmp_path):
-    pick = dataclasses.replace(picks_for(library[:1])[0], rank=1234)
-    assert [p.name for p in place_picks([pick], tmp_path / "d")] == ["1234_IMG_4411.jpg"]
-
-
-def test_symlink_and_hardlink(library, tmp_path):
-    links = place_picks(picks_for(library), tmp_path / "s", mode="symlink")
-    assert all(p.is_symlink() for p in links)
-    assert os.readlink(links[0]) == str(library[0])
-    hard = place_picks(picks_for(library), tmp_path / "h", mode="hardlink")
-    assert all(p.stat().st_ino == s.stat().st_ino for p, s in zip(hard, library, strict=True))
-
-
-def test_rerun_replaces_own_picks_and_removes_stale_ones(library, tmp_path):
-    dest = tmp_path / "d"
-    place_picks(picks_for(library), dest)
-    # Next run: a different order and one pick fewer.
-    again = picks_for([library[2], library[0]])
-    created = place_picks(again, dest)
-    assert [p.name for p in created] == ["001_cat.jpg", "002_IMG_4411.jpg"]
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME, "001_cat.jpg", "002_IMG_4411.jpg"]
-    assert (dest / "001_cat.jpg").read_bytes() == library[2].read_bytes()
-
-
-def test_rerun_can_switch_mode(library, tmp_path):
-    dest = tmp_path / "d"
-    place_picks(picks_for(library), dest, mode="copy")
-    created = place_picks(picks_for(library), dest, mode="symlink")
-    assert all(p.is_symlink() for p in created)
-
-
-def test_foreign_file_is_never_overwritten(library, tmp_path):
-    dest = tmp_path / "d"
-    dest.mkdir()
-    (dest / "002_beach.png").write_text("mine")
-    with pytest.raises(OutputError) as err:
-        place_picks(picks_for(library), dest)
-    assert str(err.value) == (
-        f"refusing to overwrite {dest / '002_beach.png'}: not created by novelfind "
-        "(move it away or choose another folder)"
-    )
-    # Checked before anything was written.
-    assert os.listdir(dest) == ["002_beach.png"]
-    assert (dest / "002_beach.png").read_text() == "mine"
-
-
-def test_own_file_edited_by_the_user_becomes_foreign(library, tmp_path):
-    dest = tmp_path / "d"
-    place_picks(picks_for(library), dest)
-    edited = dest / "001_IMG_4411.jpg"
-    edited.write_bytes(b"edited by hand")
-    with pytest.raises(OutputError, match="refusing to overwrite"):
-        place_picks(picks_for(library), dest)
-    assert edited.read_bytes() == b"edited by hand"
-    # ...and it is not removed as stale either.
-    place_picks(picks_for(library[1:2]), dest)
-    assert edited.read_bytes() == b"edited by hand"
-
-
-def test_forged_manifest_entry_does_not_allow_overwrite(library, tmp_path):
-    dest = tmp_path / "d"
-    dest.mkdir()
-    (dest / "001_IMG_4411.jpg").write_text("mine")
-    manifest = {
-        "schema": "novelfind/picks-manifest",
-        "version": 1,
-        "files": {"001_IMG_4411.jpg": {"mode": "copy"}},
-    }
-    (dest / MANIFEST_NAME).write_text(json.dumps(manifest))
-    with pytest.raises(OutputError, match="refusing to overwrite"):
-        place_picks(picks_for(library), dest)
-
-
-def test_corrupt_manifest_counts_as_empty(library, tmp_path):
-    dest = tmp_path / "d"
-    place_picks(picks_for(library), dest)
-    (dest / MANIFEST_NAME).write_text("{not json")
-    with pytest.raises(OutputError, match="refusing to overwrite"):
-        place_picks(picks_for(library), dest)
-
-
-def test_dest_is_a_file(library, tmp_path):
-    dest = tmp_path / "file"
-    dest.write_text("x")
-    with pytest.raises(OutputError, match="is not a folder"):
-        place_picks(picks_for(library), dest)
-
-
-def test_dest_cannot_be_created(library, tmp_path):
-    (tmp_path / "file").write_text("x")
-    with pytest.raises(OutputError, match="cannot"):
-        place_picks(picks_for(library), tmp_path / "file" / "sub")
-
-
-def test_missing_source_fails_before_anything_is_written(library, tmp_path):
-    picks = picks_for(library)
-    library[1].unlink()
-    dest = tmp_path / "d"
-    with pytest.raises(OutputError, match="cannot copy .*beach.png: No such file"):
-        place_picks(picks, dest)
-    assert os.listdir(dest) == []
-
-
-def test_hardlink_across_file_systems_is_an_error(library, tmp_path, monkeypatch):
-    real_stat = os.stat
-    foreign = str(library[0])
-
-    def fake_stat(path, *args, **kwargs):
-        result = real_stat(path, *args, **kwargs)
-        if os.fspath(path) == foreign:
-            fields = list(result)
-            fields[2] += 1  # st_dev
-            return os.stat_result(fields)
-        return result
-
-    monkeypatch.setattr(os, "stat", fake_stat)
-    dest = tmp_path / "d"
-    with pytest.raises(OutputError, match="different file systems .use --link copy or --link symlink"):
-        place_picks(picks_for(library), dest, mode="hardlink")
-    assert os.listdir(dest) == []
-
-
-def test_interrupted_run_takes_back_what_it_placed(library, tmp_path, monkeypatch):
-    dest = tmp_path / "d"
-    real = placement._place_one
-    calls = []
-
-    def flaky(dir_fd, source, *args):
-        calls.append(source)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(dir_fd, source, *args)
-
-    monkeypatch.setattr(placement, "_place_one", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        place_picks(picks_for(library), dest)
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME]  # the picks are all there or none are
-    monkeypatch.setattr(placement, "_place_one", real)
-    created = place_picks(picks_for(library), dest)
-    assert len(created) == 3
-    calls.clear()
-    monkeypatch.setattr(placement, "_place_one", flaky)
-    with pytest.raises(KeyboardInterrupt):  # a re-run stopped part-way takes back its own new copies
-        place_picks(picks_for(library), dest)
-    assert sorted(os.listdir(dest)) == [MANIFEST_NAME] + sorted(p.name for p in created[1:])
-    monkeypatch.setattr(placement, "_place_one", real)
-    assert len(place_picks(picks_for(library), dest)) == 3  # what stayed is still known as ours
-
-
-def test_temp_files_of_dead_runs_are_cleaned(library, tmp_path):
-    dest = tmp_path / "d"
-    dest.mkdir()
-    stale = dest / ".novelfind-tmp-999999999-0"
-    stale.write_text("half a copy")
-    place_picks(picks_for(library), dest)
-    assert not stale.exists()
-
-
-def test_unknown_mode(library, tmp_path):
-    with pytest.raises(ValueError, match="unknown mode 'move'"):
-        place_picks(picks_for(library), tmp_path / "d", mode="move")
+    kept = tmp_path / "caches"
+    kept.mkdir()
+    novelfind.scan(library[0].parent, 3, cache=kept / "c.sqlite", report=tmp_path / "r.html")
+    with thumbnails.ThumbnailCache(kept / thumbnails.THUMBNAIL_CACHE_NAME) as cache:
+        found, _ = cache.get([(p, nfhtml.THUMB_SIZE, None) for p in library])
+    assert len(found) >= 3  # the picks' thumbnails at least
+    novelfind.scan(library[0].parent, 3, cache=False, report=tmp_path / "r2.html")
+    assert not (dirs.feature_cache_path().parent / thumbnails.THUMBNAIL_CACHE_NAME).exists()

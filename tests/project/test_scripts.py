@@ -57,7 +57,7 @@ NOT_RUN: dict[str, str] = {
     "bench_video.py": "its libraries of photos and clips are built from the photo sets' PyPI wheels it "
     "downloads (and its speed figures from a folder of real clips)",
     "bench_report.py": "its camera-sized photos are made from the photo sets' PyPI wheels it downloads; "
-    "tests/outputs/test_html_report.py covers the report",
+    "tests/outputs/test_report.py covers the report",
     "bench_rescan.py": "its library is made from the photo sets' PyPI wheels it downloads; "
     "tests/scenarios/test_rescan.py covers what it measures (no model on a re-scan)",
     "bench_time.py": "its timed libraries are featurised from the photo sets' PyPI wheels it downloads; "
@@ -70,10 +70,10 @@ NOT_RUN: dict[str, str] = {
     "make_example.py": "writes the README's example set, built from PyPI wheels it downloads",
     "make_docs_samples.py": "scans the README's example set, built from PyPI wheels it downloads",
     "compare_outputs.py": "scans the example and library sets, built from PyPI wheels it downloads",
-    "bench_cluster.py": "starts a Ray cluster of several nodes (minutes); tests/extract/test_engine_ray.py covers "
+    "bench_cluster.py": "starts a Ray cluster of several nodes (minutes); tests/extract/test_ray.py covers "
     "the engine",
     "bench_ray_connect.py": "times Ray's connection timeouts (8 s and more per try); "
-    "tests/extract/test_engine_ray.py covers the refusal",
+    "tests/extract/test_ray.py covers the refusal",
     "local_cluster.py": "starts a Ray cluster and keeps it up until Ctrl-C",
     "bench_gpu.py": "every figure but the CPU comparisons needs a CUDA GPU; run by gpu_check.sh there",
     "bench_reliability.py": "fuzzes hundreds of files and kills writers (minutes even with --quick); "
