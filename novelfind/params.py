@@ -334,7 +334,7 @@ class ScanParameters:
         'the format of ``output`` and of :meth:`ScanResult.to_text` (``"tsv"``, ``"json"``, '
         '``"jsonl"``, ``"csv"``, ``"paths"``, ``"paths0"``, ``"members"`` (every photo of every pick\'s '
         'moment), ``"members0"``: ``docs/output-schema.md``; ``paths0`` and ``members0`` are the exact '
-        'ones, for ``xargs -0``).',
+        "ones, for ``xargs -0``).",
         help="Result format on stdout or in -o.",
         choices=FORMATS,
         group="outputs",

@@ -2,8 +2,8 @@
 model takes it for (``Label``), a file that could not be read (``Failure``), and ``picks_of``, which
 turns a ranking into picks.
 
-Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in :mod:`novelfind.outputs.placement`,
-the HTML report, the XMP sidecars) reads these records.
+Every output (the list formats in :mod:`novelfind.outputs.formats`, the copies in
+:mod:`novelfind.outputs.placement`, the HTML report, the XMP sidecars) reads these records.
 """
 
 from __future__ import annotations

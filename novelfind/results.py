@@ -113,6 +113,7 @@ class ScanResult:
     def taken_source(self) -> list[str]:
         """Where each of :attr:`taken` came from: exif, exif-local, raw, clip, xmp, file, invalid, none."""
         return self.dates.sources if self.dates is not None else ["none"] * len(self.files)
+
     known_failures: list[Failure] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     outputs_kept: bool = False
@@ -173,6 +174,7 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- the picks
+
 
 def rank_picks(
     params: ScanParameters,

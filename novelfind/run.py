@@ -238,7 +238,13 @@ class _Scan:
             if changed is not None:
                 self.warn(changed)
             picks, dropped = rank_picks(
-                p, vectors, extraction.files, read, extraction.clips, taken, extractor,
+                p,
+                vectors,
+                extraction.files,
+                read,
+                extraction.clips,
+                taken,
+                extractor,
                 candidates=chosen.candidates,
                 restricted=chosen.restricted,
                 on_progress=lambda done: self.progress("rank", done, 1),

@@ -416,9 +416,7 @@ def main() -> int:
     tmp_ctx = tempfile.TemporaryDirectory(prefix="nf-bench-") if a.data_dir is None else None
     base = Path(tmp_ctx.name) if tmp_ctx else a.data_dir
     photos = base / "photos"
-    results: dict = {
-        "machine": machine("python", "cpus=affinity_cpus", "platform", "load_avg_before=load")
-    }
+    results: dict = {"machine": machine("python", "cpus=affinity_cpus", "platform", "load_avg_before=load")}
     if a.raw:
         results["raw"] = bench_raw_files(base / "raw", a.raw, a.workers, a.batch_size)
     if a.raw_only:

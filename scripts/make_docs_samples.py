@@ -9,8 +9,8 @@ fenced block. ``quickstart`` is the README's quick start run as written, from a 
 model: the example set (``scripts/make_example.py``) ranked by ``novelfind scan example-photos --k 5``;
 stdout, then the summary line from stderr. The folder it ran in is shown as ``/home/you``. The seconds
 in the summary vary from run to run and machine to machine, so ``--check`` compares everything else
-(``tests/project/test_docs.py`` runs the check). ``cache-upgrade`` is what ``novelfind cache info`` adds for a cache
-0.1.0 wrote (``docs/cache.md``): a small one made here, in 0.1.0's layout, with made-up vectors.
+(``tests/project/test_docs.py`` runs the check). ``cache-upgrade`` is what ``novelfind cache info`` adds
+for a cache 0.1.0 wrote (``docs/cache.md``): a small one made here, in 0.1.0's layout, with made-up vectors.
 """
 
 from __future__ import annotations
@@ -38,11 +38,19 @@ def quickstart() -> str:
             env.pop(name, None)
         subprocess.run(
             [sys.executable, str(ROOT / "scripts" / "make_example.py"), "example-photos"],
-            cwd=folder, env=env, check=True, capture_output=True, text=True,
+            cwd=folder,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         done = subprocess.run(
             [sys.executable, "-m", "novelfind", "scan", "example-photos", "--k", "5"],
-            cwd=folder, env=env, check=True, capture_output=True, text=True,
+            cwd=folder,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
         )
         summary = done.stderr.strip().splitlines()[-1]
         text = done.stdout + summary + "\n"
@@ -81,7 +89,9 @@ def cache_upgrade() -> str:
             old.put_many([(f, d, np.zeros(1280, np.float32)) for f, d in records[1:3]])
         done = subprocess.run(
             [sys.executable, "-m", "novelfind", "cache", "info", "--cache", str(cache)],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         )
     lines = [line for line in done.stdout.splitlines() if line.startswith(("upgrade\t", "stale\t"))]
     return "\n".join(lines) + "\n" + done.stderr

@@ -245,9 +245,7 @@ def class_outliers(fig: Path, per_photo: int, seeds: int) -> dict:
         wheel_path("mvtb"),
         r"mvtbdata/images/campus/(holdout/)?[^/]+\.(png|jpg)",
     )
-    imagenet = photos(
-        wheel_path("foolbox"), r"foolbox/data/imagenet_\d+_\d+\.jpg"
-    )
+    imagenet = photos(wheel_path("foolbox"), r"foolbox/data/imagenet_\d+_\d+\.jpg")
     novel, seen = [], set()
     for name, img in imagenet.items():  # one photo per ImageNet class
         label = int(name.rsplit("_", 1)[1].split(".")[0])

@@ -37,8 +37,10 @@ def main() -> None:
             },
         }
         f = figures[method]
-        print(f"{method:15s} {len(scores)} photos; top 8: {' '.join(f'{s:.3f}' for s in f['top'])}; "
-              + ", ".join(f"p{q} {v:.3f}" for q, v in f["percentiles"].items()))
+        print(
+            f"{method:15s} {len(scores)} photos; top 8: {' '.join(f'{s:.3f}' for s in f['top'])}; "
+            + ", ".join(f"p{q} {v:.3f}" for q, v in f["percentiles"].items())
+        )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"folder": str(args.folder), "methods": figures}, indent=1) + "\n")
     print(f"wrote {args.json}")

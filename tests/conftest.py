@@ -13,7 +13,6 @@ from PIL import Image
 ROOT = Path(__file__).resolve().parents[1]
 
 
-
 def pytest_addoption(parser):
     parser.addoption(
         "--require-cuda",
@@ -131,5 +130,3 @@ def real_photos() -> np.ndarray:
         out.append(to_model_input(img))
         out.append(out[-1][:, ::-1])
     return np.ascontiguousarray(np.stack(out))
-
-

@@ -160,9 +160,7 @@ def _temp_name(name: str) -> str:
     return f".{name[:100]}.{secrets.token_hex(8)}.tmp"
 
 
-def create_exclusive(
-    path: str | os.PathLike[str], mode: int = 0o600, *, dir_fd: int | None = None
-) -> int:
+def create_exclusive(path: str | os.PathLike[str], mode: int = 0o600, *, dir_fd: int | None = None) -> int:
     """Open a new file at ``path`` (in ``dir_fd``) for writing; never an existing file or a link
     (``O_EXCL``, ``O_NOFOLLOW``). Returns the descriptor. Raises OSError (FileExistsError when the name
     is taken)."""

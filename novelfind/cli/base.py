@@ -126,8 +126,11 @@ class NovelfindGroup(click.Group):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):  # noqa: D102
         try:
             code = super().main(
-                args=args, prog_name=prog_name or "novelfind", complete_var=complete_var,
-                standalone_mode=False, **extra,
+                args=args,
+                prog_name=prog_name or "novelfind",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
             )
             code = int(code or 0)
         except NovelfindError as err:
@@ -148,8 +151,10 @@ class NovelfindGroup(click.Group):
         except Exception as err:  # a bug: still one line, the traceback only on request
             if os.environ.get("NOVELFIND_DEBUG"):
                 raise
-            stderr_line(f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
-                    "the traceback)")
+            stderr_line(
+                f"error: internal error: {type(err).__name__}: {err} (set NOVELFIND_DEBUG=1 for "
+                "the traceback)"
+            )
             code = int(ExitCode.ERROR)
         if standalone_mode:
             sys.exit(code)
@@ -227,6 +232,7 @@ def parameter_declarations(name: str, dest: str | None = None) -> tuple[list[str
         kwargs["metavar"] = meta["metavar"]
     return [*flags, dest or f.name], kwargs
 
+
 # -q of the commands that print progress or notes (not a parameter: the library prints nothing)
 QUIET = (
     ["-q", "--quiet"],
@@ -249,4 +255,3 @@ def as_flag(name: str, value: Any = True) -> str:
     """A parameter as the command line spells it: ``--xmp``, ``--engine ray``."""
     flag = "--" + name.replace("_", "-")
     return flag if value is True else f"{flag} {value}"
-

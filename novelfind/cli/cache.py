@@ -95,24 +95,33 @@ def cache_info(cache_path: Path | None) -> int:
         models = sorted(info["models"].items())
         usable = (current, *former.same)
         # vectors this version's model made under another layout or preprocessing: not read, only replaced
-        stale = {key: store.photos_without(key, usable) for key, _ in models
-                 if weights.same_weights(key) and key not in usable}
+        stale = {
+            key: store.photos_without(key, usable)
+            for key, _ in models
+            if weights.same_weights(key) and key not in usable
+        }
     click.echo(f"path\t{escape_field(str(info['path']))}")
-    click.echo(f"vectors\t{info['entries']}\tfeature vectors stored, one per distinct photo content and "
-               "model")
-    click.echo(f"files\t{info['files']}\tfile paths known, with size and time (copies of a photo share "
-               "a vector)")
+    click.echo(
+        f"vectors\t{info['entries']}\tfeature vectors stored, one per distinct photo content and model"
+    )
+    click.echo(
+        f"files\t{info['files']}\tfile paths known, with size and time (copies of a photo share a vector)"
+    )
     click.echo(f"unreadable\t{info.get('failures', 0)}\tfiles scans could not read (novelfind failures)")
     click.echo(f"size\t{human_size(info['size_bytes'])}\t{info['size_bytes']} bytes on disk")
     for key, count in models:  # a key is text anyone who can write the cache may have written
         click.echo(f"model\t{escape_field(key)}\t{count}")
     for key, count in models:
         if key in former.same:
-            click.echo(f"upgrade\t{escape_field(key)}\t{count}\tthe next scan renames these in place; "
-                       "nothing is read again")
+            click.echo(
+                f"upgrade\t{escape_field(key)}\t{count}\tthe next scan renames these in place; "
+                "nothing is read again"
+            )
         elif key in stale:
-            click.echo(f"stale\t{escape_field(key)}\t{count}\tthis version cannot use them; "
-                       f"{plural(stale[key], 'photo')} to extract again")
+            click.echo(
+                f"stale\t{escape_field(key)}\t{count}\tthis version cannot use them; "
+                f"{plural(stale[key], 'photo')} to extract again"
+            )
     again = sum(stale.values())
     if again:
         Console(False).note(

@@ -193,4 +193,3 @@ def write_stdout(data: bytes) -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's final flush does not fail again
         os.close(devnull)
-

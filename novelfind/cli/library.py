@@ -29,6 +29,7 @@ Exit codes:
   3    done, but some PATHS could not be read or are not photos (each named on stderr, not added)
 """
 
+
 @click.command("ignore", epilog=IGNORE_EXIT_CODES_HELP)
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option(
@@ -43,8 +44,9 @@ Exit codes:
 @click.option("--clear", is_flag=True, help="Empty the list.")
 @parameter_option("ignore_file")
 @click.option(*QUIET[0], **QUIET[1])
-def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None,
-           quiet: bool) -> int:
+def ignore(
+    paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignore_file: Path | None, quiet: bool
+) -> int:
     """Keep photos out of the picks of later scans (PATHS: photos or folders), or take them back.
 
     Ignored photos are known by their content (moved or renamed, they stay ignored) and are never
@@ -95,8 +97,10 @@ def ignore(paths: tuple[Path, ...], show: bool, remove: bool, clear: bool, ignor
         for path in change.not_photos:
             console.problem(f"not added: {path} is not a photo novelfind reads")
         for path, reason in change.by_stat:
-            console.note(f"{path} cannot be read ({reason}): ignored by its path, size and time, until it "
-                         "changes or moves")
+            console.note(
+                f"{path} cannot be read ({reason}): ignored by its path, size and time, until it "
+                "changes or moves"
+            )
     for path, reason in change.failures:
         console.unreadable(path, reason)
     partial = change.failures or change.not_photos
@@ -152,4 +156,3 @@ def failures_command(paths: tuple[Path, ...], forget: bool, cache_path: Path | N
     lines = [f"{f.first_seen}\t{escape_field(os.fsdecode(f.path))}\t{escape_field(f.reason)}\n" for f in rows]
     write_stdout(encode_output("".join(lines)))
     return int(ExitCode.OK)
-

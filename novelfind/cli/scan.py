@@ -165,11 +165,14 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
                 "ignored; nothing to rank"
             )
         else:
-            console.note(f"all {plural(counts.ignored, 'photo')} are on the ignore list; nothing to rank "
-                         "(--include-ignored shows them)")
+            console.note(
+                f"all {plural(counts.ignored, 'photo')} are on the ignore list; nothing to rank "
+                "(--include-ignored shows them)"
+            )
     elif k > counts.candidates:
-        console.note(f"--k {k} is more than the {plural(counts.candidates, 'photo')} to rank; ranking all "
-                     "of them")
+        console.note(
+            f"--k {k} is more than the {plural(counts.candidates, 'photo')} to rank; ranking all of them"
+        )
     if result.parameters.output is None:
         write_stdout(encode_output(result.to_text()))
     elif not result.picks and not result.outputs_kept and listed_before:
@@ -181,9 +184,11 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
     found = plural(counts.photos - counts.clips, "photo")
     if counts.clips:
         found += f" and {plural(counts.clips, 'clip')}"
-    summary = (f"{found} ({plural(counts.found, 'file')}) found, "
-               f"{counts.from_cache} read from cache, "
-               f"{counts.extracted} extracted, {counts.failed - counts.known_failed} failed")
+    summary = (
+        f"{found} ({plural(counts.found, 'file')}) found, "
+        f"{counts.from_cache} read from cache, "
+        f"{counts.extracted} extracted, {counts.failed - counts.known_failed} failed"
+    )
     if counts.known_failed:
         summary += f", {counts.known_failed} known unreadable (novelfind failures)"
     if counts.ignored:
@@ -239,4 +244,3 @@ def _why_no_picks(result: run.ScanResult) -> str:
     if p.min_score is not None:
         return f"no photo scored at least --min-score {p.min_score:g}"
     return "nothing to rank"
-

@@ -29,7 +29,9 @@ PROGRESS_EVERY = 256  # headers read between two progress events
 def embedded_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     """What the file's own bytes say, by the reader of its kind (never raises): the value the cache keeps
     for its digest."""
-    read = {"exif": dates.image_date, "raw": dates.raw_date, "clip": dates.clip_date}[kind_of(path).date_source]
+    read = {"exif": dates.image_date, "raw": dates.raw_date, "clip": dates.clip_date}[
+        kind_of(path).date_source
+    ]
     return read(path, now)
 
 

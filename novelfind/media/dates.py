@@ -188,8 +188,13 @@ def parse_iso_date(text: Any) -> tuple[float, int | None] | None:
     year, month, day, hour, minute, second, fraction, zone = m.groups()
     try:
         wall = datetime(
-            int(year), int(month or 1), int(day or 1), int(hour or 0), int(minute or 0),
-            min(int(second or 0), 59), tzinfo=timezone.utc,
+            int(year),
+            int(month or 1),
+            int(day or 1),
+            int(hour or 0),
+            int(minute or 0),
+            min(int(second or 0), 59),
+            tzinfo=timezone.utc,
         )
     except ValueError:
         return None
@@ -251,8 +256,13 @@ def _from_exif(exif: Any, source: str, now: float | None) -> Taken:
     except Exception:  # noqa: BLE001 - a damaged Exif IFD: IFD0 may still say
         sub = {}
     found = False
-    for tag, where in ((_ORIGINAL, sub), (_ORIGINAL, exif), (_DIGITIZED, sub), (_DIGITIZED, exif),
-                       (_IFD0_DATETIME, exif)):
+    for tag, where in (
+        (_ORIGINAL, sub),
+        (_ORIGINAL, exif),
+        (_DIGITIZED, sub),
+        (_DIGITIZED, exif),
+        (_IFD0_DATETIME, exif),
+    ):
         value = where.get(tag)
         if value is None:
             continue
@@ -417,8 +427,12 @@ class Dates:
 
     def take(self, rows: Sequence[int] | np.ndarray) -> Dates:
         rows = np.asarray(rows, dtype=np.int64)
-        return Dates(self.taken[rows], [self.sources[int(r)] for r in rows], self.offsets[rows],
-                     self.file_times_trusted)
+        return Dates(
+            self.taken[rows],
+            [self.sources[int(r)] for r in rows],
+            self.offsets[rows],
+            self.file_times_trusted,
+        )
 
     def iso(self, row: int) -> str | None:
         """Row ``row``'s date in ISO 8601: with its offset when known, else local time without one."""

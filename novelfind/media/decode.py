@@ -4,8 +4,8 @@ Everything here is plain Pillow + numpy (no torch), so decode workers start fast
 
 Whatever the bytes, a decode gives pixels or raises ``DecodeError`` with a one-line reason; it
 prints nothing (Pillow's warnings are silenced here). Seeded mutations of every supported format
-(``tests/support/fuzzing.py``) and valid but hostile files (``tests/support/hostile.py``) hold it to that. A path
-that is no longer a regular file when it is read (swapped for a FIFO or a device after the walk)
+(``tests/support/fuzzing.py``) and valid but hostile files (``tests/support/hostile.py``) hold it to
+that. A path that is no longer a regular file when it is read (swapped for a FIFO or a device after the walk)
 is refused before a byte is read from it; a PNG refused only for an oversized text or ICC chunk
 is decoded again without its metadata chunks, since the pixels do not depend on them.
 """
@@ -67,7 +67,6 @@ ADDRESS_SPACE_HEADROOM = 1 << 30
 # A progressive JPEG decodes every scan over the whole image: 8,000 scans of 16000 x 16000 took two
 # minutes in a 2.7 MB file. Encoders write at most a few dozen (libjpeg's progressive script: 10).
 MAX_JPEG_SCANS = 256
-
 
 
 def _avif_available() -> bool:

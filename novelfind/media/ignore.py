@@ -114,8 +114,9 @@ class IgnoreChange:
 def count_photos(paths: Iterable[str | os.PathLike[str]]) -> int:
     """How many photos ``paths`` are: the files of one shot (``IMG_1.CR2`` + ``IMG_1.jpg``, same folder and
     name but for the extension and case) count once, as in a scan's summary."""
-    return len({(os.path.dirname(os.fspath(p)), os.path.splitext(os.path.basename(p))[0].casefold())
-                for p in paths})
+    return len(
+        {(os.path.dirname(os.fspath(p)), os.path.splitext(os.path.basename(p))[0].casefold()) for p in paths}
+    )
 
 
 def _now() -> str:

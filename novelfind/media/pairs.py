@@ -109,7 +109,6 @@ def group_photos(files: Iterable[F]) -> list[Photo[F]]:
     ]
 
 
-
 # --------------------------------------------------------------------------- a scan's photos, compactly
 
 

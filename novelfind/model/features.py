@@ -14,8 +14,9 @@ Backends (model alone, 2-core CPU, images/s, idle machine; scripts/bench_extract
          compiling, so it is not offered.
   cuda   eager PyTorch in float16, channels_last, pinned host memory, cuDNN autotuning; it also takes
          a batch already on the GPU (JPEGs decoded there, ``extract/decoders/gpu.py``).
-The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key`` does
-not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector (tests/model/test_cuda.py).
+The CPU backends agree within ``BACKEND_TOLERANCE`` (checked when a graph is exported), so ``model_key``
+does not name the backend. float16 on CUDA differs more: within ``CUDA_TOLERANCE`` per vector
+(tests/model/test_cuda.py).
 
 Every backend computes the 1280-d pooled vector, and that is what the cache keeps, one per photo, whatever
 ``--feature`` says: MobileNet-V2's classifier is linear at inference (Dropout is the identity), so the logits
@@ -77,6 +78,7 @@ ONNX_OPSET = 17
 # machine: the ~400 above), and within noise of each other at load average ~14: the choice rests on memory.
 ONNX_CHUNK = 8
 ONNX_GRAPH_VERSION = "1"  # bump when the wrapper below changes
+
 
 class Extractor(Protocol):
     """uint8 (B, 224, 224, 3) pixels -> float32 (B, dim). The package's extractors also carry ``feature``

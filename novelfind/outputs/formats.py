@@ -25,8 +25,18 @@ RESULT_SCHEMA = "novelfind/results"
 RESULT_SCHEMA_VERSION = 2  # 2: a pick is a moment (a representative and its members), K counts moments
 FORMATS = ("tsv", "json", "jsonl", "csv", "paths", "paths0", "members", "members0")
 CSV_COLUMNS = (
-    "rank", "score", "path", "size", "mtime", "neighbour", "distance", "also", "member_count", "taken",
-    "taken_source", "labels",
+    "rank",
+    "score",
+    "path",
+    "size",
+    "mtime",
+    "neighbour",
+    "distance",
+    "also",
+    "member_count",
+    "taken",
+    "taken_source",
+    "labels",
 )  # columns are only ever appended
 TSV_COLUMNS = ("rank", "score", "path", "member_count")
 

@@ -305,8 +305,13 @@ def _place_one(
                 st = os.fstat(out)
             finally:
                 os.close(out)
-            return {"mode": mode, "source": str(source), "ino": st.st_ino, "size": st.st_size,
-                    "mtime_ns": st.st_mtime_ns}
+            return {
+                "mode": mode,
+                "source": str(source),
+                "ino": st.st_ino,
+                "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns,
+            }
         if mode == "symlink":
             target = os.path.abspath(source)
             os.symlink(target, tmp, dir_fd=dir_fd)

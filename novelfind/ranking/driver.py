@@ -174,8 +174,6 @@ def _candidate_mask(candidates, n: int) -> np.ndarray | None:
     return mask
 
 
-
-
 def rank(
     features: np.ndarray | FeatureSource,
     k: int,

@@ -185,4 +185,3 @@ def _burst_mates(tl: events.Timeline) -> Callable[[np.ndarray], list[np.ndarray]
         return out
 
     return mates
-

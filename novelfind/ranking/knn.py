@@ -125,8 +125,8 @@ def knn_exact(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other rows of x (N, d) for each row in ``rows``: (distances (Q, k), indices (Q, k)).
 
-    ``x``: a matrix, or a source read in chunks (``novelfind.ranking.sources``: its blocks of rows are read with
-    ``take``, one after the other). Exact: a blocked matrix product of all queries against ``chunk`` rows
+    ``x``: a matrix, or a source read in chunks (``novelfind.ranking.sources``: its blocks of rows are read
+    with ``take``, one after the other). Exact: a blocked matrix product of all queries against ``chunk`` rows
     of x at a time (so x is read once), ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` on rows centred at
     ``centre`` (default: the mean of x), keeping a running top-k. In memory, with more than one block of
     rows, the blocks are split between one Python thread per core running single-threaded kernels, whose
@@ -474,7 +474,9 @@ class KnnScores:
         cells: list[np.ndarray] = []
         if search is None:
             if source.matrix is None:
-                raise ValueError("a source read in chunks needs a search space (novelfind.ranking.pca.fit_space)")
+                raise ValueError(
+                    "a source read in chunks needs a search space (novelfind.ranking.pca.fit_space)"
+                )
             dist, _ = knn_cells(source.matrix, kk, cells_out=cells)  # (N, k)
         else:  # candidates found in ``search``, measured in x
             dist, _ = knn_cells(search, kk, measure=source, cells_out=cells)

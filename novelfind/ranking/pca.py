@@ -2,9 +2,9 @@
 report's map (``map_2d``).
 
 One implementation for a matrix in memory and for vectors read from the cache in chunks
-(``novelfind.ranking.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so both give
-the same axes bit for bit. The axes come from the covariance (M x M, float64, accumulated from float32
-block products), whose eigenvectors ``numpy.linalg.eigh`` returns; each axis points where its largest
+(``novelfind.ranking.sources``): every pass goes over blocks of ``chunk`` rows (``sources.blocks``), so
+both give the same axes bit for bit. The axes come from the covariance (M x M, float64, accumulated from
+float32 block products), whose eigenvectors ``numpy.linalg.eigh`` returns; each axis points where its largest
 loading is positive, so the result does not depend on the sign the eigensolver happens to return. Past
 ``max_rows`` rows the covariance is estimated on that many evenly spaced rows (``spread``): at 100,000
 rows of 1000-d logits, 20,000 rows give the same subspace (principal angles' cosines above 0.99) for a

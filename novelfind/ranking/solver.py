@@ -78,7 +78,8 @@ def ads(features: Any, k: int, config: ADSConfig = PAPER, *, device: Any = None)
 
 def solve(features: Any, k: int, config: ADSConfig, *, device: Any = None) -> ADSResult:
     """``ads`` without its checks: ``features`` a finite real (N, M) array or tensor, N, M, k >= 1. For the
-    callers inside the package (``novelfind.ranking.methods``), which check their input at their own boundary."""
+    callers inside the package (``novelfind.ranking.methods``), which check their input at their own
+    boundary."""
     x = _as_tensor(features, device)  # (N, M)
     k = min(int(k), x.shape[0])
     mu, sq = _centred_stats(x)  # (M,) float32, (N,) float32

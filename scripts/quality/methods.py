@@ -60,8 +60,8 @@ def shipped_default(density_weight: float, kind: str = "logits") -> Callable:
     """The ``ads`` method's score (``novelfind.ranking.methods.ads_scores``) with another share for its
     density term: 1.0 is the default without its ADS term (the shipped density term alone, by the same
     code path as the default's at every N), 0.5 the default itself. The order is read as ``rank`` reads
-    it (``novelfind.ranking.knn.certified_order``): exact as far as the near-duplicate pass reads; further down
-    (above ``knn.EXACT_MAX_N`` rows) by upper bounds, which only AP sees."""
+    it (``novelfind.ranking.knn.certified_order``): exact as far as the near-duplicate pass reads; further
+    down (above ``knn.EXACT_MAX_N`` rows) by upper bounds, which only AP sees."""
 
     def run(f: dict, k: int, seed: int) -> Scored:
         from novelfind.ranking.knn import certified_order

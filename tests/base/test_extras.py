@@ -61,8 +61,8 @@ def test_installed_finds_without_importing(fake_modules):
 
 def test_importing_novelfind_imports_no_extra():
     code = (
-        "import sys, novelfind.media.decode, novelfind.media.raw, novelfind.outputs.xmp, novelfind.model.features,"
-        " novelfind.extract.engines.local\n"
+        "import sys, novelfind.media.decode, novelfind.media.raw, novelfind.outputs.xmp,"
+        " novelfind.model.features, novelfind.extract.engines.local\n"
         "heavy = ('rawpy', 'exiv2', 'onnxruntime', 'ray', 'nvidia.nvimgcodec')\n"
         "print(sorted(m for m in heavy if m in sys.modules))"
     )

@@ -209,7 +209,9 @@ def test_the_command_line_says_it_once_on_stderr(tmp_path, monkeypatch):
     monkeypatch.setattr(novelfind.model.features, "build_extractor", lambda **kwargs: model)
     cache = tmp_path / "c.sqlite"
     write_old(cache, OLD_LOGITS, [(f, np.full(2, SENTINEL)) for f in files[:4]])
-    result = CliRunner().invoke(cli, ["scan", str(tmp_path / "lib"), "--k", "2", "--dedup", "0", "--cache", str(cache)])
+    result = CliRunner().invoke(
+        cli, ["scan", str(tmp_path / "lib"), "--k", "2", "--dedup", "0", "--cache", str(cache)]
+    )
     assert result.exit_code == 0, result.stderr
     assert [line for line in result.stderr.splitlines() if "extracted again" in line] == [
         "warning: 4 photos were extracted again: the cache held only their classifier output (an earlier "

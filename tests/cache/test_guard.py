@@ -125,8 +125,9 @@ def test_a_trigger_added_while_the_cache_is_open_is_refused_before_the_next_writ
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(2)]
     with FeatureCache(path, "m") as c:
         c.put_many([(files[0], "d0", vec(0))])
-        plant(path, "CREATE TRIGGER fire AFTER INSERT ON files "
-                    "BEGIN SELECT raise(FAIL, 'the trigger ran'); END")
+        plant(
+            path, "CREATE TRIGGER fire AFTER INSERT ON files BEGIN SELECT raise(FAIL, 'the trigger ran'); END"
+        )
         with pytest.raises(CacheWriteError) as refused:
             c.put_many([(files[1], "d1", vec(1))])
         assert "a trigger 'fire'" in str(refused.value) and "the trigger ran" not in str(refused.value)
@@ -216,8 +217,11 @@ def test_huge_blobs_are_never_loaded(tmp_path):
     with FeatureCache(path, "m") as c:
         c.put_many([(f, f"d{i}", vec(i)) for i, f in enumerate(files)])
     blob = 30_000_000  # bytes each, made by SQLite itself
-    plant(path, f"UPDATE vectors SET data = zeroblob({blob}) WHERE digest = 'd0'",
-          f"UPDATE vectors SET data = zeroblob({blob}), dim = {blob // 4} WHERE digest = 'd1'")
+    plant(
+        path,
+        f"UPDATE vectors SET data = zeroblob({blob}) WHERE digest = 'd0'",
+        f"UPDATE vectors SET data = zeroblob({blob}), dim = {blob // 4} WHERE digest = 'd1'",
+    )
     with FeatureCache(path, "m") as c:
         tracemalloc.start()
         try:
@@ -244,9 +248,13 @@ def test_a_negative_pooled_value_is_damage_with_one_warning(tmp_path):
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
     bounds = {"max_norm": STORED_NORM_MAX, "min_value": STORED_VALUE_MIN}
     with FeatureCache(tmp_path / "c.sqlite", "m", **bounds, on_warning=warned.append) as c:
-        c.put_many([(files[0], "d0", np.full(1280, 0.0, np.float32)),  # the smallest the model makes
-                    (files[1], "d1", np.full(1280, -5.0, np.float32)),  # a norm ReLU6 gives, but negative
-                    (files[2], "d2", np.full(1280, 0.5, np.float32))])
+        c.put_many(
+            [
+                (files[0], "d0", np.full(1280, 0.0, np.float32)),  # the smallest the model makes
+                (files[1], "d1", np.full(1280, -5.0, np.float32)),  # a norm ReLU6 gives, but negative
+                (files[2], "d2", np.full(1280, 0.5, np.float32)),
+            ]
+        )
         assert [v is not None for v in c.get_many_by_stat(files)] == [True, False, True]
         assert len(warned) == 1 and "/lib/1.jpg" in warned[0] and "damaged" in warned[0]
         assert list(c.has_many_by_stat(files, 1280)) == [True, False, True]  # deleted: found no more
@@ -280,8 +288,13 @@ def test_the_scan_gives_the_cache_the_models_bounds(monkeypatch, tmp_path):
 
 def test_prune_drops_rows_whose_path_is_no_path(scanned):
     library, cache = scanned
-    plant(cache, "INSERT INTO files VALUES (1.5, 1, 2, 'x')", "INSERT INTO files VALUES ('text', 1, 2, 'y')",
-          "INSERT INTO files VALUES (?, 1, 2, 'z')", params=(b"/lib/a\0b.jpg",))
+    plant(
+        cache,
+        "INSERT INTO files VALUES (1.5, 1, 2, 'x')",
+        "INSERT INTO files VALUES ('text', 1, 2, 'y')",
+        "INSERT INTO files VALUES (?, 1, 2, 'z')",
+        params=(b"/lib/a\0b.jpg",),
+    )
     plant(cache, "INSERT INTO files VALUES (zeroblob(5000), 1, 2, 'w')")
     result = nf("cache", "prune", "--cache", cache)
     assert result.exit_code == 0, result.stderr
@@ -314,8 +327,18 @@ def test_a_deeply_nested_picks_manifest_counts_as_empty_with_one_warning(
     picks.mkdir()
     (picks / ".novelfind-picks.json").write_text("[" * DEEP)
     report = tmp_path / "report.html"
-    result = nf("scan", small_library, "--k", 2, "--copy-to", picks, "--report", report,
-                "--cache", tmp_path / "c.sqlite")
+    result = nf(
+        "scan",
+        small_library,
+        "--k",
+        2,
+        "--copy-to",
+        picks,
+        "--report",
+        report,
+        "--cache",
+        tmp_path / "c.sqlite",
+    )
     assert result.exit_code == 0, result.stderr
     warned = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and ".novelfind-picks.json" in warned[0] and "counted as empty" in warned[0]
@@ -362,7 +385,9 @@ def test_safe_load_bounds(tmp_path):
 
     # brackets inside strings are no nesting
     assert safe_load.load_json('{"a": "[[[[\\"[[", "b": [[1]]}', max_bytes=100, max_depth=3) == {
-        "a": '[[[["[[', "b": [[1]]}
+        "a": '[[[["[[',
+        "b": [[1]],
+    }
     for bad in ("[" * 4, '{"a": [[[1]]]}'):
         with pytest.raises(safe_load.UnreadableError, match="nested 4 levels"):
             safe_load.load_json(bad, max_bytes=100, max_depth=3)

@@ -566,6 +566,7 @@ def test_null_cache_keeps_up_with_the_store_protocol_and_feature_cache(db):
 
     with FeatureCache(db, "m") as real:
         assert isinstance(real, Store) and isinstance(NullCache(), Store)
+
     def methods(cls: type) -> set[str]:
         return {name for name in dir(cls) if not name.startswith("_") and callable(getattr(cls, name))}
 

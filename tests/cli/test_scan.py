@@ -126,14 +126,23 @@ def test_k_larger_than_library_ranks_all_with_a_note(library, fake_extractor):
     [
         (["--k", "0"], 2, "error: Invalid value for '--k': 0 is not in the range x>=1.\n"),
         (["--k", "-3"], 2, "error: Invalid value for '--k': -3 is not in the range x>=1.\n"),
-        (["--batch-size", "-1"], 2,
-         "error: Invalid value for '--batch-size': -1 is not in the range 1<=x<=4096.\n"),
-        (["--batch-size", "100000000"], 2,
-         "error: Invalid value for '--batch-size': 100000000 is not in the range 1<=x<=4096.\n"),
+        (
+            ["--batch-size", "-1"],
+            2,
+            "error: Invalid value for '--batch-size': -1 is not in the range 1<=x<=4096.\n",
+        ),
+        (
+            ["--batch-size", "100000000"],
+            2,
+            "error: Invalid value for '--batch-size': 100000000 is not in the range 1<=x<=4096.\n",
+        ),
         (["--epochs", "0"], 2, "error: Invalid value for '--epochs': 0 is not in the range 1<=x<=100000.\n"),
         (["--lr", "-1"], 2, "error: Invalid value for '--lr': -1.0 is not in the range x>0.\n"),
-        (["--momentum", "1.5"], 2,
-         "error: Invalid value for '--momentum': 1.5 is not in the range 0<=x<1.\n"),
+        (
+            ["--momentum", "1.5"],
+            2,
+            "error: Invalid value for '--momentum': 1.5 is not in the range 0<=x<1.\n",
+        ),
         (["--k", "ten"], 2, "error: Invalid value for '--k': 'ten' is not a valid integer."),
         (["--format", "xml"], 2, "error: Invalid value for '--format'"),
     ],
@@ -329,8 +338,9 @@ def _hold_lock(path: Path) -> subprocess.Popen:
         f"with RunLock({str(path)!r}):\n"
         "    print('held', flush=True); sys.stdin.read()\n"
     )
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout.readline().strip() == "held"
     return holder
 
@@ -525,8 +535,12 @@ def test_progress_bars_go_to_stderr_and_waiting_is_a_note(capsys, tmp_path):
     from novelfind.run import Progress
 
     bars = ProgressBars(enabled=True, console=Console(quiet=False))
-    for event in [Progress("walk", 1000), Progress("walk", 1500), Progress("extract", 3, 10),
-                  Progress("extract", 10, 10)]:
+    for event in [
+        Progress("walk", 1000),
+        Progress("walk", 1500),
+        Progress("extract", 3, 10),
+        Progress("extract", 10, 10),
+    ]:
         bars(event)
     assert (bars.stage, bars.bar.n, bars.bar.total) == ("extract", 10, 10)  # one bar per stage, moved to done
     for event in [Progress("rank", 0, 1), Progress("wait", path=tmp_path / "o")]:
@@ -561,7 +575,11 @@ def test_every_parameter_is_a_scan_option_made_from_its_declaration():
         if meta["limit"] is not None:
             limit, kind = meta["limit"], option.type
             assert (kind.min, kind.max, kind.min_open, kind.max_open) == (
-                limit.low, limit.high, limit.low_open, limit.high_open), f.name
+                limit.low,
+                limit.high,
+                limit.low_open,
+                limit.high_open,
+            ), f.name
         if meta["choices"] is not None:
             assert list(option.type.choices) == list(meta["choices"]), f.name
     assert "decoder" not in options  # API only

@@ -408,8 +408,9 @@ def test_missing_library_is_silent_and_a_broken_one_is_reported_once(monkeypatch
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: False)
     seen: list[str] = []
     auto = stage.load(decoders.DECODERS["auto"])
-    assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
-                      pillow.ProcessDecoder)
+    assert isinstance(
+        auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append), pillow.ProcessDecoder
+    )
     assert seen == []
     gpu = stage.load(decoders.DECODERS["gpu"])
     with pytest.raises(GpuDecodeUnavailable, match="not installed"):
@@ -420,8 +421,9 @@ def test_missing_library_is_silent_and_a_broken_one_is_reported_once(monkeypatch
 
     monkeypatch.setattr(gpu_decode, "library_installed", lambda: True)
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", broken)
-    assert isinstance(auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append),
-                      pillow.ProcessDecoder)
+    assert isinstance(
+        auto(workers=0, window=1, extractor=OnCuda(), on_warning=seen.append), pillow.ProcessDecoder
+    )
     assert seen == ["GPU JPEG decoding unavailable (check decode failed: no nvJPEG); decoding on the CPU"]
 
 
@@ -430,10 +432,12 @@ def test_a_cpu_scan_does_not_import_torch_for_the_auto_decoder(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from novelfind.extract import decoders, stage\n"
-            "class Model: device = 'cpu'\n"
-            "d = stage.load(decoders.DECODERS['auto'])(workers=0, window=1, extractor=Model())\n"
-            "print(type(d).__name__, 'torch' in sys.modules)")
+    code = (
+        "import sys; from novelfind.extract import decoders, stage\n"
+        "class Model: device = 'cpu'\n"
+        "d = stage.load(decoders.DECODERS['auto'])(workers=0, window=1, extractor=Model())\n"
+        "print(type(d).__name__, 'torch' in sys.modules)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["ProcessDecoder", "False"]
@@ -537,8 +541,16 @@ def test_a_scan_with_gpu_decoding_stops_stuck_decodes_and_goes_on(tmp_path, monk
     monkeypatch.setattr(gpu_decode, "open_gpu_decoder", lambda device, **kw: GpuDecoder(backend))
     recs = [File(Path(p), Path(p).stat().st_size, Path(p).stat().st_mtime_ns) for p in paths]
     failures = []
-    result = extract(recs, TensorFake(), ForgetfulCache(vanishing), batch_size=2, workers=2, decoder="gpu",
-                     decode_timeout=LIMIT_S, on_failure=lambda p, r: failures.append((str(p), r)))
+    result = extract(
+        recs,
+        TensorFake(),
+        ForgetfulCache(vanishing),
+        batch_size=2,
+        workers=2,
+        decoder="gpu",
+        decode_timeout=LIMIT_S,
+        on_failure=lambda p, r: failures.append((str(p), r)),
+    )
     stuck = [p for p in paths if "stuck" in p]
     assert sorted(p for p, _ in failures) == sorted(stuck)
     assert all(r == STOPPED for _, r in failures)

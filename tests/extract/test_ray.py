@@ -531,13 +531,15 @@ def test_the_ray_engine_leaves_clips_to_decode_out_in_one_line_and_ranks_cached_
     clip = write_clip(root / "VID_0001.mp4", pan((220, 40, 40)))
     cache = tmp_path / "features.sqlite"
     warned: list[str] = []
-    result = novelfind.scan(root, 3, engine="ray", ray_address=cluster.address, cache=cache,
-                            on_warning=warned.append)
+    result = novelfind.scan(
+        root, 3, engine="ray", ray_address=cluster.address, cache=cache, on_warning=warned.append
+    )
     assert "1 clip left out: the Ray engine reads photos only (scan clips with --engine local)" in warned
     assert len(result.files) == 12 and clip not in {f.path for f in result.files}
     novelfind.scan(root, 3, cache=cache, device="cpu")  # the local engine reads the clip into the cache
     warned.clear()
-    again = novelfind.scan(root, 3, engine="ray", ray_address=cluster.address, cache=cache,
-                           on_warning=warned.append)
+    again = novelfind.scan(
+        root, 3, engine="ray", ray_address=cluster.address, cache=cache, on_warning=warned.append
+    )
     assert not [w for w in warned if "clip" in w]
     assert len(again.files) == 13 and again.clips[clip].moment_time >= 0

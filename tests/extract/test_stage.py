@@ -244,8 +244,9 @@ class InlineDecoder:
     made: list[dict] = []
 
     def __init__(self, workers, window, known, extractor, on_warning):
-        InlineDecoder.made.append({"workers": workers, "window": window, "known": known,
-                                   "model": extractor.model_key})
+        InlineDecoder.made.append(
+            {"workers": workers, "window": window, "known": known, "model": extractor.model_key}
+        )
 
     def stack(self, pixels):
         InlineDecoder.made[-1].setdefault("batches", []).append(len(pixels))

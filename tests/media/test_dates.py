@@ -257,7 +257,10 @@ def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extracto
     make_photo(lib / "c.png", (5, 200, 5), seed=3)
     cache = tmp_path / "c.sqlite"
     first = novelfind.scan(lib, k=3, cache=cache)
-    by_name = {Path(p).name: (t, s) for p, t, s in zip(first.files.paths, first.taken, first.taken_source)}
+    by_name = {
+        Path(p).name: (t, s)
+        for p, t, s in zip(first.files.paths, first.taken, first.taken_source, strict=True)
+    }
     assert by_name["a.jpg"] == (utc(2025, 3, 2, 21, 31, 7), "exif")
     assert by_name["b.jpg"] == (utc(2025, 3, 3, 10, 0, 0), "exif-local")
     assert by_name["c.png"][1] in ("file", "none")
@@ -330,7 +333,9 @@ def test_since_relative_on_the_command_line_with_a_fixed_clock(tmp_path, fake_ex
     monkeypatch.setattr(since, "now", lambda: FIXED)
     lib = tmp_path / "lib"
     # taken 3 days before the fixed clock, but copied (file time) long ago: --since 7d keeps it
-    recent = exif_photo(lib / "recent.jpg", "2026:03:07 12:00:00", offset="+01:00", seed=1, colour=(200, 9, 9))
+    recent = exif_photo(
+        lib / "recent.jpg", "2026:03:07 12:00:00", offset="+01:00", seed=1, colour=(200, 9, 9)
+    )
     # taken a year before, its file touched yesterday (an edit): --since 7d leaves it out
     old = exif_photo(lib / "old.jpg", "2025:03:07 12:00:00", offset="+01:00", seed=2, colour=(20, 200, 20))
     others = [make_photo(lib / f"o{i}.jpg", (40, 60, 200), seed=10 + i) for i in range(4)]
@@ -357,7 +362,9 @@ def test_since_as_text_in_the_api(tmp_path, fake_extractor, monkeypatch):
 @pytest.fixture
 def dated_library(tmp_path):
     lib = tmp_path / "lib"
-    exif_photo(lib / "red.jpg", "2025:03:02 22:31:07", subsec="400", offset="+01:00", seed=1, colour=(220, 9, 9))
+    exif_photo(
+        lib / "red.jpg", "2025:03:02 22:31:07", subsec="400", offset="+01:00", seed=1, colour=(220, 9, 9)
+    )
     exif_photo(lib / "green.jpg", "2025:03:03 09:00:00", seed=2, colour=(20, 220, 20))
     exif_photo(lib / "reset.jpg", "2000:01:01 00:00:05", seed=3, colour=(20, 20, 220))
     return lib
@@ -375,15 +382,20 @@ def test_json_jsonl_and_csv_say_when_and_from_where(dated_library, fake_extracto
     lines = run("scan", dated_library, "--format", "jsonl", "--no-cache", "--dedup", "0").stdout.splitlines()
     picks = [json.loads(line) for line in lines if json.loads(line)["type"] == "pick"]
     assert {Path(p["path"]).name: (p["taken"], p["taken_source"]) for p in picks} == expected
-    rows = list(csv.DictReader(io.StringIO(run("scan", dated_library, "--format", "csv", "--no-cache",
-                                               "--dedup", "0").stdout)))
+    rows = list(
+        csv.DictReader(
+            io.StringIO(run("scan", dated_library, "--format", "csv", "--no-cache", "--dedup", "0").stdout)
+        )
+    )
     assert {Path(r["path"]).name: (r["taken"] or None, r["taken_source"]) for r in rows} == expected
 
 
 def test_members_carry_their_dates(tmp_path, fake_extractor):
     lib = tmp_path / "lib"
     for i in range(2):  # one burst: two near-identical frames, a second apart
-        exif_photo(lib / f"burst{i}.jpg", f"2024:08:08 20:00:0{i}", offset="+02:00", seed=7, colour=(220, 9, 9))
+        exif_photo(
+            lib / f"burst{i}.jpg", f"2024:08:08 20:00:0{i}", offset="+02:00", seed=7, colour=(220, 9, 9)
+        )
     for i in range(6):
         make_photo(lib / f"o{i}.jpg", (40, 60, 200), seed=20 + i)
     doc = json.loads(run("scan", lib, "--format", "json", "--no-cache", "--k", "1").stdout)

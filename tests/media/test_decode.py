@@ -179,8 +179,9 @@ def test_very_thin_image_is_cheap(tmp_path):
         print(json.dumps([list(px.shape), str(px.dtype), grown_kb]))
         """
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     shape, dtype, grown_kb = json.loads(out.stdout.strip().splitlines()[-1])
     assert shape == [224, 224, 3] and dtype == "uint8"
     assert grown_kb < 50_000, f"peak RSS grew by {grown_kb / 1024:.0f} MB"

@@ -32,8 +32,10 @@ STOPPED = f"decoding took longer than {LIMIT_S:g} s; stopped"
 
 
 def _photos(root: Path, names: list[str]) -> list[str]:
-    return [str(make_photo(root / n, (40 + 7 * i, 90, 200 - 5 * i), seed=i, size=(64, 48)))
-            for i, n in enumerate(names)]
+    return [
+        str(make_photo(root / n, (40 + 7 * i, 90, 200 - 5 * i), seed=i, size=(64, 48)))
+        for i, n in enumerate(names)
+    ]
 
 
 @pytest.mark.slow
@@ -93,8 +95,20 @@ def test_a_scan_reports_the_stuck_photo_and_ranks_the_rest(tmp_path, fake_extrac
     stuck = _photos(root / "sub", ["stuck.png"])[0]
     monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)  # what the "auto" decoder builds
     cache = tmp_path / "c.sqlite"
-    args = ["scan", str(root), "--k", "20", "--workers", "2", "--cache", str(cache), "--format", "members",
-            "--decode-timeout", str(LIMIT_S)]
+    args = [
+        "scan",
+        str(root),
+        "--k",
+        "20",
+        "--workers",
+        "2",
+        "--cache",
+        str(cache),
+        "--format",
+        "members",
+        "--decode-timeout",
+        str(LIMIT_S),
+    ]
     # the stuck photo is not cached: the next scan tries it again, with the same result, which it then
     # counts as a known failure (reported by the first scan; exit code 0)
     for code, told in ((3, 1), (0, 0)):
@@ -112,8 +126,19 @@ def test_a_small_scan_stops_a_stuck_decode(tmp_path, fake_extractor, monkeypatch
     paths = _photos(root, ["IMG_0.png", "IMG_1.png", "stuck.png", "IMG_2.png", "IMG_3.png"])
     assert len(paths) < local.POOL_THRESHOLD  # the scan's own choice: one decode process, not a pool
     monkeypatch.setattr(pillow, "ProcessDecoder", StallingDecoder)
-    args = ["scan", str(root), "--k", "20", "--cache", str(tmp_path / "c.sqlite"), "--format", "members",
-            "--decode-timeout", str(LIMIT_S), *workers]
+    args = [
+        "scan",
+        str(root),
+        "--k",
+        "20",
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+        "--format",
+        "members",
+        "--decode-timeout",
+        str(LIMIT_S),
+        *workers,
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 3, result.output
     stuck = paths.pop(2)
@@ -129,14 +154,32 @@ def test_the_report_and_the_contact_sheet_stop_a_stuck_thumbnail(tmp_path, fake_
     paths = _photos(root, ["a.png", "b.png", "stuck.png"])
     monkeypatch.setattr(thumbnails, "ThumbnailDecoder", StallingThumbnails)
     report, sheet = tmp_path / "r.html", tmp_path / "s.png"
-    args = ["scan", str(root), "--k", "3", "--dedup", "0", "--cache", str(tmp_path / "c.sqlite"), "--format",
-            "paths", "--decode-timeout", str(LIMIT_S), "--report", str(report), "--contact-sheet", str(sheet)]
+    args = [
+        "scan",
+        str(root),
+        "--k",
+        "3",
+        "--dedup",
+        "0",
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+        "--format",
+        "paths",
+        "--decode-timeout",
+        str(LIMIT_S),
+        "--report",
+        str(report),
+        "--contact-sheet",
+        str(sheet),
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert sorted(result.stdout.splitlines()) == sorted(paths)
     html = report.read_text()
-    cards = {card.split('<p class="path">')[1].split("</p>")[0]: card.split('<div class="meta">')[0]
-             for card in html.split('<section class="pick"')[1:]}
+    cards = {
+        card.split('<p class="path">')[1].split("</p>")[0]: card.split('<div class="meta">')[0]
+        for card in html.split('<section class="pick"')[1:]
+    }
     assert sorted(cards) == sorted(paths)
     for path, card in cards.items():  # the stuck pick's thumbnail is the placeholder, the others a photo
         assert ("cannot read image" in card) == ("stuck" in path), card
@@ -148,8 +191,9 @@ def test_the_report_and_the_contact_sheet_stop_a_stuck_thumbnail(tmp_path, fake_
 
 @pytest.mark.parametrize("decoder", ["auto", "pillow"])
 @pytest.mark.parametrize(("options", "limit"), [({}, 120.0), ({"decode_timeout": 7.5}, 7.5)])
-def test_decode_timeout_reaches_the_decoding_processes(library, fake_extractor, monkeypatch, decoder, options,
-                                                       limit):
+def test_decode_timeout_reaches_the_decoding_processes(
+    library, fake_extractor, monkeypatch, decoder, options, limit
+):
     made = []
 
     class Recording(ProcessDecoder):

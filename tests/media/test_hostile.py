@@ -251,8 +251,17 @@ def test_an_ignore_list_that_is_a_link_is_not_written_through(fake_extractor, sm
     victim.write_text("")
     link = tmp_path / "ignored.json"
     link.symlink_to(victim)
-    result = nf("scan", small_library, "--k", 1, "--ignore-picks", "--ignore-file", link,
-                "--cache", tmp_path / "c.sqlite")
+    result = nf(
+        "scan",
+        small_library,
+        "--k",
+        1,
+        "--ignore-picks",
+        "--ignore-file",
+        link,
+        "--cache",
+        tmp_path / "c.sqlite",
+    )
     assert result.exit_code == 1
     assert "symbolic link novelfind did not create" in result.stderr
     assert victim.read_text() == ""
@@ -354,8 +363,9 @@ def test_a_damaged_cached_vector_is_extracted_again_with_one_warning(
     first = nf(*args)
     assert first.exit_code == 0, first.stderr
     conn = sqlite3.connect(cache)
-    digest = conn.execute("SELECT digest FROM files WHERE path = ?",
-                          (os.fsencode(small_library / "IMG_0003.jpg"),)).fetchone()[0]
+    digest = conn.execute(
+        "SELECT digest FROM files WHERE path = ?", (os.fsencode(small_library / "IMG_0003.jpg"),)
+    ).fetchone()[0]
     dim = conn.execute("SELECT dim FROM vectors WHERE digest = ?", (digest,)).fetchone()[0]
     bad = np.full(dim, value, "<f4")
     conn.execute("UPDATE vectors SET data = ? WHERE digest = ?", (bad.tobytes(), digest))
@@ -380,9 +390,13 @@ def test_the_models_bound_on_a_vectors_norm_is_enforced(tmp_path):
     warned: list[str] = []
     files = [ImageFile(Path(f"/lib/{i}.jpg"), 10, 20) for i in range(3)]
     with FeatureCache(tmp_path / "c.sqlite", "m", max_norm=STORED_NORM_MAX, on_warning=warned.append) as c:
-        c.put_many([(files[0], "d0", np.full(1280, 6.0, np.float32)),  # the largest the model makes
-                    (files[1], "d1", np.full(1280, 7.0, np.float32)),  # more than ReLU6 can give
-                    (files[2], "d2", np.full(1280, 0.5, np.float32))])
+        c.put_many(
+            [
+                (files[0], "d0", np.full(1280, 6.0, np.float32)),  # the largest the model makes
+                (files[1], "d1", np.full(1280, 7.0, np.float32)),  # more than ReLU6 can give
+                (files[2], "d2", np.full(1280, 0.5, np.float32)),
+            ]
+        )
         found = c.get_many_by_stat(files)
         assert [v is not None for v in found] == [True, False, True]
         assert len(warned) == 1 and "/lib/1.jpg" in warned[0]
@@ -440,9 +454,20 @@ def test_members0_is_exact_for_xargs_and_members_escapes(fake_extractor, tmp_pat
 def test_ignore_list_escapes_a_planted_added_field_and_path(tmp_path):
     """``ignore --list`` prints what a file says: an ESC or a newline in it is escaped, one entry a line."""
     listfile = tmp_path / "ignored.json"
-    listfile.write_text(json.dumps({"version": 1, "ignored": {
-        "d1": {"path": "/p/a\x1b]0;owned\x07.jpg", "added": "2024-01-01\nwarning: forged\x1b[2J", "size": 1},
-    }}))
+    listfile.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "ignored": {
+                    "d1": {
+                        "path": "/p/a\x1b]0;owned\x07.jpg",
+                        "added": "2024-01-01\nwarning: forged\x1b[2J",
+                        "size": 1,
+                    },
+                },
+            }
+        )
+    )
     result = nf("ignore", "--list", "--ignore-file", listfile)
     assert result.exit_code == 0, result.stderr
     assert "\x1b" not in result.stdout and len(result.stdout.splitlines()) == 1
@@ -512,8 +537,18 @@ def test_max_decode_pixels_holds_in_the_scan_and_its_workers(
     fake_extractor, small_library, tmp_path, workers
 ):
     flat_png(small_library, 1500)
-    result = nf("scan", small_library, "--k", 2, "--workers", workers, "--max-decode-pixels", 1_000_000,
-                "--cache", tmp_path / "c.sqlite")
+    result = nf(
+        "scan",
+        small_library,
+        "--k",
+        2,
+        "--workers",
+        workers,
+        "--max-decode-pixels",
+        1_000_000,
+        "--cache",
+        tmp_path / "c.sqlite",
+    )
     assert result.exit_code == 3
     refused = [line for line in _lines(result.stderr) if line.startswith("warning: cannot read")]
     assert len(refused) == 1 and "flat-1500.png" in refused[0] and "over the budget of 1000000" in refused[0]
@@ -563,14 +598,16 @@ def test_tilde_is_the_home_folder_in_path_settings(fake_extractor, small_library
 def test_a_date_out_of_range_is_a_usage_error_before_any_work(fake_extractor, small_library, tmp_path):
     result = nf("scan", small_library, "--since", "0001-01-01", "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 2
-    assert _lines(result.stderr) == ["error: since 0001-01-01 is out of range: not a time this system can "
-                                     "compare file times with"]
+    assert _lines(result.stderr) == [
+        "error: since 0001-01-01 is out of range: not a time this system can compare file times with"
+    ]
     assert fake_extractor.images == 0 and not (tmp_path / "c.sqlite").exists()
 
 
 @pytest.mark.parametrize(("since", "picked"), [("9999-12-31", 0), ("1000-01-01", 2)])
-def test_dates_beyond_what_file_times_hold_pick_none_or_all(fake_extractor, small_library, tmp_path, since,
-                                                            picked):
+def test_dates_beyond_what_file_times_hold_pick_none_or_all(
+    fake_extractor, small_library, tmp_path, since, picked
+):
     result = nf("scan", small_library, "--k", 2, "--since", since, "--cache", tmp_path / "c.sqlite")
     assert result.exit_code == 0, result.stderr
     assert len(result.stdout.splitlines()) == picked

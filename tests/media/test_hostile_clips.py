@@ -1,9 +1,9 @@
 """The decoded-pixels budget (``--max-decode-pixels``) holds for clips and for anything named like one, and
 a decode process cannot grow past its memory share (docs/security.md, "Clips").
 
-Clips that claim 16000 x 16000 frames are made small (tests/support/clips.py: a PNG header that claims them, a few
-rows of data): a decoder sizes its frame by the claim before it finds the data short, so the memory they
-cost without the budget is the claim's (0.77 GB in a fresh process), at no cost to make. Memory is checked
+Clips that claim 16000 x 16000 frames are made small (tests/support/clips.py: a PNG header that claims
+them, a few rows of data): a decoder sizes its frame by the claim before it finds the data short, so the
+memory they cost without the budget is the claim's (0.77 GB in a fresh process), at no cost to make. Memory is checked
 as a fresh process's peak RSS.
 """
 
@@ -61,8 +61,14 @@ print(json.dumps({"reason": got.reason, "grown_mb": grown / 1024}))
 
 
 def decoded_in_a_fresh_process(path: Path, budget: int | str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _PEAK, str(path), str(budget)], capture_output=True,
-                         text=True, check=True, cwd=ROOT, env=ENV)
+    out = subprocess.run(
+        [sys.executable, "-c", _PEAK, str(path), str(budget)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=ENV,
+    )
     return json.loads(out.stdout)
 
 
@@ -96,7 +102,8 @@ def test_a_scan_names_each_refused_clip_and_ranks_the_rest(tmp_path, fake_extrac
     assert result.exit_code == 3, result.stderr
     refused = [line for line in result.stderr.splitlines() if "refused" in line]
     assert sorted(Path(p).name for p in clips.values() if any(str(p) in line for line in refused)) == sorted(
-        p.name for p in clips.values())
+        p.name for p in clips.values()
+    )
     assert len(refused) == 3
     assert len(result.stdout.splitlines()) == 5 and "fine.mp4" in result.stdout
 
@@ -139,7 +146,8 @@ def test_the_address_space_limit_is_the_baseline_plus_the_share(tmp_path):
         "base = decode._address_space(); limit = decode.limit_address_space(1 << 30); "
         "print(base, limit, resource.getrlimit(resource.RLIMIT_AS)[0])"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT,
-                         env=ENV)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT, env=ENV
+    )
     base, limit, applied = map(int, out.stdout.split())
     assert limit == applied == base + (1 << 30) + decode.ADDRESS_SPACE_HEADROOM

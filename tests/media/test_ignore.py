@@ -128,7 +128,10 @@ def test_a_file_whose_bytes_cannot_be_read_is_added_by_path_size_and_time(ignore
     )
     out = subprocess.run(
         unprivileged([sys.executable, "-c", script, str(ignored.path), str(photos[0]), str(photos[1])]),
-        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)), check=True,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        check=True,
     ).stdout
     assert out == f"[] 2 [({photos[0]!r}, 'Permission denied')]\nTrue\n"
     (entry,) = [e for e in ignored.entries() if e.path == photos[0]]

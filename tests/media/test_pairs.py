@@ -197,8 +197,21 @@ def test_a_scans_compact_photo_list_groups_as_group_photos_does(tmp_path):
     from novelfind.media.pairs import PhotoList
     from novelfind.media.walk import FileList, ImageFile
 
-    names = ["a.CR2", "a.JPG", "a.d/x.jpg", "b.jpg", "sub/b.NEF", "sub/b.jpg", "c.heic", "c.jpg", "c.png",
-             "d.jpg", "d.jpeg", "e.jpg", "sub/a.jpg"]  # a folder between twins; two JPEGs of one name
+    names = [
+        "a.CR2",
+        "a.JPG",
+        "a.d/x.jpg",
+        "b.jpg",
+        "sub/b.NEF",
+        "sub/b.jpg",
+        "c.heic",
+        "c.jpg",
+        "c.png",
+        "d.jpg",
+        "d.jpeg",
+        "e.jpg",
+        "sub/a.jpg",
+    ]  # a folder between twins; two JPEGs of one name
     files = [ImageFile(tmp_path / name, i + 1, 1000 + i) for i, name in enumerate(names)]
     keys = np.array([hash((f.path.parent, os.path.splitext(f.path.name)[0].casefold())) for f in files])
     for hashes in (keys, np.zeros(len(files), np.int64)):  # real name hashes, and all of them colliding

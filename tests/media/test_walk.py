@@ -280,8 +280,10 @@ def test_only_files_with_a_second_name_are_remembered(tmp_path, monkeypatch):
 
 def test_file_lists_keep_every_record_exactly(tmp_path):
     odd = os.fsdecode(b"caf\xc3\xa9 \xff.jpg")  # UTF-8 and an undecodable byte
-    files = [ImageFile(tmp_path / f"f{i}" / (odd if i % 3 == 0 else f"{i}.jpg"), 1000 + i, 10**18 + i)
-             for i in range(100)]
+    files = [
+        ImageFile(tmp_path / f"f{i}" / (odd if i % 3 == 0 else f"{i}.jpg"), 1000 + i, 10**18 + i)
+        for i in range(100)
+    ]
     compact = scan.FileList(files)
     assert len(compact) == 100 and list(compact) == files and compact == files
     assert compact[-1] == files[-1] and compact[5:9] == files[5:9] and compact[::7] == files[::7]

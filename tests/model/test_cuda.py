@@ -266,9 +266,7 @@ def test_extraction_with_gpu_decoding_matches_cpu_decoding(cuda, real_weights, j
     ex = build_extractor(device="cuda")
     on_gpu = local.extract(files, ex, NullCache(), batch_size=16, decoder="gpu")
     cpu_decoded = local.extract(files, ex, NullCache(), batch_size=16, decoder="pillow")
-    all_cpu = local.extract(
-        files, build_extractor(device="cpu", backend="torch"), NullCache(), batch_size=16
-    )
+    all_cpu = local.extract(files, build_extractor(device="cpu", backend="torch"), NullCache(), batch_size=16)
     assert [f.path for f in on_gpu.files] == [f.path for f in cpu_decoded.files] == [f.path for f in files]
     assert on_gpu.failures == cpu_decoded.failures == []
     decode_rel = rel_l2(on_gpu.features, cpu_decoded.features)

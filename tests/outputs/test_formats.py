@@ -110,7 +110,9 @@ def test_csv_has_schema_columns_and_parses_back():
         make_pick("/lib/IMG_1.JPG", rank=3, also=(Path("/lib/IMG_1.CR2"), Path('/lib/IMG_1 "x",.HEIC'))),
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0] == [*"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()]
+    assert rows[0] == [
+        *"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()
+    ]
     assert rows[1] == [
         "1",
         "0.500000",
@@ -192,7 +194,9 @@ def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
     )
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"  # the line formats: no clip fields
+    assert (
+        format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"
+    )  # the line formats: no clip fields
 
 
 def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
@@ -244,5 +248,3 @@ def test_iso_utc():
 
 
 # --- place_picks -------------------------------------------------------------------------------
-
-

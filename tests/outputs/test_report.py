@@ -364,8 +364,12 @@ def test_the_methods_that_say_they_run_the_solver_are_those_that_do(monkeypatch)
     x = np.random.default_rng(0).random((60, 8)).astype(np.float32)
     for name, method in methods.METHODS.items():
         calls = []
-        real = methods._ads_weights
-        monkeypatch.setattr(methods, "_ads_weights", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+
+        def counted(*a, calls=calls, real=methods._ads_weights, **kw):
+            calls.append(1)
+            return real(*a, **kw)
+
+        monkeypatch.setattr(methods, "_ads_weights", counted)
         driver.rank(x, 3, method=name)
         monkeypatch.undo()
         assert bool(calls) == method.solver, name

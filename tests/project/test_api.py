@@ -65,8 +65,17 @@ def test_scan_result_holds_the_counts_files_and_features(library, fake_extractor
     bad = library["root"] / "broken.jpg"
     bad.write_text("not a jpeg")
     result = novelfind.scan([library["root"]], k=3, cache=tmp_path / "c.sqlite")
-    assert result.counts == novelfind.Counts(found=34, from_cache=0, extracted=33, failed=1, candidates=33,
-                                             duplicates_dropped=0, photos=34, ignored=0, newly_ignored=0)
+    assert result.counts == novelfind.Counts(
+        found=34,
+        from_cache=0,
+        extracted=33,
+        failed=1,
+        candidates=33,
+        duplicates_dropped=0,
+        photos=34,
+        ignored=0,
+        newly_ignored=0,
+    )
     assert result.failures == [novelfind.Failure(bad, result.failures[0].reason)]
     assert result.failures[0].reason == "not a recognised image format"
     assert len(result.files) == 33 and result.features.shape == (33, fake_extractor.dim)
@@ -89,8 +98,14 @@ def test_scan_prints_nothing_and_reports_through_callbacks(library, fake_extract
     blocker = tmp_path / "file"
     blocker.write_text("x")
     events, warned, failed = [], [], []
-    result = novelfind.scan(library["root"], 3, cache=blocker / "c.sqlite", on_progress=events.append,
-                            on_warning=warned.append, on_failure=lambda p, r: failed.append((p, r)))
+    result = novelfind.scan(
+        library["root"],
+        3,
+        cache=blocker / "c.sqlite",
+        on_progress=events.append,
+        on_warning=warned.append,
+        on_failure=lambda p, r: failed.append((p, r)),
+    )
     assert capfd.readouterr() == ("", "")
     assert failed == [(bad, "not a recognised image format")] == [tuple(f) for f in result.failures]
     assert len(warned) == 1 and "running without the cache" in warned[0]
@@ -102,22 +117,34 @@ def test_scan_prints_nothing_and_reports_through_callbacks(library, fake_extract
     assert [e.done for e in events if e.stage == "rank"] == [0, 1]
 
 
-def test_scan_writes_nothing_but_the_cache_unless_asked(library, fake_extractor, tmp_path,
-                                                        isolated_user_dirs):
+def test_scan_writes_nothing_but_the_cache_unless_asked(
+    library, fake_extractor, tmp_path, isolated_user_dirs
+):
     before = {p for p in tmp_path.rglob("*")} | {p for p in isolated_user_dirs.rglob("*")}
     novelfind.scan(library["root"], 3)
     after = {p for p in tmp_path.rglob("*")} | {p for p in isolated_user_dirs.rglob("*")}
     cache = isolated_user_dirs / "cache" / "novelfind" / "features.sqlite"
-    assert {p for p in after - before if p.is_file()} <= {cache, cache.with_name(cache.name + "-wal"),
-                                                          cache.with_name(cache.name + "-shm")}
+    assert {p for p in after - before if p.is_file()} <= {
+        cache,
+        cache.with_name(cache.name + "-wal"),
+        cache.with_name(cache.name + "-shm"),
+    }
     assert cache.is_file()
 
 
 def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_path):
     events = []
-    result = novelfind.scan(library["root"], 3, cache=False, output=tmp_path / "p.csv", format="csv",
-                            copy_to=tmp_path / "novel", report=tmp_path / "r.html",
-                            contact_sheet=tmp_path / "s.png", on_progress=events.append)
+    result = novelfind.scan(
+        library["root"],
+        3,
+        cache=False,
+        output=tmp_path / "p.csv",
+        format="csv",
+        copy_to=tmp_path / "novel",
+        report=tmp_path / "r.html",
+        contact_sheet=tmp_path / "s.png",
+        on_progress=events.append,
+    )
     assert (tmp_path / "p.csv").read_bytes() == result.to_text("csv").encode()
     assert len([p for p in (tmp_path / "novel").iterdir() if not p.name.startswith(".")]) == 3
     assert "3 most novel photos of 33" in (tmp_path / "r.html").read_text()
@@ -140,16 +167,20 @@ def test_scan_writes_the_outputs_it_is_asked_for(library, fake_extractor, tmp_pa
         ({"batch_size": 5000}, "batch_size must be at most 4096, got 5000"),
         ({"workers": -1}, "workers must be at least 0, got -1"),
         ({"method": "power"}, f"method must be one of {', '.join(METHODS)}, got 'power'"),
-        ({"format": "xml"}, (
-            "format must be one of tsv, json, jsonl, csv, paths, paths0, members, members0, got 'xml'"
-        )),
+        (
+            {"format": "xml"},
+            ("format must be one of tsv, json, jsonl, csv, paths, paths0, members, members0, got 'xml'"),
+        ),
         ({"engine": "spark"}, "engine must be one of local, ray, got 'spark'"),
         ({"decoder": "nvjpeg"}, "decoder must be one of auto, pillow, gpu, got 'nvjpeg'"),
         ({"device": "tpu"}, "device must be one of auto, cpu, cuda, got 'tpu'"),
-        ({"since": "last tuesday"}, (
-            "since 'last tuesday' is not a date: use 7d, 2w, 36h, today, yesterday, 2026-01-01, "
-            "2026-01-01T10:00:00 or 2026-01-01T10:00:00+02:00"
-        )),
+        (
+            {"since": "last tuesday"},
+            (
+                "since 'last tuesday' is not a date: use 7d, 2w, 36h, today, yesterday, 2026-01-01, "
+                "2026-01-01T10:00:00 or 2026-01-01T10:00:00+02:00"
+            ),
+        ),
         ({"since": 20240101}, "since must be a datetime or a date's text, got 20240101"),
         ({"contact_sheet": "sheet.gif"}, "contact sheet sheet.gif: use a .jpg, .png or .webp name"),
         ({"xmp_keyword": "Picks|novel"}, "xmp_keyword takes effect only with xmp=True"),
@@ -184,15 +215,21 @@ def test_scan_signature_parameters_and_command_line_share_their_defaults():
 
 
 def test_help_reads_like_documentation():
-    for name, must in [("scan", ("Args:", "Returns:", "Raises:", "Example")),
-                       ("rank", ("(N, M)", "Returns", "Raises ValueError", "Example")),
-                       ("ads", ("(N, M)", "ValueError")),
-                       ("Cache", ("open", "info", "prune", "clear"))]:
+    for name, must in [
+        ("scan", ("Args:", "Returns:", "Raises:", "Example")),
+        ("rank", ("(N, M)", "Returns", "Raises ValueError", "Example")),
+        ("ads", ("(N, M)", "ValueError")),
+        ("Cache", ("open", "info", "prune", "clear")),
+    ]:
         text = pydoc.render_doc(getattr(novelfind, name), renderer=pydoc.plaintext)
         for word in must:
             assert word in text, f"help(novelfind.{name}) lacks {word!r}"
-    proc = subprocess.run([sys.executable, "-c", "import novelfind; help(novelfind.scan)"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import novelfind; help(novelfind.scan)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Find the ``k`` most novel photos" in proc.stdout and "ScanResult" in proc.stdout
 
@@ -237,10 +274,13 @@ def test_a_busy_output_raises_or_waits(library, fake_extractor, tmp_path):
     out = tmp_path / "picks.tsv"
     lock = output_lock_path(out)
     lock.parent.mkdir(parents=True, exist_ok=True)
-    code = ("import sys; from novelfind.base.lock import RunLock\n"
-            f"with RunLock({str(lock)!r}):\n    print('held', flush=True); sys.stdin.read()\n")
-    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    code = (
+        "import sys; from novelfind.base.lock import RunLock\n"
+        f"with RunLock({str(lock)!r}):\n    print('held', flush=True); sys.stdin.read()\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(LockedError, match=f"pid {holder.pid}"):
@@ -328,8 +368,10 @@ def test_no_import_cycles_and_no_module_above_its_station():
 
 
 def test_import_and_help_do_not_pay_for_torch():
-    code = ("import sys, novelfind, novelfind.cli.group; novelfind.Cache; novelfind.scan; "
-            "print(sorted(m for m in ('torch', 'onnxruntime', 'faiss') if m in sys.modules))")
+    code = (
+        "import sys, novelfind, novelfind.cli.group; novelfind.Cache; novelfind.scan; "
+        "print(sorted(m for m in ('torch', 'onnxruntime', 'faiss') if m in sys.modules))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

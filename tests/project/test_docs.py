@@ -53,7 +53,7 @@ def shim(tmp_path) -> Path:
     folder.mkdir()
     script = folder / "novelfind"
     script.write_text(
-        f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / 'tests' / 'fake_cli.py'} \"$@\"\n"
+        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / "tests" / "fake_cli.py"} "$@"\n'
     )
     script.chmod(0o755)
     return folder
@@ -279,8 +279,16 @@ def one_pick():
 
     member = Member(Path("/p/IMG_2.jpg"), 10, 0, 0.05)
     return Pick(
-        1, 0.5, Path("/p/IMG_1.jpg"), 10, 0, Path("/p/IMG_9.jpg"), 0.7, (Path("/p/IMG_1.CR2"),),
-        members=(member,), labels=(Label("telescope", 0.41), Label("planetarium", 0.12)),
+        1,
+        0.5,
+        Path("/p/IMG_1.jpg"),
+        10,
+        0,
+        Path("/p/IMG_9.jpg"),
+        0.7,
+        (Path("/p/IMG_1.CR2"),),
+        members=(member,),
+        labels=(Label("telescope", 0.41), Label("planetarium", 0.12)),
     )
 
 

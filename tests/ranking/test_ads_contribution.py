@@ -1,6 +1,7 @@
 """What the ADS term contributes to the default ranking, pinned on fixed synthetic data over several seeds.
 
-The ``ads`` method's score is ``(1 - w) * ADS term + w * density term`` (``novelfind.ranking.methods.ads_scores``, w =
+The ``ads`` method's score is ``(1 - w) * ADS term + w * density term``
+(``novelfind.ranking.methods.ads_scores``, w =
 ``DENSITY_WEIGHT``); ``density_weight=1.0`` is the default without its ADS term, 0.0 the ADS term alone.
 Three fixed datasets (500 points, 100 dimensions, five loud ones; 6 planted novelties), each drawn with
 three data seeds and ranked with three solver seeds:
@@ -66,14 +67,18 @@ def hits():
         for ds in DATA_SEEDS:
             x = _data(kind, ds)
             # the density term does not depend on the solver seed: one run per dataset, repeated per seed
-            no_ads = _hits(method_scores(x, K, "ads", ADSConfig(seed=0), settings={"density_weight": 1.0}).current(), x)
+            no_ads = _hits(
+                method_scores(x, K, "ads", ADSConfig(seed=0), settings={"density_weight": 1.0}).current(), x
+            )
             space = fit_space(x, WHITEN_DIMS)
             whitened = scale_axes(space.proj, space.var, WHITEN_FLOOR)
             knn_w = _hits(KnnScores.build(whitened, KNN_K, exact_max_n=N).values, x)
             for s in ADS_SEEDS:
                 cfg = ADSConfig(seed=s)
                 h["default"].append(_hits(method_scores(x, K, "ads", cfg).current(), x))
-                h["ads-term"].append(_hits(method_scores(x, K, "ads", cfg, settings={"density_weight": 0.0}).current(), x))
+                h["ads-term"].append(
+                    _hits(method_scores(x, K, "ads", cfg, settings={"density_weight": 0.0}).current(), x)
+                )
                 h["no-ads"].append(no_ads)
                 h["knn-whitened"].append(knn_w)
         out[kind] = h

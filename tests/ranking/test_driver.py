@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from synthetic import blob_with_outliers
 
-from novelfind.ranking import driver as rank_mod
 from novelfind.ranking import cells, knn, methods, moments, pca, scoring
+from novelfind.ranking import driver as rank_mod
 from novelfind.ranking.driver import rank
 from novelfind.ranking.methods import METHODS
 from novelfind.ranking.solver import ADSConfig, ads

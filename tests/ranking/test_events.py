@@ -232,7 +232,9 @@ def test_a_scan_ranks_a_night_of_odd_photos_by_their_capture_dates(tmp_path, fak
     for day in range(20):
         for j, colour in enumerate(scenes):
             hour = 8 + 4 * j + int(rng.integers(0, 3))
-            dated(lib / f"d{day:02d}_{j}.jpg", colour, 100 * day + j, f"2025:05:{day + 1:02d} {hour:02d}:10:00")
+            dated(
+                lib / f"d{day:02d}_{j}.jpg", colour, 100 * day + j, f"2025:05:{day + 1:02d} {hour:02d}:10:00"
+            )
     for i in range(14):  # a night of astrophotography: one scene, one night
         dated(lib / f"night_{i:02d}.jpg", (230, 20, 20), 5000 + i, f"2025:05:09 23:{2 * i:02d}:00")
     out = CliRunner().invoke(

@@ -190,7 +190,7 @@ def test_options_md_lists_the_methods_and_their_features_from_the_records():
 
 def test_ranking_md_lists_every_method_and_the_users_of_the_solver_settings():
     text = (ROOT / "docs" / "ranking.md").read_text()
-    table = text[text.index("| `--method` |"):].split("\n\n", 1)[0]  # the methods' table, the first one
+    table = text[text.index("| `--method` |") :].split("\n\n", 1)[0]  # the methods' table, the first one
     rows = re.findall(r"^\| `([a-z][a-z-]*)`( \(default\))? \|", table, re.M)
     assert [name for name, _ in rows] == list(ranking.METHODS)
     assert [name for name, default in rows if default] == [ranking.DEFAULT_METHOD]

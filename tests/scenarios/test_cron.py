@@ -36,8 +36,22 @@ def truncated_jpeg(path: Path) -> Path:
 
 def nightly(root: Path, out: Path, *extra):
     """The README's nightly line (the week's new photos, ranked, as JSON), with the fake model."""
-    return run("scan", root, "-k", 50, "--since", "2000-01-01", "--include-ignored", "-q", "--format", "json",
-               "-o", out, "--no-wait", *extra)
+    return run(
+        "scan",
+        root,
+        "-k",
+        50,
+        "--since",
+        "2000-01-01",
+        "--include-ignored",
+        "-q",
+        "--format",
+        "json",
+        "-o",
+        out,
+        "--no-wait",
+        *extra,
+    )
 
 
 def test_a_broken_file_is_reported_once_then_counted_as_known(library, fake_extractor, tmp_path):
@@ -202,8 +216,10 @@ def test_rerunning_the_sunday_line_in_the_same_week_keeps_tags_and_list(library,
     # by hand without -q it says why
     by_hand = run("scan", root, "-k", 2, "--since", "2020-01-01", "--xmp", "--ignore-picks", "-o", out)
     assert by_hand.exit_code == 0
-    assert "note: nothing new: the 3 photos modified since 2020-01-01 00:00:00 are all on the ignore list" \
+    assert (
+        "note: nothing new: the 3 photos modified since 2020-01-01 00:00:00 are all on the ignore list"
         in by_hand.stderr
+    )
     assert str(out) in by_hand.stderr and out.read_text() == listed
     # next week: a new photo is this week's pick; last week's picks lose their tag
     new = make_photo(root / "2027" / "IMG_new.jpg", (128, 0, 255), seed=99)
@@ -220,8 +236,10 @@ def test_a_run_that_empties_a_list_says_so_even_quiet(library, fake_extractor, t
     assert len(out.read_text().splitlines()) == 3
     empty = run("scan", root, "-k", 3, "-q", "-o", out, "--since", "2100-01-01")
     assert empty.exit_code == 0
-    assert empty.stderr == (f"note: {out} now lists no picks (it listed 3 picks): no photo modified since "
-                            "2100-01-01 00:00:00 to rank\n")
+    assert empty.stderr == (
+        f"note: {out} now lists no picks (it listed 3 picks): no photo modified since "
+        "2100-01-01 00:00:00 to rank\n"
+    )
     assert out.read_text() == ""
     # the next empty week has nothing to empty: silent
     again = run("scan", root, "-k", 3, "-q", "-o", out, "--since", "2100-01-01")
@@ -279,7 +297,12 @@ def test_cache_info_says_what_it_counts(library, fake_extractor, tmp_path):
 
 def test_human_size():
     assert [human_size(n) for n in (0, 999, 1000, 1_234_567, 5_000_000_000, 3 * 10**13)] == [
-        "0 B", "999 B", "1.0 KB", "1.2 MB", "5.0 GB", "30.0 TB"
+        "0 B",
+        "999 B",
+        "1.0 KB",
+        "1.2 MB",
+        "5.0 GB",
+        "30.0 TB",
     ]
 
 
@@ -300,8 +323,10 @@ def test_ignore_silences_a_file_whose_bytes_cannot_be_read(library, fake_extract
     monkeypatch.setattr(novelfind.media.ignore, "digest_file", digest_file)
     added = run("ignore", locked)
     assert (added.exit_code, added.stdout) == (0, "added\t1\n")
-    assert added.stderr == (f"note: {locked} cannot be read (Permission denied): ignored by its path, size "
-                            "and time, until it changes or moves\n")
+    assert added.stderr == (
+        f"note: {locked} cannot be read (Permission denied): ignored by its path, size "
+        "and time, until it changes or moves\n"
+    )
     result = run("scan", root, "-k", 3, "--no-cache")
     assert result.exit_code == 0 and "cannot read" not in result.stderr
     os.utime(locked, (1_700_000_000, 1_700_000_000))  # changed: no longer the file that was ignored

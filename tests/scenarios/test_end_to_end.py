@@ -25,8 +25,13 @@ def example(tmp_path_factory):
 
 
 def scan(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "novelfind", "scan", *map(str, args)],
-                          capture_output=True, text=True, timeout=600, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "novelfind", "scan", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
 
 
 def test_planted_odd_photos_come_out_on_top(example, tmp_path):
@@ -50,8 +55,9 @@ def test_planted_odd_photos_come_out_on_top(example, tmp_path):
 
 def test_paper_method_also_finds_them(example, tmp_path):
     dest, _, odd = example
-    result = scan(dest, "--k", "5", "--method", "ads-paper", "--format", "paths", "-q",
-                  "--cache", tmp_path / "c.sqlite")
+    result = scan(
+        dest, "--k", "5", "--method", "ads-paper", "--format", "paths", "-q", "--cache", tmp_path / "c.sqlite"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     picked = {Path(line) for line in result.stdout.splitlines()}
@@ -71,8 +77,9 @@ def test_the_readme_python_example_runs_as_written(example, tmp_path):
     (tmp_path / "example-photos").symlink_to(dest, target_is_directory=True)
     code = readme_python_example()
     assert "novelfind.scan(" in code and "novelfind.rank(" in code
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Counts(found=80, from_cache=0, extracted=80, failed=0")

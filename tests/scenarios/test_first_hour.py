@@ -120,8 +120,9 @@ def damaged_novelfind_cache(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("command", ["prune", "clear"])
-def test_cache_prune_and_clear_on_a_damaged_cache_warn_in_one_line(damaged_novelfind_cache, tmp_path,
-                                                                    command):
+def test_cache_prune_and_clear_on_a_damaged_cache_warn_in_one_line(
+    damaged_novelfind_cache, tmp_path, command
+):
     damaged_cache = damaged_novelfind_cache
     result = run("cache", command, "--cache", damaged_cache)
     assert result.exit_code == 0, result.stderr
@@ -216,9 +217,9 @@ def test_ignoring_a_file_that_is_not_an_image_reports_it(library, tmp_path):
     assert result.exit_code == 3
     assert result.stdout == "added\t1\n"
     assert result.stderr == f"warning: not added: {notes} is not a photo novelfind reads\n"
-    assert [e.path for e in __import__("novelfind.media.ignore").media.ignore.IgnoreList(listfile).entries()] == [
-        library["odd"][0]
-    ]
+    assert [
+        e.path for e in __import__("novelfind.media.ignore").media.ignore.IgnoreList(listfile).entries()
+    ] == [library["odd"][0]]
 
 
 # -- 8. small things ------------------------------------------------------------------------------------

@@ -74,9 +74,7 @@ class Attacker(threading.Thread):
         self._fd = -1
         if self._libc is not None:
             self._fd = self._libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
-            if self._fd < 0 or self._libc.inotify_add_watch(
-                self._fd, os.fsencode(folder), _IN_CREATE
-            ) < 0:
+            if self._fd < 0 or self._libc.inotify_add_watch(self._fd, os.fsencode(folder), _IN_CREATE) < 0:
                 raise OSError(ctypes.get_errno(), "inotify")
 
     def _names(self) -> list[str]:
@@ -195,8 +193,15 @@ def _photos(folder: Path, count: int) -> list[Path]:
 
 def _picks(paths: list[Path]) -> list[Pick]:
     return [
-        Pick(rank=i + 1, score=1.0 - i / 10, path=p, size=p.stat().st_size, mtime_ns=p.stat().st_mtime_ns,
-             neighbour=None, distance=None)
+        Pick(
+            rank=i + 1,
+            score=1.0 - i / 10,
+            path=p,
+            size=p.stat().st_size,
+            mtime_ns=p.stat().st_mtime_ns,
+            neighbour=None,
+            distance=None,
+        )
         for i, p in enumerate(paths)
     ]
 
@@ -509,8 +514,19 @@ def _scan_with_swap(tmp_path, monkeypatch, swap: Callable[[list[Pick]], None]):
     monkeypatch.setattr(outputs, "place_picks", swapped_then_placed)
     result = CliRunner().invoke(
         cli,
-        ["scan", str(library), "--k", "3", "--dedup", "0", "--copy-to", str(picks_folder), "-q",
-         "--cache", str(tmp_path / "c.sqlite")],
+        [
+            "scan",
+            str(library),
+            "--k",
+            "3",
+            "--dedup",
+            "0",
+            "--copy-to",
+            str(picks_folder),
+            "-q",
+            "--cache",
+            str(tmp_path / "c.sqlite"),
+        ],
     )
     return result, picks_folder
 

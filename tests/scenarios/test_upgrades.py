@@ -24,8 +24,9 @@ def notices(result) -> list[str]:
     return [line for line in result.stderr.splitlines() if "ranked with" in line]
 
 
-def test_another_method_than_last_time_is_said_once_with_how_to_rank_as_before(library, fake_extractor,
-                                                                                 tmp_path):
+def test_another_method_than_last_time_is_said_once_with_how_to_rank_as_before(
+    library, fake_extractor, tmp_path
+):
     cache = tmp_path / "c.sqlite"
     first = scan(library["root"], cache, "--method", "knn")
     assert first.exit_code == 0, first.stderr
@@ -95,7 +96,9 @@ def test_a_changed_score_scale_is_said_for_the_same_method(library, fake_extract
     assert notices(scan(library["root"], cache)) == []
 
 
-@pytest.mark.parametrize(("version", "than", "older"), [("0.1.0", "0.2.0", True), ("0.2.0", "0.2.0", False),
-                                                        ("0.10.0", "0.9.1", False)])
+@pytest.mark.parametrize(
+    ("version", "than", "older"),
+    [("0.1.0", "0.2.0", True), ("0.2.0", "0.2.0", False), ("0.10.0", "0.9.1", False)],
+)
 def test_versions_compare_as_numbers(version, than, older):
     assert results._older(version, than) is older

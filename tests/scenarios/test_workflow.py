@@ -187,8 +187,7 @@ def test_without_rawpy_a_raw_twin_stays_with_its_photo_and_a_lone_raw_is_left_ou
     warnings: list[str] = []
     result = novelfind.scan(library["root"], k=3, cache=False, on_warning=warnings.append)
     assert warnings == [
-        "1 RAW file without a JPEG twin left out: "
-        "RAW support is not installed (pip install 'novelfind[raw]')"
+        "1 RAW file without a JPEG twin left out: RAW support is not installed (pip install 'novelfind[raw]')"
     ]
     assert result.counts.photos == 33 and result.counts.found == 33 + len(twins)
     assert not result.failures

@@ -35,7 +35,6 @@ class JpegInfo:
         return self.width * self.height
 
 
-
 def draft_factor(width: int, height: int) -> int:
     """The reduction Pillow's ``draft('RGB', (256, 256))`` gives a JPEG, as ``decode`` asks for it.
 

@@ -174,7 +174,6 @@ class ExtractWorker:
         }
 
 
-
 def subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:
     idx = np.flatnonzero(keep)
     return ResultBatch(
