@@ -1,10 +1,10 @@
-"""The decoded-pixels budget (``--max-decode-pixels``) holds for clips and for anything named like one, and
-a decode process cannot grow past its memory share (docs/security.md, "Clips").
+"""The decoded-pixels budget (``--max-decode-pixels``) holds for clips and for anything named like one, and a
+decode process cannot grow past its memory share (docs/security.md, "Clips").
 
-Clips that claim 16000 x 16000 frames are made small (tests/support/clips.py: a PNG header that claims
-them, a few rows of data): a decoder sizes its frame by the claim before it finds the data short, so the
-memory they cost without the budget is the claim's (0.77 GB in a fresh process), at no cost to make. Memory is checked
-as a fresh process's peak RSS.
+Clips that claim 16000 x 16000 frames are made small (tests/support/clips.py: a PNG header that claims them, a
+few rows of data): a decoder sizes its frame by the claim before it finds the data short, so the memory they
+cost without the budget is the claim's (0.77 GB in a fresh process), at no cost to make. Memory is checked as
+a fresh process's peak RSS.
 """
 
 from __future__ import annotations
