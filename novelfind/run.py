@@ -7,8 +7,7 @@ This module only orchestrates; each stage owns its work: the parameters and thei
 (:mod:`novelfind.media.pairs`), the feature store (:func:`novelfind.cache.open_store`), extraction and
 its failures and capture dates (:mod:`novelfind.extract`), the ignore list
 (:class:`novelfind.media.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking.driver`), everything
-written afterwards (:mod:`novelfind.outputs.write`) and the result (:mod:`novelfind.results`).
-Errors are exceptions:
+written afterwards (:mod:`novelfind.outputs.write`) and the result (:mod:`novelfind.results`). Errors are exceptions:
 :class:`~novelfind.errors.InputError` (also a ValueError) for impossible values, other
 :class:`~novelfind.errors.NovelfindError` subclasses for what stops a run (no images, weights
 missing, an output not writable, another run holding an output). ``docs/architecture.md`` draws the map.
