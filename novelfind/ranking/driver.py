@@ -20,8 +20,7 @@ depend on the feature kind), and a later candidate of an earlier moment is folde
 moments. Each pick is its moment's most typical photo and carries the others (``Ranking.members``);
 near-duplicates are members. ``dedup`` 0 makes every photo its own moment.
 
-Names: ``k`` is the number of picks; ``support`` the number of images ADS keeps (2k for ``ads``);
-``neighbours`` the number of nearest rows a density is the mean over (``KNN_K``).
+The names (``k``, ``support``, ``neighbours``) are those of :mod:`novelfind.ranking.methods`.
 """
 
 from __future__ import annotations
