@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import novelfind
+from novelfind.extract import dating
 from novelfind.media import dates, decode, extensions, ignore, kinds, video, walk
 from novelfind.media.kinds import CLIP, KINDS, PHOTO, RAW, kind_of
 
@@ -114,7 +115,7 @@ def test_a_kind_is_followed_wherever_a_file_is_read(tmp_path, monkeypatch):
     assert ignore.digest_file(path) == decode.file_digest(path.read_bytes())
     monkeypatch.setitem(kinds._BY_EXTENSION, ".webp", CLIP)
     assert kind_of(path) is CLIP
-    assert dates.embedded_date(path) == dates.NONE  # PyAV finds no clip: no date, no error
+    assert dating.embedded_date(path) == dates.NONE  # PyAV finds no clip: no date, no error
     assert ignore.digest_file(path) == video.clip_digest(path) != decode.file_digest(path.read_bytes())
 
 
