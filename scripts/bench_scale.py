@@ -143,7 +143,7 @@ def measure(cmd: list[str], env: dict[str, str]) -> dict:
 
 
 def scan_command(extractor: str, folders: list[Path], cache: Path, out: Path, args) -> list[str]:
-    runner = [str(ROOT / "tests" / "fake_cli.py")] if extractor == "fake" else ["-m", "novelfind"]
+    runner = [str(ROOT / "tests" / "support" / "fake_cli.py")] if extractor == "fake" else ["-m", "novelfind"]
     cmd = [
         sys.executable,
         *runner,

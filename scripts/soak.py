@@ -43,7 +43,7 @@ from harness import machine, write_json
 from PIL import Image
 
 ROOT = Path(__file__).resolve().parents[1]
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 FOLDERS = 8
 CACHE_WARNING = ("feature cache", "without caching", "without the cache")
 

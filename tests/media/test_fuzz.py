@@ -23,8 +23,8 @@ from novelfind.errors import DecodeError
 from novelfind.media.decode import read_for_model
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNNER = ROOT / "tests" / "fuzzing.py"
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+RUNNER = ROOT / "tests" / "support" / "fuzzing.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 CASES_PER_RUNNER = sized(750, 1500)  # NOVELFIND_TESTS=full: 1500 a runner (3,000 files)
 WATCHDOG_S = 120  # a hang guard for one case; the slowest case takes well under a second
 PEAK_RSS_MB = 1024

@@ -32,7 +32,7 @@ from novelfind.media import decode
 from novelfind.media.decode import image_info, load_image, read_for_model
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 
 
 @pytest.fixture(scope="module")

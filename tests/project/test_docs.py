@@ -53,7 +53,7 @@ def shim(tmp_path) -> Path:
     folder.mkdir()
     script = folder / "novelfind"
     script.write_text(
-        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / "tests" / "fake_cli.py"} "$@"\n'
+        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / "tests" / "support" / "fake_cli.py"} "$@"\n'
     )
     script.chmod(0o755)
     return folder

@@ -22,7 +22,7 @@ from novelfind.errors import DecodeError
 from novelfind.media.decode import file_digest, read_for_model
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 
 
 # --------------------------------------------------------------------------- one file, at decode time

@@ -20,7 +20,7 @@ import pytest
 from common import child_env, make_photo, missing_prerequisite
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 SUMMARY = re.compile(
     r"(\d+) photos \(\d+ files\) found, (\d+) read from cache, (\d+) extracted, (\d+) failed"
 )

@@ -30,7 +30,7 @@ from novelfind.cli.group import cli
 from novelfind.ranking.methods import METHODS
 
 ROOT = Path(__file__).resolve().parents[2]
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "support" / "fake_cli.py"
 RANK_ALL_JSON = ["--k", "1000", "--dedup", "0", "--format", "json"]  # every readable image, no dedup
 SUMMARY = re.compile(
     r"(\d+) photos \(\d+ files\) found, (\d+) read from cache, (\d+) extracted, (\d+) failed"
