@@ -36,7 +36,7 @@ import numpy as np
 from harness import machine, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"
+TESTS = ROOT / "tests" / "support"  # the hostile and fuzzed files, the CLI with a fake model
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(ROOT))
 

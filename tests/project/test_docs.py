@@ -52,9 +52,8 @@ def shim(tmp_path) -> Path:
     folder = tmp_path / "bin"
     folder.mkdir()
     script = folder / "novelfind"
-    script.write_text(
-        f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {ROOT / "tests" / "support" / "fake_cli.py"} "$@"\n'
-    )
+    fake_cli = ROOT / "tests" / "support" / "fake_cli.py"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} {fake_cli} "$@"\n')
     script.chmod(0o755)
     return folder
 
