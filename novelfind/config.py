@@ -126,6 +126,6 @@ def configured_cache(command: click.Command) -> Path | None:
 
 def config_comment(name: str) -> str:
     """The comment above the key ``name`` in ``configs/default.toml``: the option's help, wrapped (a
-    test holds the file to it, so the method and feature comments follow ``ranking.METHODS``)."""
+    test holds the file to it, so the method and feature comments follow ``ranking.methods.METHODS``)."""
     help_text = next(f.metadata["help"] for f in FIELDS if f.name == name)
     return textwrap.fill(help_text, width=106, initial_indent="# ", subsequent_indent="# ")

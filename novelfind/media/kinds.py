@@ -59,7 +59,7 @@ class MediaKind:
         ``video.ClipFrames`` for a clip, None when the digest is in ``known``; raises DecodeError.
         ``digest(path)`` -> the content digest the cache and the ignore list know the file by; raises
         OSError or DecodeError. ``date_source``: which reader of ``dates.py`` finds the capture date its
-    own bytes hold (``dates.embedded_date``): "exif", "raw" or "clip".
+    own bytes hold (``extract.dating.embedded_date``): "exif", "raw" or "clip".
         ``picture(path, min_side=, at=)`` -> (an upright RGB image, a clip's frame size or None): what the
         report and the contact sheet show (a clip's frame at ``at`` seconds); raises DecodeError.
         ``info(path)`` -> ``{"width", "height", "taken"}`` as the report shows them; never raises.
