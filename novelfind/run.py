@@ -1,16 +1,16 @@
 """The scan as one call: find -> look up -> extract -> rank -> write. Prints nothing.
 
-:func:`scan` is what ``novelfind scan`` runs; the command line only parses its options into the same
-keyword arguments, passes progress bars and stderr printing in as callbacks, and prints the result.
-This module only orchestrates; each stage owns its work: the parameters and their checks
-(:mod:`novelfind.params`), walking (:mod:`novelfind.media.walk`) and grouping twins
-(:mod:`novelfind.media.pairs`), the feature store (:func:`novelfind.cache.open_store`), extraction and
-its failures and capture dates (:mod:`novelfind.extract`), the ignore list
-(:class:`novelfind.media.ignore.IgnoreList`), ranking (:mod:`novelfind.ranking.driver`), everything
-written afterwards (:mod:`novelfind.outputs.write`) and the result (:mod:`novelfind.results`). Errors are exceptions:
-:class:`~novelfind.errors.InputError` (also a ValueError) for impossible values, other
-:class:`~novelfind.errors.NovelfindError` subclasses for what stops a run (no images, weights
-missing, an output not writable, another run holding an output). ``docs/architecture.md`` draws the map.
+:func:`scan` is what ``novelfind scan`` runs; the command line only parses its options into the same keyword
+arguments, passes progress bars and stderr printing in as callbacks, and prints the result. This module only
+orchestrates; each stage owns its work: the parameters and their checks (:mod:`novelfind.params`), walking
+(:mod:`novelfind.media.walk`) and grouping twins (:mod:`novelfind.media.pairs`), the feature store
+(:func:`novelfind.cache.open_store`), extraction and its failures and capture dates
+(:mod:`novelfind.extract`), the ignore list (:class:`novelfind.media.ignore.IgnoreList`), ranking
+(:mod:`novelfind.ranking.driver`), everything written afterwards (:mod:`novelfind.outputs.write`) and the
+result (:mod:`novelfind.results`). Errors are exceptions: :class:`~novelfind.errors.InputError` (also a
+ValueError) for impossible values, other :class:`~novelfind.errors.NovelfindError` subclasses for what stops
+a run (no images, weights missing, an output not writable, another run holding an output).
+``docs/architecture.md`` draws the map.
 """
 
 from __future__ import annotations

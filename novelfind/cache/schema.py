@@ -75,9 +75,9 @@ CREATE TABLE IF NOT EXISTS clips (
 ) WITHOUT ROWID
 """
 
-# When each photo was taken, as its bytes say (``novelfind.extract.dating.embedded_date``): keyed by the content
-# digest like the vectors, for every model at once. Created in a cache of any age: a cache from before it
-# gets its dates on the next scan, from the photos' headers (no decode).
+# When each photo was taken, as its bytes say (``novelfind.extract.dating.embedded_date``): keyed by the
+# content digest like the vectors, for every model at once. Created in a cache of any age: a cache from
+# before it gets its dates on the next scan, from the photos' headers (no decode).
 _DATES = """
 CREATE TABLE IF NOT EXISTS dates (
     digest  TEXT PRIMARY KEY,
