@@ -1,0 +1,94 @@
+"""Thumbnails: one decode for every size, a clip's time as a clock, kept for the next report while the
+file is unchanged."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from common import make_photo
+from PIL import Image
+
+from novelfind.media.video import ClipInfo
+from novelfind.outputs import thumbnails
+from novelfind.outputs.thumbnails import ThumbnailCache, clock, make_thumbnails, thumbnails_of
+from novelfind.picks import Pick
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0, "0:00"), (7, "0:07"), (59.6, "1:00"), (754, "12:34"), (3599.4, "59:59"), (3723, "1:02:03")],
+)
+def test_clock(seconds, shown):
+    assert clock(seconds) == shown
+
+
+def test_every_size_from_one_decode_longest_side_as_asked(tmp_path):
+    path = make_photo(tmp_path / "wide.png", (10, 120, 200), seed=1, size=(400, 200))
+    made = thumbnails_of(str(path), [64, 200, 64])
+    assert made.frame is None  # a photo
+    assert {s: img.size for s, img in made.images.items()} == {200: (200, 100), 64: (64, 32)}
+    encoded = thumbnails_of(str(path), [50], encode=True).images[50]
+    with Image.open(io.BytesIO(encoded)) as img:
+        assert img.format == "JPEG" and img.size == (50, 25)
+
+
+def test_clip_moment_is_the_novel_frame_of_a_clip_and_none_for_a_photo():
+    photo = Pick(1, 1.0, Path("/p.jpg"), 1, 0)
+    assert thumbnails.clip_moment(photo) is None
+    clip = ClipInfo(duration=30.0, times=(0.0, 12.5, 25.0), moment=1, rule="farthest")
+    assert thumbnails.clip_moment(Pick(1, 1.0, Path("/c.mp4"), 1, 0, clip=clip)) == 12.5
+
+
+def test_a_kept_thumbnail_is_valid_while_its_file_is_unchanged(tmp_path):
+    path = make_photo(tmp_path / "a.png", (200, 10, 10), seed=2)
+    clip = make_photo(tmp_path / "c.png", (10, 10, 200), seed=3)
+    with ThumbnailCache(tmp_path / "t.sqlite") as cache:
+        cache.put(
+            {(path, 96, None): b"jpeg-96", (path, 256, None): None, (clip, 96, 4.0): b"frame"},
+            {clip: (640, 360)},
+        )
+        found, frames = cache.get([(path, 96, None), (path, 256, None), (clip, 96, 4.0), (clip, 96, None)])
+        assert found == {(path, 96, None): b"jpeg-96", (clip, 96, 4.0): b"frame"}  # None is never kept
+        assert frames == {clip: (640, 360)}
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the file changed
+        found, _ = cache.get([(path, 96, None)])
+        assert found == {}
+    assert oct((tmp_path / "t.sqlite").stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_folder_in_the_way_is_a_cache_that_keeps_nothing(tmp_path):
+    (tmp_path / "t.sqlite").mkdir()
+    path = make_photo(tmp_path / "a.png", (1, 2, 3), seed=4)
+    with ThumbnailCache(tmp_path / "t.sqlite") as cache:
+        assert cache.conn is None
+        cache.put({(path, 96, None): b"x"}, {})
+        assert cache.get([(path, 96, None)]) == ({}, {})
+
+
+def test_make_thumbnails_decodes_each_file_once_and_takes_the_kept_ones(tmp_path, monkeypatch):
+    a = make_photo(tmp_path / "a.png", (200, 200, 10), seed=5, size=(300, 150))
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not an image")
+    wanted = [(a, 96, None), (a, 160, None), (bad, 96, None), (a, 96, None)]
+    progress: list[tuple[int, int]] = []
+    with ThumbnailCache(tmp_path / "t.sqlite") as cache:
+        made = make_thumbnails(
+            wanted, None, encode=True, on_progress=lambda d, n: progress.append((d, n)), cache=cache
+        )
+        assert set(made.thumbs) == {(a, 96, None), (a, 160, None), (bad, 96, None)}
+        assert made.thumbs[bad, 96, None] is None
+        with Image.open(io.BytesIO(made.thumbs[a, 160, None])) as img:
+            assert img.size == (160, 80)
+        assert progress == [(1, 2), (2, 2)]  # by file, not by size
+
+        def no_decode(self, tasks):
+            assert [t[0] for t in tasks] == [str(bad)]  # only the unreadable one is tried again
+            yield 0, None
+
+        monkeypatch.setattr(thumbnails.ThumbnailDecoder, "thumbnails", no_decode)
+        again = make_thumbnails(wanted, None, encode=True, cache=cache)
+        assert again.thumbs == made.thumbs
