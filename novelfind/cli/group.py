@@ -1,4 +1,4 @@
-"""The ``novelfind`` group: its help, ``--version``, and its commands in the order ``--help`` lists them.
+"""The ``novelfind`` group: its help, ``--version``, and its commands (``--help`` lists them by name).
 
 Each command lives in its own module (:mod:`novelfind.cli.scan`, :mod:`novelfind.cli.library`,
 :mod:`novelfind.cli.cache`); this one gathers them, so nothing below it imports the group.
