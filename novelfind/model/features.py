@@ -38,7 +38,6 @@ import numpy as np
 
 from novelfind.base import atomic, devices, dirs, extras
 from novelfind.errors import InputError, WeightsError
-from novelfind.media.decode import INPUT_SIZE
 from novelfind.model.weights import (
     FEATURE_DIMS,
     MOBILENET_V2,
@@ -52,6 +51,9 @@ from novelfind.model.weights import (
     resolve_weights,
     top_classes,
 )
+
+# the side of the square the network takes: the weights' crop, which the decoders cut (media.decode)
+INPUT_SIZE = MOBILENET_V2.transforms.crop_size
 
 log = logging.getLogger(__name__)
 
