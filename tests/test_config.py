@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from novelfind.cli import cli
+from novelfind.cli.group import cli
 from novelfind.config import (
     MAX_CONFIG_BYTES,
     config_keys,

@@ -16,7 +16,7 @@ from novelfind import params
 from novelfind.errors import InputError, NeedsError, ParameterError
 from novelfind.params import DEFAULTS, FIELDS, LIMITS, ScanParameters, parameter_defaults
 from novelfind.ranking.adsconfig import ADSConfig
-from novelfind.ranking.driver import DEFAULT_METHOD, METHODS
+from novelfind.ranking.methods import DEFAULT_METHOD, METHODS
 
 
 def test_defaults():
