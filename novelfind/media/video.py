@@ -93,6 +93,12 @@ class ClipFrames:
     def info(self, moment: int) -> ClipInfo:
         return ClipInfo(self.duration, self.times, moment, RULE)
 
+    def vector(self, encode: Any) -> tuple[np.ndarray, ClipInfo]:
+        """The clip's one vector by the frame rule (:func:`combine`) and its record, from ``encode``:
+        uint8 (F, 224, 224, 3) -> (F, dim), the model wherever it runs (this process, a cluster's worker)."""
+        vector, moment = combine(np.asarray(encode(self.pixels), dtype=np.float32))
+        return vector, self.info(moment)
+
 
 def installed() -> bool:
     """Whether PyAV can be found, without importing it: the walk offers clips then (``walk.py``)."""
@@ -394,11 +400,15 @@ class ClipBook:
     def take(self, i: int, digest: str, clip: ClipFrames, encode: Any) -> np.ndarray:
         """Clip i's vector from its frames (``encode``: uint8 (F, 224, 224, 3) -> (F, dim)); its record
         is kept and queued for the store."""
-        vector, moment = combine(np.asarray(encode(clip.pixels), dtype=np.float32))
-        info = clip.info(moment)
+        vector, info = clip.vector(encode)
+        self.keep(i, digest, info)
+        return vector
+
+    def keep(self, i: int, digest: str, info: ClipInfo) -> None:
+        """Clip i's record, made where its frames were encoded (here, or on a cluster's worker): kept for
+        the result and queued for the store."""
         self.infos[i] = info
         self.pending.append((digest, info_to_text(info)))
-        return vector
 
     def current(self, i: int, digest: str, store: Any) -> bool:
         """Whether file i's vector found by its bytes (``digest``) may be reused: always for a photo; for a
@@ -437,21 +447,6 @@ class ClipBook:
             if i in self.infos:
                 out[self.files[i].path] = self.infos[i]
         return out
-
-
-def photos_only(files: Any, misses: list[int], engine: str) -> tuple[list[int], str]:
-    """The ``misses`` (indices into ``files``) that are photos, and the one line that says how many clips
-    ``engine`` leaves out ("" when none): an engine that reads photos only (decodes no clip) refuses them
-    this way, and ranks the photos and the clips it finds in the cache."""
-    clips = set(clip_rows(files)).intersection(misses)
-    if not clips:
-        return misses, ""
-    n = len(clips)
-    note = (
-        f"{n:,} clip{'s' if n != 1 else ''} left out: {engine} reads photos only "
-        "(scan clips with --engine local)"
-    )
-    return [i for i in misses if i not in clips], note
 
 
 def stale_note(n: int) -> str:

@@ -522,24 +522,29 @@ def test_a_worker_node_lost_mid_scan_is_redone_elsewhere(cluster, photos, local_
     assert removed[0] not in alive
 
 
-def test_the_ray_engine_leaves_clips_to_decode_out_in_one_line_and_ranks_cached_ones(cluster, tmp_path):
+def test_the_ray_engine_reads_a_clip_as_the_local_engine_does(cluster, tmp_path):
+    """A clip goes to the cluster like a photo: the worker reads it through its kind's record, the model
+    makes its one vector from its frames, and its record (frames, moment) comes back and is cached."""
     from clips import pan, write_clip
 
     root = tmp_path / "lib"
     for i in range(12):
         make_photo(root / f"IMG_{i:02d}.jpg", (40, 60 + i, 200), seed=i)
     clip = write_clip(root / "VID_0001.mp4", pan((220, 40, 40)))
-    cache = tmp_path / "features.sqlite"
     warned: list[str] = []
-    result = novelfind.scan(
-        root, 3, engine="ray", ray_address=cluster.address, cache=cache, on_warning=warned.append
+    on_ray = novelfind.scan(
+        root,
+        3,
+        engine="ray",
+        ray_address=cluster.address,
+        cache=tmp_path / "ray.sqlite",
+        on_warning=warned.append,
     )
-    assert "1 clip left out: the Ray engine reads photos only (scan clips with --engine local)" in warned
-    assert len(result.files) == 12 and clip not in {f.path for f in result.files}
-    novelfind.scan(root, 3, cache=cache, device="cpu")  # the local engine reads the clip into the cache
-    warned.clear()
-    again = novelfind.scan(
-        root, 3, engine="ray", ray_address=cluster.address, cache=cache, on_warning=warned.append
-    )
+    here = novelfind.scan(root, 3, cache=tmp_path / "local.sqlite", device="cpu")
     assert not [w for w in warned if "clip" in w]
-    assert len(again.files) == 13 and again.clips[clip].moment_time >= 0
+    assert [f.path for f in on_ray.files] == [f.path for f in here.files] and clip in on_ray.clips
+    assert on_ray.clips[clip] == here.clips[clip]
+    row = [f.path for f in on_ray.files].index(clip)
+    assert float(np.abs(on_ray.features[row] - here.features[row]).max()) < 1e-3
+    again = novelfind.scan(root, 3, cache=tmp_path / "ray.sqlite", device="cpu")  # the record was cached
+    assert again.counts.extracted == 0 and again.clips[clip] == here.clips[clip]

@@ -113,6 +113,7 @@ def test_to_result_drops_a_reason_beside_a_digest_and_subset_keeps_rows_in_order
         "taken": np.array([math.nan, math.nan, 2e9]),
         "offset": np.array([math.nan, math.nan, -3600.0]),
         "source": np.array([b"", b"", b"raw"], dtype=object),
+        "clip": np.array([b"", b"", b""], dtype=object),
     }
     rows = ray_actors.to_result(block)
     assert rows.vectors.dtype == np.float32 and rows.has_vector.dtype == bool
@@ -123,3 +124,28 @@ def test_to_result_drops_a_reason_beside_a_digest_and_subset_keeps_rows_in_order
     assert part.positions.tolist() == [1, 3] and part.digests == ["x", "z"] and part.nodes == ["n1", "n3"]
     assert part.vectors.tolist() == [[0.0, 1.0], [4.0, 5.0]] and part.has_vector.tolist() == [True, False]
     assert part.taken == [None, Taken(2e9, "raw", -3600)]
+
+
+def test_a_clip_s_frames_meet_the_model_apart_and_come_back_as_one_vector_with_its_record(monkeypatch):
+    """A clip on a worker is read as on this machine: its frames are a batch of their own, made one
+    vector by the frame rule, and its record (frame times, moment) travels back with the vector."""
+    from novelfind.media import video
+
+    frames = np.zeros((3, INPUT_SIZE, INPUT_SIZE, 3), np.uint8)
+    frames[:, 0, 0, 0] = [10, 200, 30]  # the stand-in model's vector of a frame is its first pixel
+    photo = np.full((INPUT_SIZE, INPUT_SIZE, 3), 7, np.uint8)
+    decoded = {
+        "a.jpg": stage.Decoded("d-a", photo),
+        "v.mp4": stage.Decoded("d-v", video.ClipFrames(frames, (0.5, 1.5, 2.5), 3.0)),
+    }
+    monkeypatch.setattr(stage, "decode_file", lambda path, known: decoded[path])
+    w = worker()
+    block = w({"pos": np.array([0, 1]), "path": np.array([b"a.jpg", b"v.mp4"], dtype=object)})
+    assert sorted(w.extractor.batches) == [(1, INPUT_SIZE, INPUT_SIZE, 3), (3, INPUT_SIZE, INPUT_SIZE, 3)]
+    rows = ray_actors.to_result(block)
+    want, info = video.ClipFrames(frames, (0.5, 1.5, 2.5), 3.0).vector(Encoder(4).encode)
+    assert rows.clips[0] is None and rows.clips[1] == info
+    assert info.times == (0.5, 1.5, 2.5) and info.rule == video.RULE
+    np.testing.assert_array_equal(rows.vectors[1], want)
+    assert rows.has_vector.tolist() == [True, True]
+    assert ray_actors.subset(rows, np.array([False, True])).clips == [info]

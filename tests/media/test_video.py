@@ -339,15 +339,17 @@ def test_every_output_knows_a_clip(tmp_path, fake_extractor):
     assert moved not in {p.path for p in later.picks} and later.counts.ignored == 1
 
 
-def test_an_engine_that_reads_photos_only_leaves_clips_out_in_one_line(tmp_path):
+def test_a_clip_s_record_is_kept_where_its_frames_were_encoded(tmp_path):
+    """``ClipBook.keep``: a clip whose vector was made elsewhere (a cluster's worker) has its record kept
+    for the result and queued for the store, as ``take`` does for one made here."""
     clips = _library(tmp_path / "lib")
     files = FileList(walk([tmp_path / "lib"]))
-    misses = list(range(len(files)))
-    kept, note = video.photos_only(files, misses, "the Ray engine")
-    assert len(kept) == 12
-    assert {files[i].path for i in set(misses) - set(kept)} == set(clips.values())
-    assert note == "3 clips left out: the Ray engine reads photos only (scan clips with --engine local)"
-    assert video.photos_only(files, kept, "the Ray engine") == (kept, "")
+    book = video.ClipBook(files)
+    i = next(j for j in book.rows if files[j].path == clips["moment"])
+    info = video.ClipInfo(3.0, (0.5, 1.5, 2.5), 1, video.RULE)
+    book.keep(i, "d-v", info)
+    assert book.infos[i] == info and book.pending == [("d-v", video.info_to_text(info))]
+    assert book.result(None, np.arange(len(files)))[clips["moment"]] == info
 
 
 # --------------------------------------------------------------------------- fuzzing

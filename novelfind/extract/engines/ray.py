@@ -71,7 +71,6 @@ from novelfind.extract.engines.ray_connect import (
     _stderr_held,
     _user_error,
 )
-from novelfind.media import video
 from novelfind.media.decode import INPUT_SIZE
 
 INSTALL_HINT = "pip install 'novelfind[ray]'"
@@ -378,9 +377,7 @@ def extract(
             "features.build_extractor"
         )
     stage = Stage(files, extractor, cache, batch_size, on_progress, on_failure, on_warning, keep_vectors)
-    misses, note = video.photos_only(stage.files, stage.stat_hits(), "the Ray engine")
-    if note:
-        stage.warn(note)
+    misses = stage.stat_hits()
     if not misses:
         return stage.result()
     device = "cuda" if device.startswith("cuda") else device
@@ -408,7 +405,8 @@ def _take_results(stage: Any, batches: Iterator[ResultBatch], rows: Sequence[int
     cache no longer has (to be extracted again)."""
     gone: list[int] = []
     for batch in batches:
-        for (pos, digest, vector, reason), taken in zip(batch.items(), batch.taken, strict=True):
+        rows_of = zip(batch.items(), batch.taken, batch.clips, strict=True)
+        for (pos, digest, vector, reason), taken, clip in rows_of:
             i = rows[pos]
             if digest is None:
                 stage.fail(i, reason or "cannot decode")
@@ -416,6 +414,8 @@ def _take_results(stage: Any, batches: Iterator[ResultBatch], rows: Sequence[int
             if taken is not None:  # read with the pixels on the worker: stored with the vector
                 stage.take_date(i, digest, taken)
             if vector is not None:
+                if clip is not None:  # a clip's record travels with its vector, as on this machine
+                    stage.clips.keep(i, digest, clip)
                 stage.take_vector(i, digest, vector)
             elif not stage.take_known(i, digest):
                 gone.append(pos)

@@ -23,6 +23,7 @@ from novelfind import __version__
 from novelfind.base import atomic
 from novelfind.media.dates import Taken
 from novelfind.media.decode import INPUT_SIZE
+from novelfind.media.video import ClipFrames, ClipInfo, info_from_text, info_to_text
 
 NODE_DIR = "novelfind-ray"  # under the node's temp folder: the model files shipped by the driver
 
@@ -51,6 +52,7 @@ class ResultBatch:
     reasons: list[str | None]  # why a file is unreadable; None elsewhere
     nodes: list[str]  # Ray node id of the worker that read each file
     taken: list[Taken | None]  # the capture date the worker's decode read; None where unreadable
+    clips: list[ClipInfo | None]  # a clip's record (its frames, its moment) where a clip was read
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -139,8 +141,10 @@ class ExtractWorker:
         raw_paths = list(batch["path"])
         read = self.pool.map(self._read, raw_paths) if self.pool is not None else map(self._read, raw_paths)
         n = len(raw_paths)
-        digests, reasons, sources = [b""] * n, [b""] * n, [b""] * n
+        digests, reasons, sources, clips = [b""] * n, [b""] * n, [b""] * n, [b""] * n
         taken, offsets = np.full(n, np.nan), np.full(n, np.nan)  # float64 (B,): the dates, b"" source: none
+        vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
+        has_vector = np.zeros(n, bool)
         todo: list[int] = []
         pixels: list[np.ndarray] = []
         for i, decoded in enumerate(read):
@@ -151,11 +155,12 @@ class ExtractWorker:
                 if decoded.taken is not None:
                     taken[i], sources[i] = decoded.taken.seconds, decoded.taken.source.encode("ascii")
                     offsets[i] = np.nan if decoded.taken.offset is None else decoded.taken.offset
-                if decoded.pixels is not None:
+                if isinstance(decoded.pixels, ClipFrames):  # its frames: a batch of their own, one vector
+                    vectors[i], info = decoded.pixels.vector(self.extractor.encode)
+                    has_vector[i], clips[i] = True, info_to_text(info).encode("utf-8")
+                elif decoded.pixels is not None:
                     todo.append(i)
                     pixels.append(decoded.pixels)
-        vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
-        has_vector = np.zeros(n, bool)
         if todo:
             stacked = np.stack(pixels)  # (B', 224, 224, 3) uint8
             assert stacked.shape[1:] == (INPUT_SIZE, INPUT_SIZE, 3)
@@ -171,6 +176,7 @@ class ExtractWorker:
             "taken": taken,
             "offset": offsets,
             "source": np.array(sources, dtype=object),
+            "clip": np.array(clips, dtype=object),
         }
 
 
@@ -184,6 +190,7 @@ def subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:
         reasons=[batch.reasons[i] for i in idx],
         nodes=[batch.nodes[i] for i in idx],
         taken=[batch.taken[i] for i in idx],
+        clips=[batch.clips[i] for i in idx],
     )
 
 
@@ -202,6 +209,7 @@ def to_result(block: dict[str, np.ndarray]) -> ResultBatch:
             _taken(float(t), float(o), bytes(s).decode("ascii"))
             for t, o, s in zip(block["taken"], block["offset"], block["source"], strict=True)
         ],
+        clips=[info_from_text(bytes(c).decode("utf-8")) if len(c) else None for c in block["clip"]],
     )
 
 
