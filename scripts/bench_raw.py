@@ -33,7 +33,7 @@ import numpy as np
 from harness import CaseFailed, cpu_model, in_child, machine, sample_images, self_peak_mb, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
-for extra in (ROOT, ROOT / "tests"):
+for extra in (ROOT, ROOT / "tests" / "support"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 

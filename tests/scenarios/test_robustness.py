@@ -482,7 +482,7 @@ def test_full_disk_while_writing_the_cache_degrades_with_a_warning(
     library, fake_extractor, tmp_path, monkeypatch
 ):
     cache = tmp_path / "c.sqlite"
-    budget = [4]  # two batches (vectors + files each) go in, then the disk is full
+    budget = [6]  # two batches (vectors, files and capture dates each) go in, then the disk is full
     real_connect = sqlite3.connect
     monkeypatch.setattr(sqlite3, "connect", lambda *a, **kw: _FullDisk(real_connect(*a, **kw), budget))
     result = run("scan", library["root"], "--k", "3", "--batch-size", "8", "--cache", cache)

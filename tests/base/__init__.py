@@ -1,0 +1,1 @@
+"""Tests of novelfind.base, a file per module."""

@@ -1,0 +1,1 @@
+"""Tests of novelfind.cache, a file per module."""

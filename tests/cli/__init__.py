@@ -1,0 +1,1 @@
+"""Tests of novelfind.cli, a file per module."""

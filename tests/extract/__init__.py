@@ -1,0 +1,1 @@
+"""Tests of novelfind.extract, a file per module."""

@@ -1,0 +1,1 @@
+"""Tests of novelfind.media, a file per module."""

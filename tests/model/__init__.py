@@ -1,0 +1,1 @@
+"""Tests of novelfind.model, a file per module."""

@@ -1,0 +1,1 @@
+"""Tests of novelfind.outputs, a file per module."""

@@ -1,0 +1,1 @@
+"""Tests of novelfind.ranking, a file per module."""
