@@ -13,41 +13,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from PIL import Image
+from pick_fakes import MTIME_NS, make_pick
 
 from novelfind.base.atomic import encode_output
 from novelfind.media.video import ClipInfo
 from novelfind.outputs import formats
 from novelfind.outputs.formats import escape_field, format_results, unescape_field
-from novelfind.picks import Pick, iso_utc
-
-MTIME_NS = 1_700_000_000_123_456_789  # 2023-11-14T22:13:20.123456Z
-
-
-def make_pick(path: Path | str, rank: int = 1, score: float = 0.5, **kw) -> Pick:
-    fields = dict(size=1234, mtime_ns=MTIME_NS, neighbour=Path("/lib/near.jpg"), distance=1.25)
-    fields.update(kw)
-    return Pick(rank=rank, score=score, path=Path(path), **fields)
-
-
-@pytest.fixture
-def library(tmp_path: Path) -> list[Path]:
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    paths = []
-    for i, name in enumerate(["IMG_4411.jpg", "beach.png", "cat.jpg"]):
-        p = lib / name
-        Image.new("RGB", (32, 24), (60 * i, 100, 200)).save(p)
-        paths.append(p)
-    return paths
-
-
-def picks_for(paths: list[Path]) -> list[Pick]:
-    return [
-        make_pick(p, rank=i + 1, score=1.0 - i / 10, size=p.stat().st_size, mtime_ns=p.stat().st_mtime_ns)
-        for i, p in enumerate(paths)
-    ]
-
+from novelfind.picks import iso_utc
 
 # --- text formats ------------------------------------------------------------------------------
 
