@@ -24,7 +24,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from novelfind.base import devices
+from novelfind.base import devices, door
 from novelfind.base.lock import output_lock
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, NovelfindError
@@ -160,13 +160,13 @@ class _Scan:
         ignore_list = None if p.include_ignored and not p.ignore_picks else IgnoreList(p.ignore_file)
         if ignore_list is not None:
             ignore_list.check()  # a damaged list stops the scan here, before the slow part
-        # an unreadable file on the list is skipped without a word, also with include_ignored (which
-        # shows ignored photos among the picks: an unreadable one cannot be one)
+        # an unreadable file on the list is skipped without a word, also with include_ignored
         self.failures.ignore_list = ignore_list or IgnoreList(p.ignore_file)
         workers = p.workers if p.workers is not None else devices.available_cpus()
         budget = p.max_decode_pixels or decode.default_pixel_budget(workers)
         with ExitStack() as stack:
             stack.enter_context(decode.pixel_budget_of(budget))  # here, in the decode workers, the report
+            stack.enter_context(door.scanning(p.paths, follow_links=p.follow_symlinks))  # and how files open
             held = stack.enter_context(held_outputs(to_write))  # the picks folder, opened once for the run
             # every warning of the run (novelfind's, and a library's Python warning or log record) goes to
             # on_warning, or without one into the result's ``warnings``: scan() itself prints nothing

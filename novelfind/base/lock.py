@@ -19,7 +19,7 @@ from types import TracebackType
 
 import filelock
 
-from novelfind.base import dirs
+from novelfind.base import atomic, dirs
 from novelfind.errors import LockedError, NovelfindError
 
 
@@ -137,8 +137,7 @@ class RunLock:
 def holder_pid(path: str | os.PathLike[str]) -> int | None:
     """The pid written into a lock file, or None when it is empty or unreadable."""
     try:
-        with open(path, "rb") as f:
-            return int(f.read(32).split()[0])
+        return int(atomic.read_limited(path, 32).split()[0])  # a link or FIFO refused
     except (OSError, ValueError, IndexError):
         return None
 

@@ -16,6 +16,7 @@ import click
 import cloup
 
 from novelfind import params, run
+from novelfind.base import atomic
 from novelfind.base.atomic import encode_output
 from novelfind.cli.base import (
     QUIET,
@@ -54,6 +55,8 @@ Exit codes:
 
 
 # The sections of ``novelfind scan --help``, everyday ones first: (key in params.param's ``group``, title).
+LISTED_MAX_BYTES = 256 << 20  # a results file read back to count its picks
+
 OPTION_GROUPS = (
     ("input", "Input"),
     ("ranking", "Ranking"),
@@ -218,7 +221,8 @@ def picks_listed(output: Path | None, fmt: str) -> int:
     if output is None:
         return 0
     try:
-        text = Path(output).read_text(encoding="utf-8", errors="replace")
+        # the user's own file; a link there is followed (as -o writes through it), never a FIFO, bounded
+        text = atomic.read_limited(output, LISTED_MAX_BYTES, follow_link=True).decode("utf-8", "replace")
     except OSError:
         return 0
     if fmt == "json":

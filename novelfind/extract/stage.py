@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+from novelfind.base import door
 from novelfind.cache import DigestSet
 from novelfind.errors import CacheError, DecodeError
 from novelfind.extract.dating import embedded_date, row_of
@@ -66,6 +67,9 @@ class Decoded(NamedTuple):
     pixels: Any = None  # uint8 (224, 224, 3): a numpy array, or whatever the decoder's stack() takes
     reason: str | None = None
     taken: Taken | None = None
+    # (size, modification time in ns) of the file the bytes came from (the library door's ``fstat``);
+    # None when the decoder does not say. The stage checks it against what the walk listed.
+    seen: tuple[int, int] | None = None
 
 
 class Decoder(Protocol):
@@ -154,10 +158,11 @@ def decode_file(path: str, known: frozenset[str] | None = None) -> Decoded:
     ``known`` defaults to the set the worker process was started with.
     """
     read = kind_of(path).read_for_model
-    decoded = guarded(lambda: read(path, _KNOWN if known is None else known))
+    with door.recording() as opened:
+        decoded = guarded(lambda: read(path, _KNOWN if known is None else known))
     if decoded.digest is None:
         return decoded
-    return decoded._replace(taken=embedded_date(path))
+    return decoded._replace(taken=embedded_date(path), seen=opened[0] if opened else None)
 
 
 def _decode_again(decoder: Decoder, paths: list[str]) -> Iterator[tuple[int, Decoded]]:
@@ -324,6 +329,10 @@ class Stage:
         ``vanished`` (None: it was already decoded again)."""
         if decoded.digest is None:
             self.fail(i, decoded.reason or "cannot decode")
+            return
+        if decoded.seen is not None and decoded.seen != self.files.stat_of(i):
+            # its bytes are not those of the file the walk listed: never cached under that file's stat
+            self.fail(i, "it changed while it was read (another size or modification time)")
             return
         if decoded.taken is not None:
             self.take_date(i, decoded.digest, decoded.taken)

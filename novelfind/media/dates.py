@@ -1,8 +1,9 @@
 """When each photo was taken: the capture date read from the file's own metadata, its XMP sidecar, or
 (where it can be trusted) its file time; the rules are in ``docs/dates.md``.
 
-This module holds the readers, one per source, and is the one place each source is parsed; it imports
-no other module of the package, so the decoders can call it. What the file itself says (the reader of
+This module holds the readers, one per source, and is the one place each source is parsed; of the
+package it imports only the library door (:mod:`novelfind.base.door`, through which every file here is
+opened), so the decoders can call it. What the file itself says (the reader of
 its kind: :func:`image_date`, :func:`raw_date`, :func:`clip_date`) depends on its bytes only, so it is
 read once, when the file is decoded for the model (``novelfind.extract.dating``), and kept in the feature
 cache beside the vector, keyed by the same content digest (``FeatureCache.put_dates``).
@@ -44,6 +45,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from novelfind.base import door
 
 SOURCES = ("exif", "exif-local", "raw", "clip", "xmp", "file", "invalid", "none")
 # What the report says of each source, after the date.
@@ -283,7 +286,7 @@ def image_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     from PIL import Image
 
     try:
-        with Image.open(path) as img:
+        with door.opened(path) as handle, Image.open(handle) as img:
             if img.format == "PNG":  # getexif() of a PNG may decode it to reach a late eXIf chunk
                 raw = img.info.get("exif")
                 if not raw:
@@ -307,8 +310,7 @@ def raw_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     from PIL import Image
 
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(HEAD_BYTES)
+        head = door.read_head(path, HEAD_BYTES)
     except OSError:
         return NONE
     blobs = []
@@ -341,7 +343,7 @@ def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     except Exception:  # noqa: BLE001 - without PyAV clips are not read at all
         return NONE
     try:
-        with av.open(os.fspath(path), metadata_errors="ignore") as container:
+        with door.opened(path) as handle, av.open(handle, metadata_errors="ignore") as container:
             values = [container.metadata.get("creation_time")]
             values += [s.metadata.get("creation_time") for s in container.streams.video]
     except Exception:  # noqa: BLE001 - a clip FFmpeg cannot open
@@ -378,8 +380,7 @@ def sidecar_date(
                 continue
             seen.add(candidate)
             try:
-                with open(candidate, "rb") as handle:
-                    data = handle.read(SIDECAR_MAX_BYTES)
+                data = door.read_head(candidate, SIDECAR_MAX_BYTES)
             except OSError:
                 continue
             found = {m.group(1): m.group(2) or m.group(3) for m in _XMP_DATE.finditer(data)}

@@ -13,11 +13,11 @@ is decoded again without its metadata chunks, since the pixels do not depend on 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import hashlib
 import io
 import os
-import stat
 import struct
 import warnings
 from collections.abc import Callable, Container, Iterator
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
-from novelfind.base import extras
+from novelfind.base import door, extras
 from novelfind.errors import DecodeError
 from novelfind.media import dates
 from novelfind.media.extensions import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PILLOW_EXTENSIONS
@@ -285,41 +285,24 @@ def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
-    """The whole regular file at ``path``; DecodeError with the reason when it cannot be read."""
+    """The whole regular file at ``path``, read through the library door (:mod:`novelfind.base.door`: no
+    link followed, no FIFO waited on, no more than an image within the budget can take); DecodeError with
+    the reason when it cannot be read."""
     try:
-        with _open_regular(path) as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > _max_file_bytes():
-                raise DecodeError(
-                    f"refused: a file of {size} bytes, more than an image within the decode budget "
-                    f"({_pixel_budget} pixels) can take"
-                )
-            return f.read()
+        return door.read(path, max_file_bytes())
     except OSError as e:
+        if e.errno == errno.EFBIG:
+            raise DecodeError(
+                f"refused: a file of more bytes than an image within the decode budget "
+                f"({_pixel_budget} pixels) can take"
+            ) from None
         raise DecodeError(e.strerror or _short(e)) from None
 
 
-def _max_file_bytes() -> int:
+def max_file_bytes() -> int:
     """The largest image file read into memory: an uncompressed image of the budget, with 16 MiB of
-    metadata (RAW files are read by :mod:`novelfind.media.raw`)."""
+    metadata (a RAW file is held to the same bound)."""
     return _pixel_budget * BYTES_PER_PIXEL + (16 << 20)
-
-
-def _open_regular(path: str | os.PathLike) -> io.BufferedReader:
-    """``path`` opened for reading if it is a regular file; DecodeError or OSError otherwise.
-
-    The path was a regular file when the walk listed it; by now it may be a FIFO (reading would block
-    until a writer comes), a device (``/dev/zero`` never ends) or a folder. Opening without blocking
-    and checking the open file, not the path, leaves no gap for another swap.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DecodeError("not a regular file")
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def decode_bytes(data: bytes, name: str, *, min_side: int = RESIZE_SIZE) -> Image.Image:
@@ -486,12 +469,12 @@ def image_info(path: str | os.PathLike) -> dict:
             _register_heif()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with _open_regular(path) as f:
+            with door.opened(path) as f:
                 try:
                     img = Image.open(f)
                 except Exception:  # noqa: BLE001 - a PNG may open without its oversized metadata
                     f.seek(0)
-                    data = f.read()
+                    data = f.read(max_file_bytes())
                     slim = _png_without_metadata(data) if data.startswith(_PNG_SIGNATURE) else None
                     if slim is None:
                         raise

@@ -39,7 +39,6 @@ from novelfind.base.atomic import write_atomic
 from novelfind.base.lock import RunLock
 from novelfind.errors import DecodeError, NovelfindError
 from novelfind.media import walk
-from novelfind.media.decode import file_digest
 from novelfind.media.kinds import kind_of
 
 FORMAT_VERSION = 1
@@ -420,15 +419,13 @@ class IgnoreList:
         items = []
         for f, digest in zip(files, digests, strict=True):
             if digest is None:
-                try:
-                    data = Path(f.path).read_bytes()
+                try:  # through the library door, by its kind's digest (a clip's samples its bytes)
+                    digest = digest_file(f.path)
                 except OSError as err:
                     if on_warning is not None:
                         on_warning(f"cannot add {f.path} to the ignore list: {err.strerror or err}")
                     continue
-                digest, size = file_digest(data), len(data)
-            else:
-                size = f.size
+            size = f.size
             items.append((digest, f.path, size))
         return len(self.add_files(items).changed)
 

@@ -80,10 +80,11 @@ class MediaKind:
 
 
 def _whole_digest(path: PathLike) -> str:
-    """The digest of all the file's bytes (``decode.file_digest``); raises OSError."""
-    from novelfind.media.decode import file_digest
+    """The digest of all the file's bytes (``decode.file_digest``), read through the library door within
+    the decode budget; raises DecodeError."""
+    from novelfind.media.decode import file_digest, read_bytes
 
-    return file_digest(Path(path).read_bytes())
+    return file_digest(read_bytes(path))
 
 
 def _photo_picture(

@@ -47,6 +47,7 @@ from novelfind.media.decode import (
     decode_bytes,
     file_digest,
     model_input_of,
+    read_bytes,
 )
 
 PREVIEW_MIN_SIDE = INPUT_SIZE  # an embedded preview at least this big on its short side is used as is
@@ -201,10 +202,8 @@ def _preview(raw, name: str, orientation: int, min_side: int, preview_min_side: 
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as e:
-        raise DecodeError(e.strerror or str(e)) from None
+    """The RAW file's bytes through the library door, within the decode budget. Raises DecodeError."""
+    return read_bytes(path)
 
 
 def load_raw(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:
@@ -240,7 +239,7 @@ def image_info(path: str | os.PathLike[str]) -> dict:
     try:
         import rawpy
 
-        with rawpy.imread(os.fspath(path)) as raw:
+        with rawpy.imread(io.BytesIO(_read(path))) as raw:
             w, h, flip = raw.sizes.width, raw.sizes.height, raw.sizes.flip
             other = getattr(raw, "other", None)  # rawpy >= 0.24
             taken = getattr(other, "timestamp", None)

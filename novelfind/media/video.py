@@ -36,9 +36,8 @@ import hashlib
 import json
 import math
 import os
-import stat
 from collections.abc import Container, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from novelfind.base import extras, safe_load
+from novelfind.base import door, extras, safe_load
 from novelfind.errors import DecodeError
 from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input
 from novelfind.media.extensions import VIDEO_EXTENSIONS
@@ -117,13 +116,10 @@ def clip_digest(path: str | os.PathLike[str]) -> str:
     """The clip's content identity: blake2b-128 of its size, first and last MiB and ``SAMPLES`` evenly
     spaced 64 KiB blocks (all of a small clip). Raises DecodeError when it cannot be read."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd, st = door.open_fd(path)
     except OSError as e:
         raise DecodeError(e.strerror or str(e)) from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise DecodeError("not a regular file")
         size = st.st_size
         if size == 0:
             raise DecodeError("empty file")
@@ -180,12 +176,33 @@ def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
     av = _av()
     budget = pixel_budget()
     limit = {"max_pixels": str(budget)}
+    with ExitStack() as held:
+        try:
+            # FFmpeg reads through the library door's descriptor, never by the name
+            handle = held.enter_context(door.opened(path))
+            container = av.open(handle, metadata_errors="ignore", options=limit)
+        except av.FFmpegError as e:
+            raise DecodeError(_reason(e, "not a clip FFmpeg can read")) from None
+        except OSError as e:
+            raise DecodeError(e.strerror or str(e)) from None
+        with _closing(container):
+            yield _checked_stream(container, budget, limit, av)
+
+
+@contextmanager
+def _closing(container: Any) -> Iterator[None]:
+    """Close ``container`` after the block; FFmpeg's errors in it become DecodeError."""
+    av = _av()
     try:
-        container = av.open(os.fspath(path), metadata_errors="ignore", options=limit)
+        yield
     except av.FFmpegError as e:
-        raise DecodeError(_reason(e, "not a clip FFmpeg can read")) from None
-    except OSError as e:
-        raise DecodeError(e.strerror or str(e)) from None
+        raise DecodeError(_reason(e, "cannot decode the clip")) from None
+    finally:
+        container.close()
+
+
+def _checked_stream(container: Any, budget: int, limit: dict[str, str], av: Any) -> tuple[Any, Any]:
+    """(container, its first video stream), checked against the pixel budget. Raises DecodeError."""
     try:
         if not container.streams.video:
             raise DecodeError("no video stream (audio only?)")
@@ -203,11 +220,9 @@ def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
             )
         stream.codec_context.options = limit  # applied when the decoder opens, at the first frame
         stream.thread_type = "NONE"  # one keyframe at a time: threads only add start-up cost
-        yield container, stream
+        return container, stream
     except av.FFmpegError as e:
         raise DecodeError(_reason(e, "cannot decode the clip")) from None
-    finally:
-        container.close()
 
 
 def read_frames(

@@ -126,6 +126,10 @@ class FileList(Sequence[ImageFile]):
             yield bytes(arena[start:end]), self._sizes[i], self._mtimes[i]
             start = end
 
+    def stat_of(self, i: int) -> tuple[int, int]:
+        """(size, mtime_ns) of file i as the walk saw it."""
+        return self._sizes[i], self._mtimes[i]
+
     @property
     def sizes(self) -> np.ndarray:
         """int64 (N,) file sizes (a copy)."""

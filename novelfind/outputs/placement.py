@@ -28,11 +28,10 @@ import os
 import secrets
 import stat
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from novelfind.base import atomic, safe_load
+from novelfind.base import atomic, door, safe_load
 from novelfind.base.atomic import describe
 from novelfind.base.lock import pid_alive
 from novelfind.base.safe_text import display
@@ -95,7 +94,7 @@ def place_picks(
     if mode not in PLACE_MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(PLACE_MODES)}")
     dest = Path(dest)
-    reading = _Reading(follow_links, tuple(os.path.abspath(os.fspath(r)) for r in roots))
+    reading = door.Policy(tuple(os.path.abspath(os.fspath(r)) for r in roots), follow_links)
     if dir_fd is not None:
         return _place_in(dir_fd, picks, dest, mode, members, on_skipped, reading, on_warning)
     fd = open_picks_folder(dest, create=True)
@@ -135,7 +134,7 @@ def _place_in(
     mode: str,
     members: bool,
     on_skipped: Callable[[Path, str], None] | None,
-    reading: _Reading,
+    reading: door.Policy,
     on_warning: Callable[[str], None] | None = None,
 ) -> list[Path]:
     picks = sorted(picks, key=lambda p: p.rank)
@@ -234,51 +233,24 @@ def _lstat(dir_fd: int, name: str, shown: Path) -> os.stat_result | None:
         raise OutputError(f"cannot use {display(shown)}: {describe(err)}") from None
 
 
-@dataclass(frozen=True)
-class _Reading:
-    """How the photos are opened: following links (a scan that followed them), and from which scanned
-    folders (absolute paths)."""
-
-    follow_links: bool
-    roots: tuple[str, ...]
-
-    def root_of(self, source: Path) -> str | None:
-        """The innermost scanned folder holding ``source``, unless links are followed."""
-        if self.follow_links:
-            return None
-        path = os.path.abspath(source)
-        inside = [r for r in self.roots if path.startswith(r.rstrip(os.sep) + os.sep)]
-        return max(inside, key=len) if inside else None
-
-
 def _open_source(
-    source: Path, ranked: tuple[int, int] | None, reading: _Reading
+    source: Path, ranked: tuple[int, int] | None, reading: door.Policy
 ) -> tuple[int, os.stat_result]:
-    """The photo ``source`` opened for reading (``O_NOFOLLOW | O_NONBLOCK``; below a scanned folder each
-    folder on the way opened without following a link too), checked to be the regular file that was
-    ranked (``ranked``: its size and modification time then). Raises _Skipped, OSError."""
-    root = reading.root_of(source)
+    """The photo ``source`` opened through the library door (no link followed below a scanned folder,
+    ``O_NONBLOCK``, a regular file), checked to be the file that was ranked (``ranked``: its size and
+    modification time then). Raises _Skipped, OSError."""
     try:
-        if root is None:
-            fd, st = atomic.open_regular(source, follow_link=reading.follow_links)
-        else:
-            parent = atomic.open_below(root, os.path.dirname(os.path.abspath(source)))
-            try:
-                fd, st = atomic.open_regular(source.name, dir_fd=parent)
-            finally:
-                os.close(parent)
+        return door.open_fd(source, expect=ranked, within=reading)
+    except door.Changed:
+        raise _Skipped("it changed since it was ranked (another size or modification time)") from None
     except OSError as err:
         if err.errno in (errno.ELOOP, errno.EINVAL, errno.ENXIO):
             raise _Skipped(describe(err)) from None
         raise
-    if ranked is not None and (st.st_size, st.st_mtime_ns) != tuple(ranked):
-        os.close(fd)
-        raise _Skipped("it changed since it was ranked (another size or modification time)")
-    return fd, st
 
 
 def _place_one(
-    dir_fd: int, source: Path, name: str, mode: str, ranked: tuple[int, int] | None, reading: _Reading
+    dir_fd: int, source: Path, name: str, mode: str, ranked: tuple[int, int] | None, reading: door.Policy
 ) -> dict[str, Any]:
     """Make ``name`` (in the picks folder ``dir_fd``) a copy of, or a link to, ``source``, and return its
     manifest record. It is made under a new random name first (created exclusively: a link planted

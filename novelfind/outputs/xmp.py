@@ -321,7 +321,7 @@ def _read(dir_fd: int, name: str, sidecar: Path) -> tuple[bytes | None, os.stat_
         raise SidecarError(sidecar, "not a regular file")
     try:
         fd, st = atomic.open_regular(name, dir_fd=dir_fd)
-        with open(fd, "rb") as handle:
+        with os.fdopen(fd, "rb") as handle:
             data = handle.read(_SIDECAR_LIMIT + 1)
     except OSError as e:
         if e.errno == errno.ELOOP:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from novelfind.base import dirs, safe_load
+from novelfind.base import atomic, dirs, safe_load
 from novelfind.base.atomic import write_atomic
 from novelfind.base.lock import RunLock
 from novelfind.errors import OutputError
@@ -76,7 +76,8 @@ def _root_of(path: str, roots: Sequence[str]) -> str | None:
 def _load_ledger(path: Path) -> tuple[dict[str, dict[str, str]], str | None]:
     """The ledger's entries (photo -> {"sidecar", "keyword"}) and a problem, if it could not be read."""
     try:
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+        data = atomic.read_limited(path, _LEDGER_LIMIT)  # a link or FIFO there refused
+        text = data.decode("utf-8", "surrogateescape")
     except FileNotFoundError:
         return {}, None
     except OSError as e:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from novelfind.base import door
 from novelfind.base.lock import pid_alive
 from novelfind.extract.stage import Decoded, decode_file, guarded, use_known
 from novelfind.media import decode
@@ -58,6 +59,7 @@ def _worker_init(
     started: Any = None,
     pixel_budget: int | None = None,
     memory_share: int | None = None,
+    door_policy: door.Policy | None = None,
 ) -> None:
     """Decode workers: parent handles Ctrl-C; one thread each (the cores are shared with inference).
 
@@ -76,6 +78,8 @@ def _worker_init(
         decode.set_pixel_budget(pixel_budget)
     if memory_share is not None:
         decode.limit_address_space(memory_share)
+    if door_policy is not None:  # the scan's folders: below them no link is followed
+        door.use_policy(door_policy)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = "1"
@@ -169,6 +173,7 @@ class ProcessDecoder:
                     self._started(),
                     decode.pixel_budget(),
                     decode.decode_memory_share(self.workers),
+                    door.policy(),
                 ),
             )
         return self.pool

@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
+from novelfind.base import atomic, door
 from novelfind.cache import DigestSet
 from novelfind.errors import ClusterError
 from novelfind.extract.engines.ray_actors import (
@@ -76,6 +77,7 @@ from novelfind.media.decode import INPUT_SIZE
 INSTALL_HINT = "pip install 'novelfind[ray]'"
 STALL_TIMEOUT_S = 600.0  # no result for this long: the cluster has lost its workers (or never had any)
 MAX_ROUNDS = 3  # submissions of the files still missing after a failed round
+MODEL_MAX_BYTES = 1 << 30  # a weights or ONNX file shipped to the workers
 MAX_BLOCKS = 20_000  # input blocks per run; more files per block above 20,000 x batch_size files
 
 
@@ -237,12 +239,12 @@ class RayEngine:
         ray = self._ray
         device, actors, cpus, gpus = self._plan()
         weights = resolve_weights(self.weights)  # WeightsError with the usual advice
-        weights_bytes = weights.read_bytes()
+        weights_bytes = atomic.read_limited(weights, MODEL_MAX_BYTES, follow_link=True)
         onnx_ref, onnx_sha = None, ""
         if device == "cpu":
             local = OnnxExtractor(weights, self.feature, cache_dir=self.model_cache_dir)
             local(np.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), np.uint8))  # exports and verifies the graph once
-            onnx_bytes = local.onnx_path.read_bytes()
+            onnx_bytes = atomic.read_limited(local.onnx_path, MODEL_MAX_BYTES)
             onnx_ref, onnx_sha = ray.put(onnx_bytes), sha256_of(onnx_bytes)
         self._spec = ModelSpec(
             feature=self.feature,
@@ -252,6 +254,7 @@ class RayEngine:
             weights_ref=ray.put(weights_bytes) if device == "cuda" else None,
             weights_sha256=sha256_file(weights),
             decode_threads=int(cpus) if device == "cuda" else 1,
+            door_policy=door.policy(),
         )
         self._pool = (actors, cpus, gpus)
         return self._spec

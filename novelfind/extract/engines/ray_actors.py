@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from novelfind import __version__
-from novelfind.base import atomic
+from novelfind.base import atomic, door
 from novelfind.media.dates import Taken
 from novelfind.media.decode import INPUT_SIZE
 from novelfind.media.video import ClipFrames, ClipInfo, info_from_text, info_to_text
@@ -71,7 +71,7 @@ def sha256_of(data: bytes) -> str:
 def _materialise(path: Path, data: bytes, sha256: str) -> Path:
     """Write ``data`` to ``path`` unless a file with that sha256 is already there; atomic."""
     try:
-        if path.is_file() and sha256_of(path.read_bytes()) == sha256:
+        if path.is_file() and sha256_of(atomic.read_limited(path, len(data))) == sha256:
             return path
     except OSError:
         pass
@@ -93,6 +93,8 @@ class ModelSpec:
     weights_ref: Any  # ObjectRef to the .pth bytes (GPU workers)
     weights_sha256: str
     decode_threads: int
+    # how the library's files are opened on the node: the scan's folders, below which no link is followed
+    door_policy: door.Policy = door.Policy()
 
 
 def _worker_extractor(spec: ModelSpec):
@@ -124,6 +126,7 @@ class ExtractWorker:
                 f"novelfind {__version__} on this node, {driver_version} on the driver: "
                 "install the same version on every node"
             )
+        door.use_policy(spec.door_policy)
         self.extractor = _worker_extractor(spec)
         self.dim = int(self.extractor.stored_dim)  # the stored vector (pooled), whatever the feature
         self.known: Collection[str] = (
