@@ -101,6 +101,14 @@ class DecodeError(Exception):
     """
 
 
+class FileRefused(DecodeError):
+    """The file was not read: what is at its path now is not the regular file that was listed (a
+    symbolic link renamed over it, a FIFO or device in its place, another size or modification time),
+    as the library door (:mod:`novelfind.base.door`) found it. A scan reports it as it reports any file
+    it cannot read; an output that meets it after the ranking (the report, the contact sheet) names it,
+    as the copies do."""
+
+
 class Interrupted(NovelfindError):
     """The run was stopped by a signal; what was finished is kept."""
 

@@ -59,6 +59,9 @@ class Policy:
 _policy = Policy()
 _recorded = threading.local()
 
+# The door's own refusals of what is at a path now: a link not followed, not a regular file, Changed.
+REFUSALS = frozenset({errno.ELOOP, errno.EINVAL, errno.ESTALE})
+
 
 class Changed(OSError):
     """The file is no longer the one the walk listed (another size or modification time)."""
@@ -66,6 +69,12 @@ class Changed(OSError):
     def __init__(self, path: PathLike):
         reason = "it changed since it was listed (another size or modification time)"
         super().__init__(errno.ESTALE, reason, os.fspath(path))
+
+
+def refused(err: OSError) -> bool:
+    """Whether ``err`` is the door refusing what is at the path now (:data:`REFUSALS`: not the regular
+    file that was listed), rather than a file that cannot be read (gone, no permission, an I/O error)."""
+    return err.errno in REFUSALS
 
 
 def policy() -> Policy:

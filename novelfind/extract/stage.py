@@ -57,6 +57,9 @@ class Extraction:
     taken: list[Taken | None] = field(default_factory=list)
 
 
+CHANGED_WHILE_READ = "it changed while it was read (another size or modification time)"
+
+
 class Decoded(NamedTuple):
     """One file read for the model: ``digest`` None means it failed, ``reason`` says why; ``pixels``
     None with a digest means its bytes were already known (no decode was needed). ``taken``: its capture
@@ -323,6 +326,15 @@ class Stage:
             raise
         decoder.close()
 
+    def changed(self, i: int, seen: tuple[int, int] | None) -> bool:
+        """Whether the bytes decoded for file i came from a file of another size or modification time
+        than the walk listed (``seen``: what the library door opened; None: not said); such a file is
+        reported, and never cached under the stat the walk saw."""
+        if seen is None or tuple(seen) == self.files.stat_of(i):
+            return False
+        self.fail(i, CHANGED_WHILE_READ)
+        return True
+
     def _take(self, i: int, decoded: Decoded, vanished: list[int] | None) -> None:
         """File i's decode result: failed, a vector the cache holds, or pixels for the next batch. A file
         the decoder did not decode because its digest was cached, whose vector is gone now, goes on
@@ -330,9 +342,7 @@ class Stage:
         if decoded.digest is None:
             self.fail(i, decoded.reason or "cannot decode")
             return
-        if decoded.seen is not None and decoded.seen != self.files.stat_of(i):
-            # its bytes are not those of the file the walk listed: never cached under that file's stat
-            self.fail(i, "it changed while it was read (another size or modification time)")
+        if self.changed(i, decoded.seen):
             return
         if decoded.taken is not None:
             self.take_date(i, decoded.digest, decoded.taken)

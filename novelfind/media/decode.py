@@ -27,7 +27,7 @@ import numpy as np
 from PIL import Image, ImageFile, ImageOps
 
 from novelfind.base import door, extras
-from novelfind.errors import DecodeError
+from novelfind.errors import DecodeError, FileRefused
 from novelfind.media import dates
 from novelfind.media.extensions import AVIF_EXTENSIONS, HEIF_EXTENSIONS, PILLOW_EXTENSIONS
 from novelfind.model.weights import MOBILENET_V2
@@ -276,27 +276,38 @@ def _short(e: BaseException) -> str:
     return text[:200]
 
 
-def load_image(path: str | os.PathLike, *, min_side: int = RESIZE_SIZE) -> Image.Image:
-    """Decode ``path`` to an RGB image with EXIF orientation applied, reduced but never below ``min_side``."""
+def load_image(
+    path: str | os.PathLike, *, min_side: int = RESIZE_SIZE, expect: tuple[int, int] | None = None
+) -> Image.Image:
+    """Decode ``path`` to an RGB image with EXIF orientation applied, reduced but never below ``min_side``.
+    ``expect``: the (size, modification time in ns) it must still have (:func:`read_bytes`)."""
     path = Path(path)
     if path.suffix.lower() in HEIF_EXTENSIONS:
         _register_heif()
-    return _decode_bytes(read_bytes(path), path.name, min_side)
+    return _decode_bytes(read_bytes(path, expect=expect), path.name, min_side)
 
 
-def read_bytes(path: str | os.PathLike) -> bytes:
+def read_bytes(path: str | os.PathLike, *, expect: tuple[int, int] | None = None) -> bytes:
     """The whole regular file at ``path``, read through the library door (:mod:`novelfind.base.door`: no
-    link followed, no FIFO waited on, no more than an image within the budget can take); DecodeError with
-    the reason when it cannot be read."""
+    link followed, no FIFO waited on, no more than an image within the budget can take; ``expect``: the
+    size and modification time in ns it must still have). Raises :class:`~novelfind.errors.FileRefused`
+    when the door refuses what is there now, DecodeError with the reason when it cannot be read."""
     try:
-        return door.read(path, max_file_bytes())
+        return door.read(path, max_file_bytes(), expect=expect)
     except OSError as e:
         if e.errno == errno.EFBIG:
             raise DecodeError(
                 f"refused: a file of more bytes than an image within the decode budget "
                 f"({_pixel_budget} pixels) can take"
             ) from None
-        raise DecodeError(e.strerror or _short(e)) from None
+        raise unreadable(e) from None
+
+
+def unreadable(err: OSError) -> DecodeError:
+    """The DecodeError for a library file the door did not open or read: :class:`FileRefused` for the
+    door's refusal of what is there now (a link, not a regular file, changed), DecodeError otherwise."""
+    reason = err.strerror or _short(err)
+    return FileRefused(reason) if door.refused(err) else DecodeError(reason)
 
 
 def max_file_bytes() -> int:
@@ -460,8 +471,9 @@ _ORIENTATION = 0x0112
 _IMAGE_WIDTH, _IMAGE_LENGTH = 0x0100, 0x0101  # TIFF: as stored
 
 
-def image_info(path: str | os.PathLike) -> dict:
-    """``{"width", "height", "taken"}`` as displayed (orientation applied), None if unknown. Never raises."""
+def image_info(path: str | os.PathLike, *, expect: tuple[int, int] | None = None) -> dict:
+    """``{"width", "height", "taken"}`` as displayed (orientation applied), None if unknown: read through
+    the library door, from the file of size and modification time ``expect`` when given. Never raises."""
     info: dict = {"width": None, "height": None, "taken": None}
     path = Path(path)
     try:
@@ -469,7 +481,7 @@ def image_info(path: str | os.PathLike) -> dict:
             _register_heif()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with door.opened(path) as f:
+            with door.opened(path, expect=expect) as f:
                 try:
                     img = Image.open(f)
                 except Exception:  # noqa: BLE001 - a PNG may open without its oversized metadata

@@ -54,11 +54,12 @@ def default_path() -> Path:
     return dirs.ignore_list_path()
 
 
-def digest_file(path: str | os.PathLike[str]) -> str:
+def digest_file(path: str | os.PathLike[str], *, expect: tuple[int, int] | None = None) -> str:
     """The content digest of a file, as the feature cache computes it (a clip's from samples of its
-    bytes, ``video.clip_digest``): the digest of its kind (``kinds.kind_of``). Raises OSError."""
+    bytes, ``video.clip_digest``): the digest of its kind (``kinds.kind_of``), read through the library
+    door (``expect``: the size and modification time in ns it must still have). Raises OSError."""
     try:
-        return kind_of(path).digest(path)
+        return kind_of(path).digest(path, expect=expect)
     except DecodeError as e:
         raise OSError(str(e)) from None
 
@@ -412,15 +413,16 @@ class IgnoreList:
         on_warning: Callable[[str], None] | None = None,
     ) -> int:
         """Put a scan's picks on the list, each by the file it was read from (walker records with
-        ``path`` and ``size``); returns how many were new. A digest the cache knows
-        (``known_digests``) is not computed again; a file that cannot be read is left out, said
-        through ``on_warning``."""
+        ``path``, ``size`` and ``mtime_ns``); returns how many were new. A digest the cache knows
+        (``known_digests``) is not computed again; a file that cannot be read, or is no longer the file
+        that was ranked (another size or modification time, a link or a FIFO in its place: the library
+        door's refusal), is left out, said through ``on_warning``."""
         digests = list(known_digests(files)) if known_digests is not None else [None] * len(files)
         items = []
         for f, digest in zip(files, digests, strict=True):
             if digest is None:
                 try:  # through the library door, by its kind's digest (a clip's samples its bytes)
-                    digest = digest_file(f.path)
+                    digest = digest_file(f.path, expect=(int(f.size), int(f.mtime_ns)))
                 except OSError as err:
                     if on_warning is not None:
                         on_warning(f"cannot add {f.path} to the ignore list: {err.strerror or err}")

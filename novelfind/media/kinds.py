@@ -55,15 +55,17 @@ def _lazy(target: str) -> Callable[..., Any]:
 class MediaKind:
     """One kind of media file and what differs between kinds.
 
-        ``read_for_model(path, known)`` -> (digest, pixels): uint8 (224, 224, 3) for a picture, a
-        ``video.ClipFrames`` for a clip, None when the digest is in ``known``; raises DecodeError.
-        ``digest(path)`` -> the content digest the cache and the ignore list know the file by; raises
-        OSError or DecodeError. ``date_source``: which reader of ``dates.py`` finds the capture date its
-    own bytes hold (``extract.dating.embedded_date``): "exif", "raw" or "clip".
-        ``picture(path, min_side=, at=)`` -> (an upright RGB image, a clip's frame size or None): what the
-        report and the contact sheet show (a clip's frame at ``at`` seconds); raises DecodeError.
-        ``info(path)`` -> ``{"width", "height", "taken"}`` as the report shows them; never raises.
-        ``offered()`` -> the extensions the walk offers in this installation.
+    ``read_for_model(path, known)`` -> (digest, pixels): uint8 (224, 224, 3) for a picture, a
+    ``video.ClipFrames`` for a clip, None when the digest is in ``known``; raises DecodeError.
+    ``digest(path, expect=None)`` -> the content digest the cache and the ignore list know the file
+    by; raises OSError or DecodeError. ``date_source``: which reader of ``dates.py`` finds the
+    capture date its own bytes hold (``extract.dating.embedded_date``): "exif", "raw" or "clip".
+    ``picture(path, min_side=, at=, expect=None)`` -> (an upright RGB image, a clip's frame size or
+    None): what the report and the contact sheet show (a clip's frame at ``at`` seconds); raises
+    DecodeError (``FileRefused`` when the library door refuses what is at ``path`` now).
+    ``info(path, expect=None)`` -> ``{"width", "height", "taken"}`` as the report shows them; never
+    raises. ``expect``, everywhere: the (size, modification time in ns) the file must still have.
+    ``offered()`` -> the extensions the walk offers in this installation.
     """
 
     name: str  # "photo", "raw", "clip"
@@ -72,45 +74,45 @@ class MediaKind:
     # few keyframes are decoded in a decode process, and its digest samples its bytes.
     whole: bool
     read_for_model: Callable[[PathLike, Container[str]], tuple[str, Any]]
-    digest: Callable[[PathLike], str]
+    digest: Callable[..., str]
     date_source: str
     picture: Callable[..., tuple[Image.Image, tuple[int, int] | None]]
-    info: Callable[[PathLike], dict]
+    info: Callable[..., dict]
     offered: Callable[[], frozenset[str]]
 
 
-def _whole_digest(path: PathLike) -> str:
+def _whole_digest(path: PathLike, *, expect: tuple[int, int] | None = None) -> str:
     """The digest of all the file's bytes (``decode.file_digest``), read through the library door within
     the decode budget; raises DecodeError."""
     from novelfind.media.decode import file_digest, read_bytes
 
-    return file_digest(read_bytes(path))
+    return file_digest(read_bytes(path, expect=expect))
 
 
 def _photo_picture(
-    path: PathLike, *, min_side: int, at: float | None = None
+    path: PathLike, *, min_side: int, at: float | None = None, expect: tuple[int, int] | None = None
 ) -> tuple[Image.Image, tuple[int, int] | None]:
     from novelfind.media.decode import load_image
 
-    return load_image(Path(path), min_side=min_side), None
+    return load_image(Path(path), min_side=min_side, expect=expect), None
 
 
 def _raw_picture(
-    path: PathLike, *, min_side: int, at: float | None = None
+    path: PathLike, *, min_side: int, at: float | None = None, expect: tuple[int, int] | None = None
 ) -> tuple[Image.Image, tuple[int, int] | None]:
     from novelfind.media.raw import load_raw
 
-    return load_raw(Path(path), min_side=min_side), None
+    return load_raw(Path(path), min_side=min_side, expect=expect), None
 
 
 def _clip_picture(
-    path: PathLike, *, min_side: int, at: float | None = None
+    path: PathLike, *, min_side: int, at: float | None = None, expect: tuple[int, int] | None = None
 ) -> tuple[Image.Image, tuple[int, int] | None]:
     """The clip's frame at ``at`` seconds (its novel moment; None: its first keyframe), whatever
     ``min_side``: a keyframe is scaled to the model's short side as it is decoded."""
     from novelfind.media.video import poster
 
-    return poster(Path(path), at or 0.0)
+    return poster(Path(path), at or 0.0, expect=expect)
 
 
 def _photo_offered() -> frozenset[str]:

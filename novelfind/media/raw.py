@@ -201,14 +201,17 @@ def _preview(raw, name: str, orientation: int, min_side: int, preview_min_side: 
     return img
 
 
-def _read(path: str | os.PathLike[str]) -> bytes:
-    """The RAW file's bytes through the library door, within the decode budget. Raises DecodeError."""
-    return read_bytes(path)
+def _read(path: str | os.PathLike[str], expect: tuple[int, int] | None = None) -> bytes:
+    """The RAW file's bytes through the library door, within the decode budget (``expect``: the size and
+    modification time in ns it must still have). Raises DecodeError (FileRefused)."""
+    return read_bytes(path, expect=expect)
 
 
-def load_raw(path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE) -> Image.Image:
+def load_raw(
+    path: str | os.PathLike[str], *, min_side: int = RESIZE_SIZE, expect: tuple[int, int] | None = None
+) -> Image.Image:
     """``decode.load_image`` for a RAW file: RGB as displayed, reduced but not below ``min_side``."""
-    return decode_raw(_read(path), name=Path(path).name, min_side=min_side).image
+    return decode_raw(_read(path, expect), name=Path(path).name, min_side=min_side).image
 
 
 def read_for_model(
@@ -227,9 +230,10 @@ def read_for_model(
     return digest, model_input_of(decode_raw(data, name=Path(path).name).image, _reason)
 
 
-def image_info(path: str | os.PathLike[str]) -> dict:
+def image_info(path: str | os.PathLike[str], *, expect: tuple[int, int] | None = None) -> dict:
     """``{"width", "height", "taken"}`` of a RAW as displayed (LibRaw's visible area); ``taken`` is the
     camera's local time of the shot (``2021-06-01T12:30:05``) as LibRaw reads it, None when unknown.
+    ``expect``: the size and modification time in ns the file must still have.
 
     Reads the header only. Never raises: unknown values are None.
     """
@@ -239,7 +243,7 @@ def image_info(path: str | os.PathLike[str]) -> dict:
     try:
         import rawpy
 
-        with rawpy.imread(io.BytesIO(_read(path))) as raw:
+        with rawpy.imread(io.BytesIO(_read(path, expect))) as raw:
             w, h, flip = raw.sizes.width, raw.sizes.height, raw.sizes.flip
             other = getattr(raw, "other", None)  # rawpy >= 0.24
             taken = getattr(other, "timestamp", None)

@@ -47,7 +47,7 @@ from PIL import Image
 
 from novelfind.base import door, extras, safe_load
 from novelfind.errors import DecodeError
-from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input
+from novelfind.media.decode import RESIZE_SIZE, pixel_budget, to_model_input, unreadable
 from novelfind.media.extensions import VIDEO_EXTENSIONS
 
 INSTALL_HINT = "pip install 'novelfind[video]'"
@@ -112,13 +112,15 @@ def available() -> bool:
 # --------------------------------------------------------------------------- identity
 
 
-def clip_digest(path: str | os.PathLike[str]) -> str:
+def clip_digest(path: str | os.PathLike[str], *, expect: tuple[int, int] | None = None) -> str:
     """The clip's content identity: blake2b-128 of its size, first and last MiB and ``SAMPLES`` evenly
-    spaced 64 KiB blocks (all of a small clip). Raises DecodeError when it cannot be read."""
+    spaced 64 KiB blocks (all of a small clip). ``expect``: the size and modification time in ns the file
+    must still have. Raises DecodeError (FileRefused for the library door's refusal) when it cannot be
+    read."""
     try:
-        fd, st = door.open_fd(path)
+        fd, st = door.open_fd(path, expect=expect)
     except OSError as e:
-        raise DecodeError(e.strerror or str(e)) from None
+        raise unreadable(e) from None
     try:
         size = st.st_size
         if size == 0:
@@ -162,9 +164,12 @@ def _av() -> Any:
 
 
 @contextmanager
-def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
-    """(container, its first video stream) of the clip at ``path``, closed afterwards; FFmpeg's and the
-    file system's errors become DecodeError with the reason.
+def _video_stream(
+    path: str | os.PathLike[str], expect: tuple[int, int] | None = None
+) -> Iterator[tuple[Any, Any]]:
+    """(container, its first video stream) of the clip at ``path`` (``expect``: the size and modification
+    time in ns it must still have), closed afterwards; FFmpeg's and the file system's errors become
+    DecodeError with the reason (FileRefused for the library door's refusal).
 
     The decoded-pixels budget (``--max-decode-pixels``, :func:`novelfind.media.decode.pixel_budget`) holds for
     clips as for photos, before a frame is decoded: FFmpeg's ``max_pixels`` is set for the decoding that
@@ -179,12 +184,12 @@ def _video_stream(path: str | os.PathLike[str]) -> Iterator[tuple[Any, Any]]:
     with ExitStack() as held:
         try:
             # FFmpeg reads through the library door's descriptor, never by the name
-            handle = held.enter_context(door.opened(path))
+            handle = held.enter_context(door.opened(path, expect=expect))
             container = av.open(handle, metadata_errors="ignore", options=limit)
         except av.FFmpegError as e:
             raise DecodeError(_reason(e, "not a clip FFmpeg can read")) from None
         except OSError as e:
-            raise DecodeError(e.strerror or str(e)) from None
+            raise unreadable(e) from None
         with _closing(container):
             yield _checked_stream(container, budget, limit, av)
 
@@ -322,11 +327,14 @@ def read_clip_for_model(
     return digest, ClipFrames(pixels, tuple(times), duration)
 
 
-def poster(path: str | os.PathLike[str], seconds: float) -> tuple[Image.Image, tuple[int, int]]:
+def poster(
+    path: str | os.PathLike[str], seconds: float, *, expect: tuple[int, int] | None = None
+) -> tuple[Image.Image, tuple[int, int]]:
     """The clip's frame at the keyframe at or before ``seconds``, upright RGB, scaled to a short side of
     ``RESIZE_SIZE``: the picture a report shows for a clip (at its moment, a keyframe's time, that frame
-    itself); and the frames' own size, upright (width, height). Raises DecodeError."""
-    with _video_stream(path) as (container, stream):
+    itself); and the frames' own size, upright (width, height). ``expect``: the size and modification
+    time in ns the clip must still have. Raises DecodeError (FileRefused)."""
+    with _video_stream(path, expect) as (container, stream):
         got = _keyframe_at(container, stream, seconds)
         size = (int(stream.codec_context.width), int(stream.codec_context.height))
     if got is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
@@ -27,10 +27,14 @@ def write_contact_sheet(
     columns: int | None = None,
     cell: int = 256,
     decode_timeout: float | None = None,
+    on_skipped: Callable[[Path, str], None] | None = None,
 ) -> None:
     """A grid image of the picks in rank order, each with its rank number (format from the suffix:
     .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written.
-    ``decode_timeout`` as for :func:`novelfind.outputs.report.write_html_report`."""
+    ``decode_timeout`` as for :func:`novelfind.outputs.report.write_html_report`. Each pick is opened
+    through the library door as the file that was ranked (its size and modification time): one the door
+    refuses (a link renamed over it since, a FIFO, another size or time) is shown as unreadable and goes
+    to ``on_skipped(path, reason)``."""
     path = Path(path)
     fmt = CONTACT_SHEET_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -51,8 +55,14 @@ def write_contact_sheet(
     small = ImageFont.load_default(size=max(10, cell // 16))
     inner = cell - 2 * gap
 
-    made = make_thumbnails([(Path(p.path), inner, clip_moment(p)) for p in picks], decode_timeout).thumbs
-    thumbs = [made[(Path(p.path), inner, clip_moment(p))] for p in picks]
+    ranked = {Path(p.path): (p.size, p.mtime_ns) for p in picks}
+    made = make_thumbnails(
+        [(Path(p.path), inner, clip_moment(p)) for p in picks], decode_timeout, expect=ranked
+    )
+    if on_skipped is not None:
+        for refused, reason in made.refused.items():
+            on_skipped(refused, f"{reason}; not shown in the contact sheet")
+    thumbs = [made.thumbs[(Path(p.path), inner, clip_moment(p))] for p in picks]
     for k, (pick, thumb) in enumerate(zip(picks, thumbs, strict=True)):
         x0 = gap + (k % cols) * (cell + gap)
         y0 = gap + (k // cols) * (cell + gap)

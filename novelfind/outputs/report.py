@@ -234,6 +234,8 @@ def write_html_report(
     decode_timeout: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     thumbnail_cache: Path | str | None = None,
+    listed: Mapping[Path, tuple[int, int]] | None = None,
+    on_skipped: Callable[[Path, str], None] | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
@@ -245,8 +247,14 @@ def write_html_report(
     default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
     ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar).
     ``thumbnail_cache``: a file (:class:`ThumbnailCache`) that keeps the thumbnails for the next report
-    (None: none), so that a re-scan showing the same photos decodes none of them again. Raises
-    OutputError when the file cannot be written and ValueError for inconsistent map inputs.
+    (None: none), so that a re-scan showing the same photos decodes none of them again.
+
+    Each file shown is opened through the library door as the file that was ranked: a pick's and a
+    member's size and modification time are theirs, a neighbour's are in ``listed`` (path -> (size,
+    modification time in ns); a file not there is read as it is). A file the door refuses (a link
+    renamed over it since, a FIFO, another size or time) is shown as unreadable and goes to
+    ``on_skipped(path, reason)``. Raises OutputError when the file cannot be written and ValueError for
+    inconsistent map inputs.
     """
     picks = list(picks)
     failures = [Failure(Path(p), str(r)) for p, r in failures]
@@ -260,7 +268,7 @@ def write_html_report(
     body = [
         _headline(picks, run, failures),
         map_section,
-        _picks_section(picks, decode_timeout, on_progress, thumbnail_cache),
+        _picks_section(picks, decode_timeout, on_progress, thumbnail_cache, listed, on_skipped),
         _run_section(run),
         _failures_section(failures),
     ]
@@ -320,20 +328,31 @@ def _picks_section(
     decode_timeout: float | None,
     on_progress: Callable[[int, int], None] | None,
     thumbnail_cache: Path | str | None = None,
+    listed: Mapping[Path, tuple[int, int]] | None = None,
+    on_skipped: Callable[[Path, str], None] | None = None,
 ) -> str:
     """One card per pick: thumbnail, facts about the file, its nearest neighbour, and the strip of the
     other photos of its moment."""
     wanted = [(Path(p.path), THUMB_SIZE, clip_moment(p)) for p in picks]
     wanted += [(Path(p.neighbour), NEIGHBOUR_THUMB_SIZE, None) for p in picks if p.neighbour is not None]
     wanted += [(Path(m.path), MEMBER_THUMB_SIZE, None) for p in picks for m in p.members[:MEMBERS_SHOWN]]
+    # each file as it was ranked: the library door refuses it when it is not that file any more
+    expect = {Path(path): tuple(stat) for path, stat in (listed or {}).items()}
+    expect.update({Path(m.path): (m.size, m.mtime_ns) for p in picks for m in p.members[:MEMBERS_SHOWN]})
+    expect.update({Path(p.path): (p.size, p.mtime_ns) for p in picks})
     cache = None if thumbnail_cache is None else ThumbnailCache(thumbnail_cache)
     try:
-        made = make_thumbnails(wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache)
+        made = make_thumbnails(
+            wanted, decode_timeout, encode=True, on_progress=on_progress, cache=cache, expect=expect
+        )
     finally:
         if cache is not None:
             cache.close()
+    if on_skipped is not None:
+        for path, reason in made.refused.items():
+            on_skipped(path, f"{reason}; not shown in the report")
     thumbs = {key: None if jpeg is None else _data_uri(jpeg) for key, jpeg in made.thumbs.items()}
-    infos = _image_infos([p.path for p in picks if p.clip is None])
+    infos = _image_infos([(Path(p.path), expect[Path(p.path)]) for p in picks if p.clip is None])
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
     cards = []
     for p in picks:
@@ -345,10 +364,15 @@ def _picks_section(
     return "<h2>Picks, most novel first</h2>\n" + note + "\n".join(cards)
 
 
-def _image_infos(paths: Sequence[Path]) -> Iterator[dict]:
-    """Dimensions and EXIF date of each photo, read in a few threads (headers only)."""
+def _image_infos(files: Sequence[tuple[Path, tuple[int, int]]]) -> Iterator[dict]:
+    """Dimensions and EXIF date of each photo (path, and the size and modification time it was ranked
+    with), read through the library door in a few threads (headers only)."""
+
+    def info(path: Path, stat: tuple[int, int]) -> dict:
+        return kind_of(path).info(path, expect=stat)
+
     with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return iter(list(pool.map(lambda path: kind_of(path).info(path), paths)))
+        return iter(list(pool.map(lambda file: info(*file), files)))
 
 
 def _pick_card(

@@ -171,8 +171,9 @@ def write_outputs(
     ``files``: every file ranked (row i of the features), and ``points2d()`` their (N, 2) map for the
     report, made only when a report is written. ``on_progress(done, total)`` counts the outputs
     written, ``on_thumbnails(done, total)`` the files whose thumbnails the report has made; a sidecar
-    that cannot be written goes to ``on_warning``, a pick that is no longer the file that was ranked
-    (not copied) to ``on_failure(path, reason)`` (else to ``on_warning``). ``held``: the folders opened
+    that cannot be written goes to ``on_warning``, a file that is no longer the one that was ranked (a
+    pick not copied, a file the report or the contact sheet does not show) to ``on_failure(path,
+    reason)`` (else to ``on_warning``). ``held``: the folders opened
     for the run (:func:`held_outputs`).
     ``keep_tags``: files whose tags of an earlier run stay though they are not picked now (photos this
     run would rank but for the ignore list: an earlier run's picks, with ``ignore_picks``).
@@ -217,10 +218,15 @@ def write_outputs(
                 p.decode_timeout,
                 on_thumbnails,
                 thumbnail_cache_path(p.cache),
+                skipped,
             )
         )
     if p.contact_sheet is not None:
-        writers.append(lambda: write_contact_sheet(p.contact_sheet, picks, decode_timeout=p.decode_timeout))
+        writers.append(
+            lambda: write_contact_sheet(
+                p.contact_sheet, picks, decode_timeout=p.decode_timeout, on_skipped=skipped
+            )
+        )
     if p.xmp:  # with no picks, this takes back the tags of an earlier run
         writers.append(lambda: sidecars.append(_write_sidecars(p, picks, on_warning, keep_tags)))
     for done, write in enumerate(writers):
@@ -241,8 +247,11 @@ def _write_report(
     decode_timeout: float,
     on_progress: Callable[[int, int], None] | None = None,
     thumbnail_cache: Path | None = None,
+    on_skipped: Callable[[Path, str], None] | None = None,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
+    # the neighbours shown, as they were ranked (a pick and its members carry their own size and time)
+    listed = {p.neighbour: files.stat_of(row_of[p.neighbour]) for p in picks if p.neighbour in row_of}
     write_html_report(
         path,
         picks,
@@ -254,6 +263,8 @@ def _write_report(
         decode_timeout=decode_timeout,
         on_progress=on_progress,
         thumbnail_cache=thumbnail_cache,
+        listed=listed,
+        on_skipped=on_skipped,
     )
 
 

@@ -147,3 +147,26 @@ def test_the_opened_file_object_reads_from_the_descriptor(library):
         assert handle.read(7) == b"library"
         handle.seek(0)
         assert handle.read() == b"library bytes"
+
+
+def test_refused_tells_the_doors_refusals_from_a_file_that_cannot_be_read(library):
+    """A link, a FIFO and a changed file are refusals (what is there is not the file listed: the outputs
+    name it); a missing file is not."""
+    lib, private = library
+    photo = lib / "a" / "photo.jpg"
+    st = photo.stat()
+    fifo = lib / "a" / "fifo.jpg"
+    os.mkfifo(fifo)
+    link = lib / "a" / "link.jpg"
+    link.symlink_to(private / "secret.jpg")
+    errors = []
+    with door.scanning([lib]):
+        for path, expect in ((link, None), (fifo, None), (photo, (st.st_size + 1, st.st_mtime_ns))):
+            with pytest.raises(OSError) as err:
+                door.read(path, 100, expect=expect)
+            errors.append(err.value)
+        with pytest.raises(OSError) as gone:
+            door.read(lib / "a" / "gone.jpg", 100)
+    assert [e.errno for e in errors] == [errno.ELOOP, errno.EINVAL, errno.ESTALE]
+    assert all(door.refused(e) for e in errors)
+    assert not door.refused(gone.value)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -300,14 +301,16 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
     fd.close()
     assert [pos for pos, _ in got] == list(range(len(paths)))
     cpu = [stage.decode_file(p, known) for p in paths]
-    for (pos, (digest, pixels, reason, taken)), (want_digest, want, want_reason, want_taken) in zip(
-        got, cpu, strict=True
-    ):
+    for (pos, decoded), expected in zip(got, cpu, strict=True):
+        digest, pixels, reason, taken, seen = decoded
+        want_digest, want, want_reason, want_taken, want_seen = expected
         name = Path(paths[pos]).name
         if want_digest is None:  # a failure: the same reason as the CPU path gives
             assert (digest, pixels, reason) == (None, None, want_reason), name
             continue
         assert digest == want_digest, name
+        # the file the bytes came from, for the stage to check against the walk, as on the CPU path
+        assert seen == want_seen == (os.stat(paths[pos]).st_size, os.stat(paths[pos]).st_mtime_ns), name
         assert repr(taken) == repr(want_taken), name  # the capture date, as on the CPU path (NaN: unknown)
         if want is None:
             assert pixels is None, name  # known digest: not decoded
@@ -324,7 +327,7 @@ def test_file_decoder_matches_the_cpu_decoder(files, tmp_path):
 def test_rejected_jpeg_goes_to_pillow_in_the_file_decoder(files):
     data = files["rotated"].read_bytes()
     fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend(reject=[data])))
-    [(pos, (digest, pixels, reason, _))] = list(fd.decode([str(files["rotated"])]))
+    [(pos, (digest, pixels, reason, _, _))] = list(fd.decode([str(files["rotated"])]))
     fd.close()
     assert digest == decode.file_digest(data) and reason is None
     assert isinstance(pixels, np.ndarray)
@@ -340,7 +343,7 @@ def test_raw_files_go_through_libraw_in_the_file_decoder(tmp_path):
 
     dng = write_dng(tmp_path / "a.DNG", photo(320, 240, seed=3))
     fd = GpuFileDecoder(2, gpu=GpuDecoder(PillowBackend()))
-    [(pos, (digest, pixels, reason, _))] = list(fd.decode([str(dng)]))
+    [(pos, (digest, pixels, reason, _, _))] = list(fd.decode([str(dng)]))
     fd.close()
     want = stage.decode_file(str(dng), frozenset())
     assert (digest, reason) == (want.digest, None) and fd.stats == {"pillow": 1}

@@ -149,3 +149,38 @@ def test_a_clip_s_frames_meet_the_model_apart_and_come_back_as_one_vector_with_i
     np.testing.assert_array_equal(rows.vectors[1], want)
     assert rows.has_vector.tolist() == [True, True]
     assert ray_actors.subset(rows, np.array([False, True])).clips == [info]
+
+
+def test_a_worker_says_which_file_it_read_and_the_driver_fails_one_changed_since_the_walk(
+    tmp_path, monkeypatch
+):
+    """The node's decode records the size and time of the file its bytes came from; the driver checks it
+    against the walk, as the local stage does: a file rewritten in between is reported and not cached."""
+    from stage_fakes import DictCache, MeanColour
+
+    from novelfind.extract.engines.ray import _take_results
+    from novelfind.media.walk import FileList, ImageFile
+
+    pixels = np.full((INPUT_SIZE, INPUT_SIZE, 3), 7, np.uint8)
+    decoded = {
+        "a.jpg": stage.Decoded("d-a", pixels, seen=(10, 20)),
+        "b.jpg": stage.Decoded("d-b", pixels, seen=(11, 99)),  # another file than the walk listed
+    }
+    monkeypatch.setattr(stage, "decode_file", lambda path, known: decoded[path])
+    w = worker()
+    names = ["a.jpg", "b.jpg"]
+    block = w({"pos": np.array([0, 1]), "path": np.array([os.fsencode(n) for n in names], dtype=object)})
+    rows = ray_actors.to_result(block)
+    assert rows.seen == [(10, 20), (11, 99)]
+    assert ray_actors.subset(rows, np.array([False, True])).seen == [(11, 99)]
+    files = [ImageFile(tmp_path / "a.jpg", 10, 20), ImageFile(tmp_path / "b.jpg", 11, 21)]
+    failed: list[tuple] = []
+    cache = DictCache()
+    extractor = MeanColour()
+    extractor.dim = 4
+    driver = stage.Stage(
+        FileList(files), extractor, cache, 8, None, lambda p, r: failed.append((p, r)), None, True
+    )
+    assert _take_results(driver, iter([rows]), [0, 1]) == []
+    assert failed == [(files[1].path, stage.CHANGED_WHILE_READ)]
+    assert set(cache.files) == {str(files[0].path)}  # nothing cached under the walk's stat of b.jpg

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 import warnings
 
@@ -263,3 +264,42 @@ def test_image_info(tmp_path):
     junk = tmp_path / "junk.jpg"
     junk.write_bytes(b"junk")
     assert image_info(junk) == {"width": None, "height": None, "taken": None}
+
+
+def test_a_file_not_as_listed_is_refused_apart_from_one_that_cannot_be_read(tmp_path):
+    """``read_bytes`` through the library door: what the door refuses (a link, a FIFO, another size or
+    time than ``expect``) is ``FileRefused``, which the outputs name; a missing file a plain DecodeError."""
+    from novelfind.errors import FileRefused
+
+    photo = tmp_path / "a.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(photo)
+    st = photo.stat()
+    listed = (st.st_size, st.st_mtime_ns)
+    assert decode.read_bytes(photo, expect=listed) == photo.read_bytes()
+    with pytest.raises(FileRefused, match="changed since it was listed"):
+        decode.read_bytes(photo, expect=(st.st_size + 1, st.st_mtime_ns))
+    with pytest.raises(FileRefused, match="changed since it was listed"):
+        load_image(photo, min_side=16, expect=(st.st_size, st.st_mtime_ns + 1))
+    link = tmp_path / "link.png"
+    link.symlink_to(photo)
+    with pytest.raises(FileRefused, match="symbolic link"):
+        decode.read_bytes(link)
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    with pytest.raises(FileRefused, match="not a regular file"):
+        decode.read_bytes(fifo)
+    with pytest.raises(DecodeError) as gone:
+        decode.read_bytes(tmp_path / "gone.png")
+    assert not isinstance(gone.value, FileRefused)
+
+
+def test_image_info_reads_nothing_of_a_file_not_as_ranked(tmp_path):
+    photo = tmp_path / "a.png"
+    Image.new("RGB", (40, 30), (200, 30, 30)).save(photo)
+    st = photo.stat()
+    assert image_info(photo, expect=(st.st_size, st.st_mtime_ns))["width"] == 40
+    assert image_info(photo, expect=(st.st_size - 1, st.st_mtime_ns)) == {
+        "width": None,
+        "height": None,
+        "taken": None,
+    }

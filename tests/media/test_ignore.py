@@ -329,3 +329,24 @@ def test_a_scans_steps_check_find_and_add_picks(tmp_path):
     (tmp_path / "ignored.json").write_text("{")
     with pytest.raises(IgnoreListError, match="is damaged"):
         ignored.check()
+
+
+def test_a_pick_not_as_ranked_is_not_put_on_the_list(tmp_path):
+    """A pick read for its digest is read as it was ranked: rewritten since, or swapped for a link (to a
+    device, or anything), it is left out with a warning rather than put on the list by other bytes."""
+    import os
+
+    from novelfind.media.walk import ImageFile
+
+    a, b, c = (make_photo(tmp_path / f"{n}.jpg", (40 * i, 90, 200), seed=i) for i, n in enumerate("abc"))
+    files = [ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in (a, b, c)]
+    make_photo(b, (200, 10, 10), seed=9, size=(90, 60))  # rewritten after the ranking
+    os.unlink(c)
+    os.symlink("/dev/zero", c)
+    ignored = IgnoreList(tmp_path / "ignored.json")
+    warnings: list[str] = []
+    assert ignored.add_picks(files, on_warning=warnings.append) == 1
+    assert {e.path for e in ignored.entries()} == {a}
+    assert len(warnings) == 2
+    assert str(b) in warnings[0] and "changed since it was listed" in warnings[0]
+    assert str(c) in warnings[1] and "symbolic link" in warnings[1]

@@ -426,3 +426,24 @@ def test_a_clip_record_out_of_range_is_not_used():
         "not json",
     ):
         assert video.info_from_text(bad) is None, bad
+
+
+def test_a_clip_not_as_ranked_is_refused_before_ffmpeg_reads_it(tmp_path):
+    """The report's frame and the ignore list's digest read a clip as it was ranked: another size or
+    time, or a link renamed over it, is the library door's refusal (``FileRefused``), not a bad clip."""
+    from novelfind.errors import FileRefused
+    from novelfind.media.video import clip_digest, poster
+
+    clip = write_clip(tmp_path / "a.mp4", pan((200, 40, 40), n=6))
+    st = clip.stat()
+    listed = (st.st_size, st.st_mtime_ns)
+    assert poster(clip, 0.0, expect=listed)[0].size[0] > 0
+    assert clip_digest(clip, expect=listed) == clip_digest(clip)
+    with pytest.raises(FileRefused, match="changed since it was listed"):
+        poster(clip, 0.0, expect=(st.st_size + 1, st.st_mtime_ns))
+    with pytest.raises(FileRefused, match="changed since it was listed"):
+        clip_digest(clip, expect=(st.st_size, st.st_mtime_ns + 1))
+    link = tmp_path / "link.mp4"
+    link.symlink_to(clip)
+    with pytest.raises(FileRefused, match="symbolic link"):
+        poster(link, 0.0)

@@ -231,9 +231,9 @@ def test_file_decoder_on_gpu_falls_back_per_file(nvimgcodec, jpegs, tmp_path, re
     fd.close()
     record_property("file_decoder_stats", json.dumps(dict(fd.stats)))
     for i, p in enumerate(paths):
-        digest, pixels, reason, taken = got[i]
-        want_digest, want, want_reason, want_taken = stage.decode_file(p, frozenset())
-        assert digest == want_digest and repr(taken) == repr(want_taken), p
+        digest, pixels, reason, taken, seen = got[i]
+        want_digest, want, want_reason, want_taken, want_seen = stage.decode_file(p, frozenset())
+        assert digest == want_digest and repr(taken) == repr(want_taken) and seen == want_seen, p
         if want_digest is None:
             assert reason == want_reason, p  # the same reason as the CPU path
             continue

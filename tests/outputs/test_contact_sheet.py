@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 from common import make_photo
 from PIL import Image
@@ -14,8 +16,11 @@ from novelfind.picks import Pick
 
 
 def picks_of(paths: list[Path]) -> list[Pick]:
+    """The picks of ``paths`` in order, with each file's own size and time (as a scan ranks them)."""
+    stats = [p.stat() if p.exists() else None for p in paths]
     return [
-        Pick(rank, 1.0 / rank, p, p.stat().st_size if p.exists() else 0, 0) for rank, p in enumerate(paths, 1)
+        Pick(rank, 1.0 / rank, p, st.st_size if st else 0, st.st_mtime_ns if st else 0)
+        for rank, (p, st) in enumerate(zip(paths, stats, strict=True), 1)
     ]
 
 
@@ -71,3 +76,27 @@ def test_an_unreadable_pick_gets_a_placeholder_in_its_rank_order(tmp_path):
     assert sheet.getpixel((gap + 10, gap + 120)) == (48, 49, 52)
     r, g, b = sheet.getpixel((gap + 128 + gap + 64, gap + 64))
     assert min(r, g, b) > 200
+
+
+def test_a_pick_swapped_for_a_link_is_not_shown_and_is_named(tmp_path):
+    """A pick renamed over by a link to a private photo after the ranking: its cell says it cannot be
+    read, the sheet holds nothing of the private photo, and ``on_skipped`` names the pick."""
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"p{i}.png")
+        Image.new("RGB", (40, 30), (20, 120 + 40 * i, 20)).save(paths[-1])
+    picks = picks_of(paths)
+    private = tmp_path / "private.png"
+    Image.new("RGB", (40, 30), (255, 0, 255)).save(private)
+    bait = tmp_path / "bait"
+    bait.symlink_to(private)
+    os.rename(bait, paths[1])
+    skipped: list[tuple[Path, str]] = []
+    out = tmp_path / "sheet.png"
+    write_contact_sheet(out, picks, on_skipped=lambda path, reason: skipped.append((path, reason)))
+    assert len(skipped) == 1 and skipped[0][0] == paths[1]
+    assert "symbolic link" in skipped[0][1] and skipped[0][1].endswith("not shown in the contact sheet")
+    with Image.open(out) as sheet:
+        px = np.asarray(sheet.convert("RGB"), dtype=int)
+    assert not (np.abs(px - np.array([255, 0, 255])).max(axis=-1) <= 40).any()
+    assert (np.abs(px - np.array([20, 120, 20])).max(axis=-1) <= 10).any()  # the other pick is shown

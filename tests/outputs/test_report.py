@@ -331,7 +331,8 @@ def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
     from novelfind.picks import Member
 
     picks = _picks(library, [0, 5], [4, 6])
-    member = Member(library[1], 10, 0, 0.01)
+    st = library[1].stat()
+    member = Member(library[1], st.st_size, st.st_mtime_ns, 0.01)
     picks[0] = dataclasses.replace(picks[0], members=(member,))
     picks[1] = dataclasses.replace(picks[1], members=(member,), neighbour=None, distance=None)
     out = tmp_path / "r.html"
@@ -389,10 +390,11 @@ def test_each_photo_is_decoded_once_for_all_its_sizes_with_progress(tmp_path, li
     from novelfind.picks import Member
 
     picks = _picks(library, [0, 1], [1, 0])  # each pick is the other's neighbour
-    picks[0] = dataclasses.replace(picks[0], members=(Member(library[2], 1, 0, 0.01),))
+    st = library[2].stat()
+    picks[0] = dataclasses.replace(picks[0], members=(Member(library[2], st.st_size, st.st_mtime_ns, 0.01),))
     out = tmp_path / "r.html"
     write_html_report(out, picks, run={}, on_progress=lambda done, total: progress.append((done, total)))
-    by_path = {Path(path): sorted(sizes) for path, sizes, _, _ in tasks}
+    by_path = {Path(path): sorted(sizes) for path, sizes, _, _, _ in tasks}
     assert len(tasks) == len(by_path) == 3  # one decode per file
     assert by_path[library[0]] == by_path[library[1]] == [nfhtml.NEIGHBOUR_THUMB_SIZE, nfhtml.THUMB_SIZE]
     assert by_path[library[2]] == [nfhtml.MEMBER_THUMB_SIZE]
@@ -460,7 +462,7 @@ def test_a_second_report_takes_its_thumbnails_from_the_cache(tmp_path, library, 
 
     class Recording(thumbnails.ThumbnailDecoder):
         def thumbnails(self, batch):
-            decoded.extend(Path(path).name for path, _, _, _ in batch)
+            decoded.extend(Path(path).name for path, *_ in batch)
             return super().thumbnails(batch)
 
     monkeypatch.setattr(thumbnails, "ThumbnailDecoder", Recording)
@@ -498,8 +500,9 @@ def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library)
 def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
     cache = thumbnails.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
     jpeg = b"x" * 1000
-    cache.put({(library[i], 96, None): jpeg for i in range(2)}, {})
-    cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {})
+    seen = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in library}
+    cache.put({(library[i], 96, None): jpeg for i in range(2)}, {}, seen)
+    cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {}, seen)
     found, _ = cache.get([(p, 96, None) for p in library[:5]])
     assert sorted(p.name for p, _, _ in found) == sorted(p.name for p in library[2:5])  # the newest 3 KB
     cache.close()
@@ -517,3 +520,30 @@ def test_a_scan_keeps_the_reports_thumbnails_beside_its_feature_cache(tmp_path, 
     assert len(found) >= 3  # the picks' thumbnails at least
     novelfind.scan(library[0].parent, 3, cache=False, report=tmp_path / "r2.html")
     assert not (dirs.feature_cache_path().parent / thumbnails.THUMBNAIL_CACHE_NAME).exists()
+
+
+def test_files_not_as_ranked_are_not_shown_and_are_named(tmp_path, library):
+    """Each file the report shows is opened as it was ranked: a pick rewritten since, and a neighbour
+    renamed over by a link (its size and time from ``listed``), get the placeholder and are named once
+    each through ``on_skipped``; the rest is shown."""
+    import os
+
+    picks = _picks(library, [0, 1], [2, 3])
+    listed = {library[i]: (library[i].stat().st_size, library[i].stat().st_mtime_ns) for i in (2, 3)}
+    Image.new("RGB", (50, 40), (1, 2, 3)).save(library[1])  # the second pick, rewritten
+    bait = tmp_path / "bait"
+    bait.symlink_to(library[0])  # a link renamed over the first pick's neighbour
+    os.rename(bait, library[2])
+    skipped: list[tuple[Path, str]] = []
+    out = tmp_path / "r.html"
+    write_html_report(
+        out, picks, run={}, listed=listed, on_skipped=lambda path, reason: skipped.append((path, reason))
+    )
+    reasons = dict(skipped)
+    assert len(skipped) == 2 and set(reasons) == {library[1], library[2]}
+    assert "changed since it was listed" in reasons[library[1]]
+    assert "symbolic link" in reasons[library[2]]
+    assert all(reason.endswith("; not shown in the report") for reason in reasons.values())
+    page = out.read_text(encoding="utf-8")
+    assert len(re.findall(r'<img src="data:image/jpeg;base64,', page)) == 2  # the first pick, a neighbour
+    assert page.count("cannot read image") == 2

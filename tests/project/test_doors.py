@@ -5,7 +5,8 @@ A library file (a photo, clip, RAW file, sidecar, a pick) is read through :mod:`
 (:mod:`novelfind.cache.guard`); a write through :mod:`novelfind.base.atomic` (descriptors, never names).
 This test walks the package's syntax trees and fails on a call that opens or replaces a file by name
 anywhere else: ``open``, ``io.open``, ``Path.open``/``read_bytes``/``read_text``, ``Image.open`` or
-``av.open`` or ``rawpy.imread`` on a path, ``sqlite3.connect``, ``os.replace``/``os.rename`` by name.
+``av.open`` or ``rawpy.imread`` on a path, ``os.open`` of a path for reading, ``sqlite3.connect``,
+``os.replace``/``os.rename`` by name.
 What must do one of these is on :data:`ALLOWED` with its reason.
 """
 
@@ -58,6 +59,17 @@ def _is_in_memory(arg: ast.expr) -> bool:
     return False
 
 
+def _os_open_reads_by_name(call: ast.Call) -> bool:
+    """``os.open`` of a path by name that may read it: not relative to a folder's descriptor
+    (``dir_fd``), not ``os.devnull``, and not write-only (a lock file's pid cleared)."""
+    if any(k.arg == "dir_fd" for k in call.keywords) or not call.args:
+        return False
+    if ast.unparse(call.args[0]) == "os.devnull":
+        return False
+    flags = ast.unparse(call.args[1]) if len(call.args) > 1 else ""
+    return not ("O_WRONLY" in flags and "O_RDWR" not in flags)
+
+
 def _opens_by_name(call: ast.Call) -> str | None:
     """What the call is when it opens or replaces a file by name, else None."""
     func = call.func
@@ -66,6 +78,8 @@ def _opens_by_name(call: ast.Call) -> str | None:
     if not isinstance(func, ast.Attribute):
         return None
     owner = func.value.id if isinstance(func.value, ast.Name) else None
+    if (owner, func.attr) == ("os", "open"):
+        return "os.open() of a path for reading" if _os_open_reads_by_name(call) else None
     if (owner, func.attr) in ALWAYS:
         relative = any(k.arg and k.arg.endswith("dir_fd") for k in call.keywords)
         if func.attr in ("replace", "rename") and relative:
@@ -153,6 +167,12 @@ def test_every_allowed_exception_still_exists():
         ("os.replace(a, b)", True),
         ("os.replace(a, b, src_dir_fd=d, dst_dir_fd=d)", False),
         ("os.fdopen(fd, 'rb')", False),
+        ("os.open(path, os.O_RDONLY | os.O_NONBLOCK)", True),
+        ("os.open(path, flags)", True),
+        ("os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)", True),
+        ("os.open(name, os.O_RDONLY, dir_fd=parent)", False),
+        ("os.open(os.devnull, os.O_WRONLY)", False),
+        ("os.open(self.path, os.O_WRONLY | os.O_NOFOLLOW)", False),
         ("FeatureCache.open(p)", False),
     ],
 )

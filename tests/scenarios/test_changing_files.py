@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 from common import child_env, make_photo, rank_all_as_json
 
+from novelfind.base import door
 from novelfind.cli.group import cli
 from novelfind.errors import DecodeError
 from novelfind.media.decode import file_digest, read_for_model
@@ -78,8 +79,13 @@ def test_swapped_for_a_fifo_a_device_or_a_folder_is_refused_without_reading(tmp_
         guard.join()
     photo.unlink()
     photo.symlink_to("/dev/null")  # reads as empty; /dev/zero or a disk device would never end
-    with pytest.raises(DecodeError, match="^not a regular file$"):
-        read_for_model(photo)
+    with pytest.raises(DecodeError, match="symbolic link novelfind did not create"):
+        read_for_model(photo)  # a link is not followed
+    with (
+        door.scanning([tmp_path], follow_links=True),
+        pytest.raises(DecodeError, match="^not a regular file$"),
+    ):
+        read_for_model(photo)  # followed when the user asks, and the device refused
     photo.unlink()
     photo.mkdir()
     with pytest.raises(DecodeError, match="^not a regular file$"):

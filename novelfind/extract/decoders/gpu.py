@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from novelfind.base import extras
+from novelfind.base import door, extras
 from novelfind.base.devices import available_cpus
 from novelfind.errors import DecodeError
 from novelfind.extract.dating import embedded_date
@@ -420,10 +420,11 @@ class GpuFileDecoder:
         if not kind_of(path).whole:
             return None, None, None
         try:
-            data = read_bytes(path)
+            with door.recording() as opened:  # which file the bytes came from, for the stage to check
+                data = read_bytes(path)
         except DecodeError as e:
             return Decoded(None, reason=str(e) or "cannot read"), None, None
-        head = Decoded(file_digest(data), taken=embedded_date(path))
+        head = Decoded(file_digest(data), taken=embedded_date(path), seen=opened[0] if opened else None)
         if head.digest in self.known:
             return head, None, None
         return head, data, inspect_jpeg(data)

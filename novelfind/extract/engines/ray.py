@@ -408,11 +408,14 @@ def _take_results(stage: Any, batches: Iterator[ResultBatch], rows: Sequence[int
     cache no longer has (to be extracted again)."""
     gone: list[int] = []
     for batch in batches:
-        rows_of = zip(batch.items(), batch.taken, batch.clips, strict=True)
-        for (pos, digest, vector, reason), taken, clip in rows_of:
+        seen = batch.seen if batch.seen is not None else [None] * len(batch)
+        rows_of = zip(batch.items(), batch.taken, batch.clips, seen, strict=True)
+        for (pos, digest, vector, reason), taken, clip, read in rows_of:
             i = rows[pos]
             if digest is None:
                 stage.fail(i, reason or "cannot decode")
+                continue
+            if stage.changed(i, read):  # the node read another file than the walk listed: not cached
                 continue
             if taken is not None:  # read with the pixels on the worker: stored with the vector
                 stage.take_date(i, digest, taken)

@@ -53,6 +53,9 @@ class ResultBatch:
     nodes: list[str]  # Ray node id of the worker that read each file
     taken: list[Taken | None]  # the capture date the worker's decode read; None where unreadable
     clips: list[ClipInfo | None]  # a clip's record (its frames, its moment) where a clip was read
+    # (size, modification time in ns) of the file the worker read (``Decoded.seen``), for the driver to
+    # check against the walk; None where not said (None for the whole batch: a worker that says none)
+    seen: list[tuple[int, int] | None] | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -146,6 +149,7 @@ class ExtractWorker:
         n = len(raw_paths)
         digests, reasons, sources, clips = [b""] * n, [b""] * n, [b""] * n, [b""] * n
         taken, offsets = np.full(n, np.nan), np.full(n, np.nan)  # float64 (B,): the dates, b"" source: none
+        seen = np.full((n, 2), -1, np.int64)  # (size, mtime_ns) of the file each row read; -1: not said
         vectors = np.zeros((n, self.dim), np.float32)  # (B, dim)
         has_vector = np.zeros(n, bool)
         todo: list[int] = []
@@ -155,6 +159,8 @@ class ExtractWorker:
                 reasons[i] = os.fsencode(decoded.reason)  # a reason may quote a file name: keep its bytes
             else:
                 digests[i] = decoded.digest.encode("ascii")
+                if decoded.seen is not None:
+                    seen[i] = decoded.seen
                 if decoded.taken is not None:
                     taken[i], sources[i] = decoded.taken.seconds, decoded.taken.source.encode("ascii")
                     offsets[i] = np.nan if decoded.taken.offset is None else decoded.taken.offset
@@ -180,6 +186,8 @@ class ExtractWorker:
             "offset": offsets,
             "source": np.array(sources, dtype=object),
             "clip": np.array(clips, dtype=object),
+            "seen_size": seen[:, 0],
+            "seen_mtime": seen[:, 1],
         }
 
 
@@ -194,6 +202,7 @@ def subset(batch: ResultBatch, keep: np.ndarray) -> ResultBatch:
         nodes=[batch.nodes[i] for i in idx],
         taken=[batch.taken[i] for i in idx],
         clips=[batch.clips[i] for i in idx],
+        seen=None if batch.seen is None else [batch.seen[i] for i in idx],
     )
 
 
@@ -213,7 +222,16 @@ def to_result(block: dict[str, np.ndarray]) -> ResultBatch:
             for t, o, s in zip(block["taken"], block["offset"], block["source"], strict=True)
         ],
         clips=[info_from_text(bytes(c).decode("utf-8")) if len(c) else None for c in block["clip"]],
+        seen=_seen(block),
     )
+
+
+def _seen(block: dict[str, np.ndarray]) -> list[tuple[int, int] | None] | None:
+    """The (size, mtime_ns) of the file each row's bytes came from (-1: not said); None without them."""
+    if "seen_size" not in block:
+        return None
+    pairs = zip(block["seen_size"], block["seen_mtime"], strict=True)
+    return [None if size < 0 else (int(size), int(mtime)) for size, mtime in pairs]
 
 
 def _taken(seconds: float, offset: float, source: str) -> Taken | None:
