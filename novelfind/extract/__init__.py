@@ -1,7 +1,7 @@
 """The extraction stage: feature vectors for a list of image files, from the cache where possible.
 
 Flow for a list of files (walk order):
-  1. stat lookup in the cache (path, size, mtime) in chunks: no image byte is read for a hit;
+  1. stat lookup in the cache (path, size, mtime) in chunks: no byte is read for a hit, nor a known failure;
   2. the misses go to a *decoder*, which reads each file once and returns the digest of its bytes, the
      model's input pixels (uint8 224x224x3) and the capture date, in input order, with a bounded window
      of files in flight, so memory does not grow with the library;

@@ -4,7 +4,10 @@ does not report it again while it stays as it was.
 :class:`FailureLog` takes every failure of a scan (the walk's and the extraction's) through :meth:`fail`:
 one on the ignore list (``novelfind ignore broken.jpg``) is skipped without a word; one an earlier scan
 reported and that has not changed since is a known failure (counted, not reported again); any other goes
-to ``on_failure``. Failures met before the cache is open (the walk's) wait for it
+to ``on_failure``. A recorded file stays in the record while it stays unreadable, also once it is put on
+the ignore list, so that later scans neither decode it again nor load the model for it
+(``stage.Stage.known_failures``); a file ignored before any scan reported it is not recorded (taken off
+the list again, it is reported as new). Failures met before the cache is open (the walk's) wait for it
 (:meth:`FailureLog.open`); :meth:`FailureLog.remember` writes the record back
 (:mod:`novelfind.cache.failures`).
 """
@@ -40,6 +43,7 @@ class FailureLog:
         self.known: dict[bytes, Any] | None = None  # the cache's record of unreadable files, once open
         self.pending: list[Failure] = []  # failures met before the cache was open (the walk's)
         self.ignored = 0  # unreadable files the user put on the ignore list: skipped silently
+        self.ignored_failures: list[Failure] = []  # those files: still recorded when they were before
 
     def fail(self, path: Path, reason: str) -> None:
         """A file that could not be read (see the module's description)."""
@@ -49,11 +53,12 @@ class FailureLog:
             stat = (st.st_size, st.st_mtime_ns)
         except OSError:
             stat = (-1, -1)
+        self.stats[failure.path] = stat
         if self.on_ignore_list(failure.path, stat[0]):
             self.ignored += 1
+            self.ignored_failures.append(failure)
             return
         self.failures.append(failure)
-        self.stats[failure.path] = stat
         if self.known is None:
             self.pending.append(failure)
         else:
@@ -88,14 +93,20 @@ class FailureLog:
         self.pending.clear()
 
     def remember(self, cache: Any, files: FileList, roots: Sequence[Path]) -> None:
-        """Record this run's unreadable files in the cache, and forget those read now (or gone) under
+        """Record this run's unreadable files in the cache (and keep those recorded before that are on the
+        ignore list now: a later scan skips them unread), and forget those read now (or gone) under
         ``roots``: a file fixed, or changed and readable, is reported again if it ever fails again."""
-        failed = {os.fsencode(os.path.abspath(f.path)) for f in self.failures}
-        rows = [(os.fsencode(os.path.abspath(f.path)), *self.stats[f.path], f.reason) for f in self.failures]
+        known = self.known or {}
+        every = [
+            *self.failures,
+            *(f for f in self.ignored_failures if os.fsencode(os.path.abspath(f.path)) in known),
+        ]
+        failed = {os.fsencode(os.path.abspath(f.path)) for f in every}
+        rows = [(os.fsencode(os.path.abspath(f.path)), *self.stats[f.path], f.reason) for f in every]
         under = [os.fsencode(os.path.abspath(root)) for root in roots]
         forget = [
             path
-            for path in (self.known or {})
+            for path in known
             if path not in failed
             and any(path == root or path.startswith(root.rstrip(b"/") + b"/") for root in under)
         ]

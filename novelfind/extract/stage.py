@@ -22,7 +22,7 @@ import numpy as np
 
 from novelfind.base import door
 from novelfind.cache import DigestSet
-from novelfind.errors import CacheError, DecodeError
+from novelfind.errors import CacheError, DecodeError, NovelfindError
 from novelfind.extract.dating import embedded_date, row_of
 from novelfind.media import video
 from novelfind.media.dates import Taken
@@ -34,6 +34,10 @@ from novelfind.ranking.sources import STREAM_CHUNK, ChunkedSource
 STAT_CHUNK = 2048  # files per cache stat lookup
 HEAD_CHUNK = 8192  # stored vectors turned into features at a time (bounds the temporary copy)
 MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
+
+# How a failure's reason begins when the run rather than the file was at fault (a busy machine, a tight
+# memory budget): such a file is decoded again at the next scan even unchanged (``Stage.known_failures``).
+RUN_FAILURES = ("decoding took longer than", "out of memory")
 
 OnFailure = Callable[[Path, str], None]
 OnWarning = Callable[[str], None]
@@ -259,12 +263,37 @@ class Stage:
         if stale:
             self.done[stale] = False
             self.warn(video.stale_note(len(stale)))
+        misses = self.known_failures(np.flatnonzero(~self.done).tolist())
         self.from_cache = int(self.done.sum())
         self.progress()
-        misses = np.flatnonzero(~self.done).tolist()
         if retired:
             self.retire(retired, misses)
         return misses
+
+    def known_failures(self, misses: list[int]) -> list[int]:
+        """Of the ``misses``, those the cache's record of unreadable files (``novelfind failures``) holds
+        unchanged (the same path, size and mtime) fail again at once, with the reason recorded, unread:
+        a re-scan decodes none of them, and loads no model for them. A file that failed for a reason of
+        the run's (``RUN_FAILURES``) stays a miss, to be tried again. Returns the misses left."""
+        read = getattr(self.cache, "known_failures", None)
+        if read is None or not misses:
+            return misses
+        try:
+            known = read()
+        except NovelfindError:  # an unreadable record: every file is tried
+            return misses
+        if not known:
+            return misses
+        left = []
+        for i in misses:
+            record = known.get(os.path.abspath(self.files.raw_path(i)))
+            if record is not None and not record.reason.startswith(RUN_FAILURES):
+                f = self.files[i]
+                if (record.size, record.mtime_ns) == (f.size, f.mtime_ns):
+                    self.fail(i, record.reason)
+                    continue
+            left.append(i)
+        return left
 
     def upgrade(self) -> list[str]:
         """Vectors an earlier version stored under another name for what the extractor stores

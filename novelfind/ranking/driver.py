@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from novelfind.ranking import events
+from novelfind.ranking.adsconfig import ADSConfig
 from novelfind.ranking.methods import DEFAULT_METHOD, Method, find_method
 from novelfind.ranking.moments import LINK_RADIUS, Grouper, UnitRows
 from novelfind.ranking.scoring import KNN_K, ScoreInput
@@ -44,9 +44,6 @@ from novelfind.ranking.sources import (
     as_source,
     blocks,
 )
-
-if TYPE_CHECKING:
-    from novelfind.ranking.solver import ADSConfig
 
 __all__ = ["ChunkedSource", "FeatureSource", "MatrixSource", "Ranking", "rank"]
 
@@ -241,8 +238,6 @@ def rank(
     if not dedup >= 0:
         raise ValueError(f"dedup must be >= 0, got {dedup}")
     if config is None:
-        from novelfind.ranking.solver import ADSConfig
-
         config = ADSConfig()
     if times is not None:
         times = events.check_times(times, source.n)

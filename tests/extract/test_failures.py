@@ -124,3 +124,25 @@ def test_a_cache_that_cannot_remember_is_a_warning(tmp_path):
     log.fail(broken(tmp_path / "a.jpg"), "truncated")
     log.remember(Cache(unwritable=True), FileList(), [tmp_path])
     assert warnings == ["cannot remember the unreadable files: read-only cache"]
+
+
+def test_a_recorded_file_put_on_the_ignore_list_stays_recorded_one_never_reported_is_not_added(tmp_path):
+    """The record keeps a reported file once it is ignored (rather than forget it as if it read), so a
+    later scan knows it without decoding it (``Stage.known_failures``); a file ignored before any scan
+    reported it is not added: taken off the list again, it is reported as new."""
+    lib = tmp_path / "lib"
+    reported_before = broken(lib / "a.jpg")
+    never_reported = broken(lib / "b.jpg", b"\xff\xd8 truncateX")
+    ignore = IgnoreList(tmp_path / "ignored.json")
+    ignore.add([str(reported_before), str(never_reported)])
+    cache = Cache(dict([known_as(reported_before)]))
+    reported: list = []
+    log = log_of(reported, [], ignore)
+    log.open(cache)
+    log.fail(reported_before, "truncated")
+    log.fail(never_reported, "truncated")
+    log.remember(cache, FileList(), [lib])
+    st = reported_before.stat()
+    key = os.fsencode(os.path.abspath(reported_before))
+    assert reported == [] and log.failures == [] and log.ignored == 2
+    assert cache.recorded == [([(key, st.st_size, st.st_mtime_ns, "truncated")], [])]

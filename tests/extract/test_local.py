@@ -4,14 +4,18 @@ decoder, the model's loading and the device's choice are asked only for the file
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
-from stage_fakes import DictCache, MeanColour, make_library
+from stage_fakes import DictCache, MeanColour, make_library, stat
 
 from novelfind.base.devices import available_cpus
+from novelfind.cache.failures import KnownFailure
 from novelfind.extract.decoders.pillow import ProcessDecoder
 from novelfind.extract.engines import local
 from novelfind.extract.engines.local import POOL_THRESHOLD, default_workers, extract
+from novelfind.extract.stage import RUN_FAILURES, guarded
 
 
 class Recorded:
@@ -102,3 +106,58 @@ def test_the_device_is_settled_by_the_misses_and_a_full_cache_decodes_nothing(tm
     assert again.settled == [0] and again.loading == 0 and len(recorded.calls) == calls
     assert (res.from_cache, res.extracted) == (5, 0)
     np.testing.assert_array_equal(res.features[:2], extract(files[:2], MeanColour(), cache).features)
+
+
+class RecordedFailures(DictCache):
+    """A cache with a record of unreadable files (``novelfind failures``), by absolute path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures: dict[bytes, KnownFailure] = {}
+
+    def known_failures(self) -> dict[bytes, KnownFailure]:
+        return dict(self.failures)
+
+    def remember(self, f, reason: str) -> None:
+        key = os.fsencode(os.path.abspath(f.path))
+        self.failures[key] = KnownFailure(key, f.size, f.mtime_ns, reason, "2026-01-01T00:00:00+00:00")
+
+
+def test_a_known_unreadable_file_is_neither_decoded_nor_a_reason_to_load_the_model(tmp_path, recorded):
+    files = make_library(tmp_path, 4, bad=(2,))
+    cache = RecordedFailures()
+    first = extract(files, MeanColour(), cache, batch_size=4, workers=0)
+    ((path, reason),) = first.failures
+    cache.remember(files[2], reason)
+    calls = len(recorded.calls)
+    model, failed = Settling(), []
+    again = extract(files, model, cache, batch_size=4, on_failure=lambda p, r: failed.append((p, r)))
+    assert len(recorded.calls) == calls  # no decoder made: nothing decoded
+    assert model.settled == [0] and model.loading == 0 and model.calls == 0
+    assert again.failures == failed == [(path, reason)]  # failed again, with the recorded reason
+    assert (again.from_cache, again.extracted, len(again.files)) == (3, 0, 3)
+
+
+@pytest.mark.parametrize("change", ["touched", "run failure"])
+def test_a_changed_file_or_one_failed_by_the_run_is_tried_again(tmp_path, recorded, change):
+    files = make_library(tmp_path, 3, bad=(1,))
+    cache = RecordedFailures()
+    extract(files, MeanColour(), cache, batch_size=4, workers=0)
+    if change == "touched":
+        remembered = "cannot identify image file"
+        cache.remember(files[1], remembered)
+        os.utime(files[1].path, ns=(files[1].mtime_ns + 10**9, files[1].mtime_ns + 10**9))
+        files[1] = stat(files[1].path)
+    else:  # a busy machine, a tight memory budget: not the file's fault
+        remembered = ProcessDecoder(1, 1, timeout=5)._too_slow().reason
+        cache.remember(files[1], remembered)
+    model = Settling()
+    again = extract(files, model, cache, batch_size=4, workers=0)
+    assert model.settled == [1] and model.loading == 1 and len(recorded.calls) == 2  # decoded again
+    ((_, reason),) = again.failures
+    assert reason != remembered  # this scan's own reason
+
+
+def test_the_run_failures_are_the_decoders_own_reasons():
+    assert ProcessDecoder(1, 1, timeout=5)._too_slow().reason.startswith(RUN_FAILURES)
+    assert guarded(lambda: (_ for _ in ()).throw(MemoryError())).reason.startswith(RUN_FAILURES)

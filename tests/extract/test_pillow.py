@@ -4,10 +4,15 @@ something to decode."""
 
 from __future__ import annotations
 
+import multiprocessing
+import subprocess
+import sys
+
 import numpy as np
 import pytest
-from common import make_photo
+from common import child_env, make_photo
 
+from novelfind.extract.decoders import pillow
 from novelfind.extract.decoders.pillow import DECODE_TIMEOUT_S, ProcessDecoder
 from novelfind.extract.stage import decode_file
 
@@ -83,3 +88,93 @@ def test_where_processes_cannot_start_the_files_are_decoded_here(paths):
     for (i, got), path in zip(results, paths[:3], strict=True):
         assert_same(got, decode_file(path, frozenset()))
         assert i == paths.index(path)
+
+
+# A program that decodes at its top level, with no ``if __name__ == "__main__":``: it notes each run of
+# its top level in a file, so a worker that ran it again (Python's spawn and forkserver starts import
+# ``__main__`` in every new process) shows there, as would the scan within a scan it would start.
+UNGUARDED = """
+import multiprocessing, sys
+method, context, notes, *paths = NAMES
+if method != "default":
+    multiprocessing.set_start_method(method)
+from novelfind.extract.decoders import pillow
+if context == "spawn":  # a platform without forkserver
+    pillow._mp_context = lambda: pillow._WORKER_CONTEXTS["spawn"]
+with open(notes, "a") as f:
+    f.write("top level\\n")
+decoder = pillow.ProcessDecoder(workers=2, window=4)
+got = [r.digest is not None for _, r in decoder.decode(paths)]
+decoder.close()
+print(got, decoder.in_process, decoder.pool_worked)
+"""
+
+STARTS = [
+    (how, method, context)
+    for how, method, context in [
+        ("script", "default", "forkserver"),
+        ("script", "spawn", "forkserver"),
+        ("script", "forkserver", "forkserver"),
+        ("script", "default", "spawn"),
+        ("module", "default", "forkserver"),
+        ("stdin", "default", "forkserver"),
+        ("command", "spawn", "spawn"),
+    ]
+    if method in ("default", *multiprocessing.get_all_start_methods())
+    and context in multiprocessing.get_all_start_methods()
+]
+
+
+@pytest.mark.parametrize(("how", "method", "context"), STARTS)
+def test_workers_start_without_running_the_programs_top_level_again(paths, tmp_path, how, method, context):
+    """A script, a module run with -m, code on stdin or after -c (a REPL's or a notebook's kind of
+    ``__main__``), under any start method the program chose: the workers decode, the program's top level
+    runs once, and nothing reaches stderr."""
+    notes = tmp_path / "notes.txt"
+    names = [method, context, str(notes), *paths]
+    code = UNGUARDED.replace("NAMES", repr(names))
+    (tmp_path / "unguarded.py").write_text(code)
+    args = {
+        "script": [str(tmp_path / "unguarded.py")],
+        "module": ["-m", "unguarded"],
+        "stdin": ["-"],
+        "command": ["-c", code],
+    }[how]
+    proc = subprocess.run(
+        [sys.executable, *args],
+        input=code if how == "stdin" else None,
+        cwd=tmp_path,
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    ok = [decode_file(p, frozenset()).digest is not None for p in paths]
+    assert proc.stdout.split("]")[0] + "]" == str(ok)
+    assert proc.stdout.split("]")[1].split() == ["False", "True"]  # decoded in workers, not here
+    assert notes.read_text() == "top level\n"
+
+
+@pytest.mark.parametrize(
+    "error", [OSError(11, "Resource temporarily unavailable"), RuntimeError("bootstrapping")]
+)
+def test_where_no_worker_can_start_the_files_are_decoded_here_with_one_warning(paths, monkeypatch, error):
+    """A process limit reached, or a program that is itself a worker still starting up (Python refuses a
+    process started then): the files are decoded in this process, in order, said by one warning."""
+
+    def refuse(self):
+        raise error
+
+    monkeypatch.setattr(pillow._Worker, "start", refuse)
+    decoder = ProcessDecoder(workers=2, window=3)
+    with pytest.warns(RuntimeWarning, match="decode workers unavailable") as caught:
+        results = list(decoder.decode(paths))
+        again = list(decoder.decode(paths[:2]))  # later calls decode here at once, without a warning
+    decoder.close()
+    assert len(caught) == 1 and decoder.in_process and decoder.pool is None
+    assert [i for i, _ in results] == list(range(len(paths)))
+    for (_, got), path in zip(results, paths, strict=True):
+        assert_same(got, decode_file(path, frozenset()))
+    assert [i for i, _ in again] == [0, 1]

@@ -152,6 +152,9 @@ NOT_RUN: dict[str, str] = {
     "downloads (and its speed figures from a folder of real clips)",
     "bench_report.py": "its camera-sized photos are made from the photo sets' PyPI wheels it downloads; "
     "tests/outputs/test_report.py covers the report",
+    "bench_api.py": "its library is the README's example set, built from PyPI wheels it downloads; "
+    "tests/scenarios/test_end_to_end.py, test_rescan.py and tests/ranking/test_driver.py cover what it "
+    "measures",
     "bench_rescan.py": "its library is made from the photo sets' PyPI wheels it downloads; "
     "tests/scenarios/test_rescan.py covers what it measures (no model on a re-scan)",
     "bench_time.py": "its timed libraries are featurised from the photo sets' PyPI wheels it downloads; "

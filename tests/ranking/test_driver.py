@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from common import child_env
 from synthetic import blob_with_outliers
 
 from novelfind.ranking import cells, knn, methods, moments, pca, scoring
@@ -551,3 +555,35 @@ def test_multiscale_knn_fuses_three_neighbourhood_sizes_by_rank():
     np.testing.assert_allclose(r.all_scores, np.mean(pct, axis=0), atol=2e-3)  # a near-tie may swap ranks
     assert r.indices[0] == len(x) - 1 and r.scores[0] == 1.0  # first at every k
     assert np.all(np.diff(r.scores) <= 0)
+
+
+# What ``novelfind.rank`` imports, method by method, in a fresh interpreter: a method that runs no ADS
+# solver must not pay for torch (seconds and hundreds of MB) nor onnxruntime.
+RANK_IMPORTS = """
+import json, sys
+import numpy as np
+import novelfind
+from novelfind.ranking.methods import METHODS
+x = np.random.default_rng(0).normal(size=(300, 16)).astype(np.float32)
+times = np.arange(300, dtype=np.float64) * 60.0
+seen = {}
+for name, method in METHODS.items():
+    if not method.solver:
+        picked = novelfind.rank(x, 5, method=name, times=times).indices
+        seen[name] = [len(picked), sorted(m for m in ("torch", "onnxruntime") if m in sys.modules)]
+print(json.dumps(seen))
+"""
+
+
+def test_rank_without_the_solver_imports_neither_torch_nor_onnxruntime(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", RANK_IMPORTS],
+        env=child_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    seen = json.loads(proc.stdout)
+    assert {"cosine-knn", "event-knn", "knn", "microcluster"} <= set(seen)  # the k-NN methods, at least
+    assert seen == {name: [5, []] for name in seen}

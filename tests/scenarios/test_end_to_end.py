@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import subprocess
 import sys
 from pathlib import Path
@@ -71,15 +72,28 @@ def readme_python_example() -> str:
     return section.split("```python\n", 1)[1].split("```", 1)[0]
 
 
-def test_the_readme_python_example_runs_as_written(example, tmp_path):
-    """The example runs in a folder holding the quick start's `example-photos`, with the real model."""
+# how the example is run: a script file (no ``if __name__ == "__main__":``), its start method as the
+# platform has it or as the script sets it first; or code after ``python -c``, a REPL's kind of __main__
+README_RUNS = [
+    (how, method)
+    for how, method in [("script", None), ("script", "spawn"), ("script", "forkserver"), ("command", None)]
+    if method is None or method in multiprocessing.get_all_start_methods()
+]
+
+
+@pytest.mark.parametrize(("how", "method"), README_RUNS)
+def test_the_readme_python_example_runs_as_written(example, tmp_path, how, method):
+    """The example runs in a folder holding the quick start's `example-photos`, with the real model, and
+    prints nothing on stderr however it is run."""
     dest, _, odd = example
     (tmp_path / "example-photos").symlink_to(dest, target_is_directory=True)
     code = readme_python_example()
     assert "novelfind.scan(" in code and "novelfind.rank(" in code
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=600
-    )
+    if method is not None:
+        code = f"import multiprocessing\nmultiprocessing.set_start_method({method!r})\n{code}"
+    (tmp_path / "example.py").write_text(code)
+    args = ["-c", code] if how == "command" else [str(tmp_path / "example.py")]
+    proc = subprocess.run([sys.executable, *args], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("Counts(found=80, from_cache=0, extracted=80, failed=0")

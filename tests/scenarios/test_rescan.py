@@ -72,3 +72,59 @@ def test_the_model_is_built_when_the_first_new_photo_needs_it(tmp_path, library,
     assert "33 read from cache, 1 extracted" in again.stderr
     assert str(new) in again.stdout.splitlines()
     assert "torch" in imported(again.stderr)  # the model, built for the one new photo
+
+
+# The library's re-scan, as a program runs it: what it counted, whether it imported the model's
+# libraries, and how many files it gave a decoder (a counter around the Pillow decoder's ``decode``).
+RESCAN = """
+import json, sys
+import novelfind
+from novelfind.extract.decoders import pillow
+given = []
+decode = pillow.ProcessDecoder.decode
+def counted(self, paths):
+    given.extend(paths)
+    return decode(self, paths)
+pillow.ProcessDecoder.decode = counted
+r = novelfind.scan(sys.argv[1], k=3)
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "onnxruntime"))
+c = r.counts
+print(json.dumps([c.extracted, c.failed, c.known_failed, c.ignored, len(given), heavy, r.warnings]))
+"""
+
+
+@pytest.mark.slow  # the real model extracts the library once
+def test_a_known_or_ignored_unreadable_file_is_not_decoded_again_nor_loads_the_model(
+    tmp_path, library, real_weights
+):
+    env = child_env(tmp_path)
+    broken = library["root"] / "trip0" / "IMG_9999.jpg"
+    broken.write_bytes(b"\xff\xd8\xff\xe0" + bytes(200))  # a JPEG's start, then nothing
+    scan = ["scan", str(library["root"]), "--k", "3", "--format", "paths", "-q"]
+    first = subprocess.run(  # fills the cache, reports the broken file (exit code 3) and remembers it
+        [sys.executable, "-m", "novelfind", *scan, "--backend", "torch"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert first.returncode == 3 and str(broken) in first.stderr, first.stderr[-2000:]
+
+    def rescan() -> list:
+        done = subprocess.run(
+            [sys.executable, "-c", RESCAN, str(library["root"])],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+        return json.loads(done.stdout)
+
+    # extracted, failed, known failed, ignored, files decoded, heavy modules, warnings
+    assert rescan() == [0, 1, 1, 0, 0, [], []]  # known: counted, not decoded, no model
+    cli(["ignore", str(broken)], env, tmp_path)
+    assert rescan() == [0, 0, 0, 1, 0, [], []]  # ignored: skipped silently, still not decoded
+    assert rescan() == [0, 0, 0, 1, 0, [], []]  # and so it stays

@@ -15,11 +15,17 @@ of the stage's records.
 from __future__ import annotations
 
 import functools
+import importlib
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.process
+import multiprocessing.spawn
 import os
 import signal
+import sys
 import threading
 import time
+import types
 import warnings
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -111,15 +117,100 @@ def _gone(pid: int) -> bool:
         return False
 
 
-def _mp_context():
-    # forkserver: children do not inherit the parent's torch / onnxruntime threads (fork could deadlock).
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" not in methods:  # pragma: no cover - Windows, macOS without forkserver
-        return multiprocessing.get_context("spawn")
-    ctx = multiprocessing.get_context("forkserver")
-    # the server imports the decoder once; every worker forks from it warm
-    ctx.set_forkserver_preload(["__main__", "novelfind.extract.decoders.pillow"])
-    return ctx
+def _mp_context() -> multiprocessing.context.BaseContext:
+    """Where the decode workers start: a forkserver (a child does not inherit the parent's torch or
+    onnxruntime threads, which fork could deadlock on), else spawn; either way without the scanning
+    program's ``__main__`` (:class:`_Worker`)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - Windows
+        return _WORKER_CONTEXTS["spawn"]
+    # The server imports the decoder once, every worker forks from it warm; it does not import __main__
+    # (Python's default preload): a script's top level would run again there.
+    multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
+    return _WORKER_CONTEXTS["forkserver"]
+
+
+class _SpawnWithoutMain:
+    """``multiprocessing.spawn`` as a :class:`_Worker`'s start sees it: its preparation data (what a new
+    process sets up before it unpickles its work) names no ``__main__`` to import."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(multiprocessing.spawn, name)
+
+    @staticmethod
+    def get_preparation_data(name: str) -> dict[str, Any]:
+        data = multiprocessing.spawn.get_preparation_data(name)
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+        return data
+
+
+def _without_main(popen: type) -> type:
+    """``popen`` (a ``multiprocessing`` Popen class of the spawn or forkserver start method) whose new
+    processes do not import the parent's ``__main__``.
+
+    Python's own start imports it in every new process, so that functions defined there can be
+    unpickled: a script run without ``if __name__ == "__main__":`` would run its top level again in each
+    worker (a scan within a scan; a traceback on stderr). The decode workers run novelfind's functions
+    only, so they need none of it, as ``loky`` (joblib's) workers do not. The class's ``_launch`` is
+    Python's own, reading ``spawn.get_preparation_data`` through :class:`_SpawnWithoutMain`: no copy of
+    the standard library's code, and nothing changed for other processes (the substitution is this
+    function's alone, so it holds under threads).
+    """
+    launch = popen._launch  # type: ignore[attr-defined]
+    if "spawn" not in launch.__code__.co_names:  # pragma: no cover - a Python whose start differs
+        return popen
+    namespace = {**vars(sys.modules[popen.__module__]), "spawn": _SpawnWithoutMain()}
+    launch = types.FunctionType(
+        launch.__code__, namespace, launch.__name__, launch.__defaults__, launch.__closure__
+    )
+    return type(popen.__name__, (popen,), {"_launch": launch, "__module__": __name__})
+
+
+class _Worker(multiprocessing.process.BaseProcess):
+    """A decode worker process: started by the context's method without the parent's ``__main__``
+    (:func:`_without_main`). ``_popen_module`` is the start method's Popen module, named per subclass."""
+
+    _popen_module = ""
+    _popen: Any = None  # the Popen class, made at the first start
+
+    @classmethod
+    def _popen_class(cls) -> type:
+        if cls._popen is None:
+            cls._popen = _without_main(importlib.import_module(cls._popen_module).Popen)
+        return cls._popen
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:  # noqa: N802 - multiprocessing's name
+        return type(process_obj)._popen_class()(process_obj)
+
+
+class _ForkServerWorker(_Worker):
+    _start_method = "forkserver"
+    _popen_module = "multiprocessing.popen_forkserver"
+
+
+class _SpawnWorker(_Worker):
+    _start_method = "spawn"
+    _popen_module = (
+        "multiprocessing.popen_spawn_win32"
+        if sys.platform == "win32"
+        else "multiprocessing.popen_spawn_posix"
+    )
+
+    @staticmethod
+    def _after_fork() -> None:  # a spawned process has nothing to undo
+        pass
+
+
+def _worker_context(method: str, process: type) -> multiprocessing.context.BaseContext:
+    """A context of ``method`` (its queues, locks, shared arrays) whose processes are ``process``."""
+    base = type(multiprocessing.get_context(method))
+    return type(base.__name__, (base,), {"Process": process, "__module__": __name__})()
+
+
+_WORKER_CONTEXTS: dict[str, Any] = {"spawn": _worker_context("spawn", _SpawnWorker)}
+if "forkserver" in multiprocessing.get_all_start_methods():
+    _WORKER_CONTEXTS["forkserver"] = _worker_context("forkserver", _ForkServerWorker)
 
 
 class _TimedOut(Exception):
@@ -133,8 +224,11 @@ class ProcessDecoder:
 
     A decode in a worker that runs longer than ``timeout`` seconds (counted from when the worker takes
     the file, not from when it was queued) is stopped: that worker is killed, the file is reported, the
-    other files in flight go to fresh workers. Only when worker processes cannot start here (say,
-    ``__main__`` cannot be imported) are the files decoded in this process, with no clock.
+    other files in flight go to fresh workers. The workers never import the program's ``__main__``
+    (:func:`_mp_context`), so they start from a script, a notebook or a REPL alike. Only when worker
+    processes cannot start here at all (no processes left, a sandbox, a program still starting up itself)
+    are the files decoded in this process, with no clock: said once by a ``RuntimeWarning``, which a scan
+    reports among its warnings.
     """
 
     decode_one: Callable[[str], Decoded] = staticmethod(decode_file)  # what a worker runs on one path
@@ -229,7 +323,15 @@ class ProcessDecoder:
                     j = retry.popleft()
                 else:
                     j, nxt = nxt, nxt + 1
-                pending.append((j, *self._submit(paths[j])))
+                try:
+                    pending.append((j, *self._submit(paths[j])))
+                except (OSError, EOFError, RuntimeError) as e:
+                    if self.pool_worked or isinstance(e, BrokenProcessPool):
+                        raise
+                    # no worker process can start here: decode in this process
+                    rest = [j, *(k for k, _, _ in pending), *retry, *range(nxt, len(paths))]
+                    yield from self._here_instead(paths, rest)
+                    return
             i, fut, slot = pending.popleft()
             try:
                 result = self._result(fut, slot)
@@ -242,16 +344,9 @@ class ProcessDecoder:
                 yield i, self._too_slow()
                 continue
             except BrokenProcessPool:
-                if not self.pool_worked:
-                    # Worker processes cannot start here (e.g. __main__ not importable): decode in-process.
-                    warnings.warn(
-                        "decode workers unavailable; decoding in one process", RuntimeWarning, stacklevel=2
-                    )
-                    redo = [i] + [j for j, _, _ in pending] + list(retry) + list(range(nxt, len(paths)))
-                    self._discard()
-                    self.in_process = True
-                    for j in redo:
-                        yield j, self.decode_here(paths[j])
+                if not self.pool_worked:  # every worker died before its first file: none can run here
+                    rest = [i, *(j for j, _, _ in pending), *retry, *range(nxt, len(paths))]
+                    yield from self._here_instead(paths, rest)
                     return
                 # A decoder crashed the worker (e.g. a segfault in a codec). Find the culprit by decoding the
                 # affected files one at a time in fresh pools, then go on.
@@ -262,6 +357,15 @@ class ProcessDecoder:
                     yield j, self._isolated(paths[j])
                 continue
             yield i, result
+
+    def _here_instead(self, paths: Sequence[str], rest: list[int]) -> Iterator[tuple[int, Decoded]]:
+        """Worker processes cannot run here: ``rest`` (positions in ``paths``) and every later file are
+        decoded in this process, in input order; said once, by a warning."""
+        warnings.warn("decode workers unavailable; decoding in one process", RuntimeWarning, stacklevel=3)
+        self._discard()
+        self.in_process = True
+        for j in sorted(rest):
+            yield j, self.decode_here(paths[j])
 
     def decode_again(self, paths: Sequence[str]) -> Iterator[tuple[int, Decoded]]:
         """Decode ``paths`` for their pixels although their digests are in ``known`` (their vectors left
