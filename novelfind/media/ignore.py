@@ -39,7 +39,6 @@ from novelfind.base.atomic import write_atomic
 from novelfind.base.lock import RunLock
 from novelfind.errors import DecodeError, NovelfindError
 from novelfind.media import walk
-from novelfind.media.decode import file_digest
 from novelfind.media.kinds import kind_of
 
 FORMAT_VERSION = 1
@@ -419,17 +418,14 @@ class IgnoreList:
         digests = list(known_digests(files)) if known_digests is not None else [None] * len(files)
         items = []
         for f, digest in zip(files, digests, strict=True):
-            if digest is None:
+            if digest is None:  # the digest of its kind, as a scan finds it (a clip's from samples)
                 try:
-                    data = Path(f.path).read_bytes()
+                    digest = digest_file(f.path)
                 except OSError as err:
                     if on_warning is not None:
                         on_warning(f"cannot add {f.path} to the ignore list: {err.strerror or err}")
                     continue
-                digest, size = file_digest(data), len(data)
-            else:
-                size = f.size
-            items.append((digest, f.path, size))
+            items.append((digest, f.path, f.size))
         return len(self.add_files(items).changed)
 
     def __repr__(self) -> str:

@@ -329,3 +329,19 @@ def test_a_scans_steps_check_find_and_add_picks(tmp_path):
     (tmp_path / "ignored.json").write_text("{")
     with pytest.raises(IgnoreListError, match="is damaged"):
         ignored.check()
+
+
+def test_a_picked_clip_is_put_on_the_list_by_its_clips_digest(tmp_path):
+    """A clip's identity samples its bytes (``video.clip_digest``): a picked clip is listed by that, so
+    the next scan, which knows the clip by it, recognises it."""
+    from novelfind.media import video
+    from novelfind.media.walk import ImageFile
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(os.urandom(5 << 20))  # larger than what the clip's digest reads of it
+    record = ImageFile(clip, clip.stat().st_size, clip.stat().st_mtime_ns)
+    ignored = IgnoreList(tmp_path / "ignored.json")
+    assert ignored.add_picks([record]) == 1
+    assert ignored.digests() == {video.clip_digest(clip)}
+    assert video.clip_digest(clip) != decode.file_digest(clip.read_bytes())
+    assert ignored.find([[record]]).mask.tolist() == [True]

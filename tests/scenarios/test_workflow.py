@@ -284,7 +284,7 @@ def test_ignore_command(library, fake_extractor, tmp_path):
     assert again.exit_code == 3
     assert again.stdout == "added\t0\n"
     assert again.stderr == (
-        "note: 1 already on the ignore list\n"
+        "note: 1 photo was already on the ignore list\n"
         f"warning: cannot read {tmp_path / 'gone.jpg'}: no such file or folder\n"
     )
     folder = run("ignore", root / "trip2", "--ignore-file", listfile)
