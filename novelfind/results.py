@@ -30,7 +30,7 @@ from novelfind.outputs.xmp_ledger import SidecarSummary
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.ranking import driver as ranking
-from novelfind.ranking.methods import METHODS
+from novelfind.ranking.methods import METHODS, method_settings
 from novelfind.ranking.sources import FeatureSource, as_source
 
 
@@ -132,10 +132,10 @@ class ScanResult:
 
 def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
     """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
-    (:meth:`ScanParameters.record`) and the counts."""
+    (:func:`parameters_record`) and the counts."""
     return {
         "version": __version__,
-        **params.record(),
+        **parameters_record(params),
         "images_found": counts.found,
         "photos_found": counts.photos,
         "clips_found": counts.clips,
@@ -146,6 +146,18 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         "duplicates_dropped": counts.duplicates_dropped,
         "seconds": round(seconds, 3),
     }
+
+
+def parameters_record(params: ScanParameters) -> dict[str, Any]:
+    """The parameters of the run record (:meth:`ScanParameters.record`) that this run used: the solver's
+    settings only for a method that takes them (``Method.settings``), and ``since`` as an aware ISO 8601
+    time, a date given without an offset in local time (as it was read)."""
+    unused = method_settings() - METHODS[params.method].settings
+    record = {name: value for name, value in params.record().items() if name not in unused}
+    since = params.since
+    if since is not None and since.utcoffset() is None:  # local time: said with its offset
+        record["since"] = since.astimezone().isoformat()
+    return record
 
 
 @contextmanager
