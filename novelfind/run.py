@@ -32,10 +32,10 @@ from novelfind.extract.dating import scan_dates
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.failures import FailureLog
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
-from novelfind.media import dates, decode, video
-from novelfind.media.ignore import IgnoreList, select
+from novelfind.media import decode, video
+from novelfind.media.ignore import IgnoreList
 from novelfind.media.pairs import PhotoList, find_photos
-from novelfind.media.walk import FileList, ImageFile
+from novelfind.media.walk import FileList
 from novelfind.model import features, weights
 from novelfind.outputs.write import OutputSettings, OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
@@ -45,12 +45,14 @@ from novelfind.results import (
     Counts,
     Progress,
     ScanResult,
+    choose_candidates,
     note_ranking,
     nothing_new_notice,
     rank_picks,
     ranking_changed,
     run_record,
     unranked_notice,
+    unreadable_error,
     warnings_to,
 )
 
@@ -218,15 +220,10 @@ class _Scan:
                 on_progress=lambda done, total: self.progress("dates", done, total),
                 on_warning=self.warn,
             )
-            # rank: the photos taken (else modified) since ``since``, less those on the ignore list
-            chosen = select(
-                dates.since_mask(taken, extraction.files.mtimes_ns, p.since),
-                ignore_list if not p.include_ignored else None,
-                read.groups,
-                since=p.since is not None,
-                ignore_picks=p.ignore_picks,
-                known_digests=store.digests_by_stat,
-                on_warning=self.warn,
+            # rank: the photos taken (else modified) since ``since``, less those on the ignore list and,
+            # with ignore_picks, those the last run of this line ranked (novelfind.media.reruns)
+            chosen, in_window, line = choose_candidates(
+                p, ignore_list, taken, extraction.files, read.groups, store.digests_by_stat, self.warn
             )
             vectors = (
                 extraction.features
@@ -265,7 +262,7 @@ class _Scan:
             # write
             sidecars = None
             if chosen.nothing_new:
-                self.notice(nothing_new_notice(p, len(chosen.kept)))
+                self.notice(nothing_new_notice(p, int(in_window.sum())))
             else:
                 sidecars = write_outputs(
                     to_write,
@@ -281,16 +278,13 @@ class _Scan:
                     on_thumbnails=lambda done, total: self.progress("report", done, total),
                     keep_tags=[f.path for row in chosen.kept for f in read.groups[int(row)]],
                 )
-            if p.ignore_picks and picks:
-                files = [  # the whole moment: the pick and its members
-                    ImageFile(photo.path, photo.size, photo.mtime_ns)
-                    for pick in picks
-                    for photo in (pick, *pick.members)
-                ]
-                added = ignore_list.add_picks(
-                    files, known_digests=store.digests_by_stat, on_warning=self.warn
+            if p.ignore_picks and picks:  # the whole moment: the pick and its members
+                added = ignore_list.add_moments(
+                    picks, known_digests=store.digests_by_stat, on_warning=self.warn
                 )
                 counts = dataclasses.replace(counts, newly_ignored=added)
+            if line is not None and not chosen.nothing_new:
+                line.remember(in_window)
         return ScanResult(
             picks=picks,
             failures=list(self.failures.failures),
@@ -362,7 +356,7 @@ class _Scan:
                 "are kept)"
             )
         if not extraction.files:
-            raise NovelfindError(f"none of the {len(files)} images could be read")
+            raise NovelfindError(unreadable_error(len(files), self.failures.failures))
         return extraction
 
     # -- reporting

@@ -18,7 +18,7 @@ from novelfind.media.walk import ImageFile
 from novelfind.outputs.formats import format_results
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
-from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
+from novelfind.results import Counts, Progress, ScanResult, line_options, run_record, warnings_to
 
 COUNTS = Counts(
     found=12,
@@ -93,6 +93,22 @@ def test_the_run_records_since_is_an_aware_time_however_it_was_given(since):
 def test_the_run_records_since_keeps_the_offset_it_was_given():
     params = ScanParameters("/lib", since="2026-01-01T10:00:00+02:00")
     assert run_record(params, COUNTS, 1.0)["since"] == "2026-01-01T10:00:00+02:00"
+
+
+def test_a_line_is_its_folders_and_options_less_since_and_how_fast_it_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sunday = dict(k=20, since="7d", xmp=True, ignore_picks=True, output="tagged.tsv")
+    line = line_options(ScanParameters("photos", **sunday))
+    assert line["paths"] == [str(tmp_path / "photos")] and line["output"] == str(tmp_path / "tagged.tsv")
+    assert "since" not in line and "workers" not in line and "epochs" not in line
+    same = [
+        {**sunday, "since": "2026-01-01"},  # by hand, another day
+        {**sunday, "workers": 2, "batch_size": 8, "device": "cpu", "cache": False, "wait": False},
+    ]
+    assert all(line_options(ScanParameters("photos", **options)) == line for options in same)
+    other = [{**sunday, "k": 5}, {**sunday, "output": "b.tsv"}, {**sunday, "method": "knn"}]
+    assert all(line_options(ScanParameters("photos", **options)) != line for options in other)
+    assert line_options(ScanParameters("elsewhere", **sunday)) != line
 
 
 def test_the_results_record_and_text_are_the_formats():

@@ -238,7 +238,7 @@ def _why_no_picks(result: run.ScanResult) -> str:
     """Why a run picked nothing, in a few words, for the note of an emptied list."""
     p, counts = result.parameters, result.counts
     if counts.candidates == 0 and p.since is not None:
-        return f"no photo modified since {p.since:%Y-%m-%d %H:%M:%S} to rank"
+        return f"no photo taken since {p.since:%Y-%m-%d %H:%M:%S} to rank"
     if counts.candidates == 0:
         return "every photo is on the ignore list"
     if p.min_score is not None:
