@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -288,18 +289,42 @@ def solver_device(params: ScanParameters, photos: int) -> str:
 # Methods whose score scale a release changed, with that release: a library last ranked by an earlier
 # version with the same method is told once that its scores moved. (None so far.)
 SCALE_CHANGED: dict[str, str] = {}
+# The default method from each release that changed it: a library last ranked with an earlier release's
+# default, ranked now by this one's (no method chosen), is told once that the default changed.
+DEFAULT_METHODS: tuple[tuple[str, str], ...] = (("0.1.0", "ads"), ("0.2.0", "cosine-knn"))
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """``X.Y.Z`` as numbers (a suffix such as ``.dev1`` aside); None for text that is no version."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return None if m is None else tuple(int(part or 0) for part in m.groups())
 
 
 def _older(version: str, than: str) -> bool:
-    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``)."""
-    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``); False when either is no version."""
+    a, b = _release(version), _release(than)
+    return a is not None and b is not None and a < b
 
 
-def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
-    """The one warning when the library was last ranked (with this cache) by another method, or by an
-    earlier version whose scores of this method were on another scale: the picks and scores then
-    differ from the last run's for a reason the user did not choose, and the line says how to keep
-    the old ranking. A cache an earlier version wrote stands for that version's default."""
+def default_method_of(version: str) -> str | None:
+    """The method novelfind ``version`` ranked with by default (None: a version this one cannot place)."""
+    if _release(version) is None:
+        return None
+    chosen = None
+    for since, method in DEFAULT_METHODS:
+        if not _older(version, since):
+            chosen = method
+    return chosen
+
+
+def ranking_changed(cache: Any, params: ScanParameters, *, chosen: bool) -> str | None:
+    """The one warning of a ranking that changed for a reason the user did not choose: the library was last
+    ranked (with this cache) by an earlier version's default method and this run, choosing none, ranks
+    with this version's default; or the scores of the method it chose again are on another scale since a
+    release. The line says how to keep the old ranking. ``chosen``: the user named the method (on the
+    command line, in the environment, the config file or the call): a method they asked for is never
+    warned about, nor is leaving one they had chosen before. A cache an earlier version wrote stands for
+    that version's default."""
     try:
         last = cache.last_ranking(ranking_root(params.paths))
     except NovelfindError:
@@ -308,19 +333,23 @@ def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
         return None
     method, version, inferred = last
     new = params.method
-    rescaled = new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new])
-    if method == new and not rescaled:
+    if method == new:
+        if new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new]):
+            return (
+                f"this library was last ranked with --method {method} (novelfind {version}); the scores "
+                f"of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
+            )
         return None
+    if chosen or default_method_of(version) != method:
+        return None  # asked for now, or the last run's method was chosen then: nothing changed unasked
     was = (
         f"novelfind {version}, which last used this cache, ranked with {method} by default"
         if inferred
-        else f"this library was last ranked with --method {method} (novelfind {version})"
+        else f"this library was last ranked with {method}, the default of novelfind {version}"
     )
-    if method == new:
-        return f"{was}; the scores of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
     return (
-        f"{was}; this run ranks with --method {new}, so the picks and the scale of the scores "
-        f"differ: add --method {method} to rank as before"
+        f"{was}; novelfind {__version__} ranks with --method {new} by default, so the picks and the scale "
+        f"of the scores differ: add --method {method} to rank as before"
     )
 
 

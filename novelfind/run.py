@@ -40,6 +40,7 @@ from novelfind.model import features, weights
 from novelfind.outputs.write import OutputSettings, OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.ranking.budget import read_in_chunks
+from novelfind.ranking.methods import DEFAULT_METHOD
 from novelfind.ranking.pca import map_2d
 from novelfind.results import (
     Counts,
@@ -67,7 +68,7 @@ CALLBACKS = ("on_progress", "on_warning", "on_failure")
 def scan(*args: Any, **kwargs: Any) -> ScanResult:
     bound = _SIGNATURE.bind(*args, **kwargs).arguments  # TypeError for an unknown keyword, as any call
     callbacks = {name: bound.pop(name) for name in CALLBACKS if name in bound}
-    return run(ScanParameters(**bound), **callbacks)
+    return run(ScanParameters(**bound), method_chosen="method" in bound, **callbacks)
 
 
 _SIGNATURE = scan_signature(
@@ -137,15 +138,18 @@ def run(
     on_progress: Callable[[Progress], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     on_failure: Callable[[Path, str], None] | None = None,
+    method_chosen: bool | None = None,
 ) -> ScanResult:
-    """:func:`scan` with its parameters already checked and gathered."""
-    return _Scan(parameters, on_progress, on_warning, on_failure).run()
+    """:func:`scan` with its parameters already checked and gathered. ``method_chosen``: the caller named
+    the method (None: unless it is the default); only a change not asked for is said (``ranking_changed``)."""
+    chosen = parameters.method != DEFAULT_METHOD if method_chosen is None else method_chosen
+    return _Scan(parameters, on_progress, on_warning, on_failure, chosen).run()
 
 
 class _Scan:
     """One scan: :meth:`run` is the pipeline; the other methods are its small steps."""
 
-    def __init__(self, params: ScanParameters, on_progress, on_warning, on_failure) -> None:
+    def __init__(self, params: ScanParameters, on_progress, on_warning, on_failure, method_chosen) -> None:
         self.params = params
         self.on_progress = on_progress
         self.on_warning = on_warning
@@ -154,6 +158,7 @@ class _Scan:
         self.failures = FailureLog(on_failure, self.warn)  # every file that could not be read
         self.notices: list[str] = []
         self.warnings: list[str] = []  # without on_warning: the problems the scan survived
+        self.method_chosen = method_chosen  # the user named the method (else a changed default is said)
 
     def run(self) -> ScanResult:
         p = self.params
@@ -230,7 +235,7 @@ class _Scan:
                 if extraction.features is not None
                 else stored_source(store, extraction.files)
             )
-            changed = ranking_changed(cache, p)
+            changed = ranking_changed(cache, p, chosen=self.method_chosen)
             if changed is not None:
                 self.warn(changed)
             picks, dropped = rank_picks(

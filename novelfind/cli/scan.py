@@ -132,6 +132,10 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
         if not from_command_line and params.ignored(name, options.__getitem__) is not None:
             options[name] = params.DEFAULTS[name]
+    # a method named nowhere is left to the library's default, so that the run can tell a default that
+    # changed since the library was last ranked from a method the user asked for (never warned about)
+    if ctx.get_parameter_source("method") == click.core.ParameterSource.DEFAULT:
+        del options["method"]
     console = Console(quiet)
     listed_before = picks_listed(options["output"], options["format"])
     engine_output = redirect_engine_output(quiet) if ENGINES[options["engine"]].remote else nullcontext()
