@@ -199,7 +199,7 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
 def choose_candidates(
     params: ScanParameters,
     ignore_list: IgnoreList | None,
-    taken: Dates | None,
+    taken: Dates,
     files: FileList,
     groups: Sequence[Sequence[ImageFile]],
     known_digests: Callable[[Sequence[Any]], Sequence[str | None]],

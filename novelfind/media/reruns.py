@@ -15,17 +15,21 @@ against all of them.
 
 A photo is known here by its path, size and modification time (a 64-bit hash of the three): one moved,
 renamed or changed since counts as new. The record is user data beside the ignore list it goes with
-(``ignored.json``: ``ignored.lines.json``), one entry per line (the ``MAX_LINES`` run last), read and
-written as the list is: under a lock file, atomically. One that cannot be read is passed over with a
-warning (every photo of the window counts as new) and written anew.
+(``ignored.json``: ``ignored.lines.json``), one entry per line (the ``MAX_LINES`` run last) holding the
+keys it considered as one sorted array (base64 of little-endian uint64: 8 bytes a photo, so a line over
+ten million photos takes about 110 MB), read and written as the list is: under a lock file, atomically.
+One that cannot be read is passed over with a warning (every photo of the window counts as new) and
+written anew.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -40,7 +44,7 @@ from novelfind.media.walk import FileList
 
 FORMAT_VERSION = 1
 MAX_LINES = 64  # lines remembered; the one run longest ago is forgotten first
-_RECORD_LIMIT = 256 << 20  # bytes: a line over a million photos takes about 20 MB
+_RECORD_LIMIT = 1 << 30  # bytes: a line over a million photos takes about 11 MB
 
 
 def record_path(ignore_list: str | os.PathLike[str]) -> Path:
@@ -55,18 +59,33 @@ def line_name(options: Mapping[str, Any]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
-def photo_keys(files: FileList) -> list[str]:
-    """Each photo's key in the record, from the file it is read from: its path, size and modification
-    time, hashed (16 hex digits)."""
-    return [
-        hashlib.blake2b(b"%s\0%d\0%d" % (path, size, mtime_ns), digest_size=8).hexdigest()
-        for path, size, mtime_ns in files.records()
-    ]
+def photo_keys(files: FileList) -> np.ndarray:
+    """uint64 (N,): each photo's key in the record, from the file it is read from: its path, size and
+    modification time, hashed."""
+    return np.fromiter(
+        (
+            int.from_bytes(hashlib.blake2b(b"%s\0%d\0%d" % record, digest_size=8).digest(), "little")
+            for record in files.records()
+        ),
+        dtype=np.uint64,
+        count=len(files),
+    )
+
+
+def _packed(keys: np.ndarray) -> str:
+    return base64.b64encode(np.unique(keys).astype("<u8").tobytes()).decode("ascii")
+
+
+def _unpacked(text: str) -> np.ndarray:
+    raw = base64.b64decode(text.encode("ascii"), validate=True)
+    if len(raw) % 8:
+        raise ValueError("keys of another length")
+    return np.frombuffer(raw, dtype="<u8").astype(np.uint64)
 
 
 class LineRecord:
     """The runs of one line (``line``, :func:`line_name`) in the record file ``path``, for the photos
-    whose keys are ``keys`` (:func:`photo_keys`, row i for photo i).
+    whose keys are ``keys`` (uint64 (N,), :func:`photo_keys`, row i for photo i).
 
     ``considered``: bool (N,), True for the photos the line's last run had in its window (all False for
     a line never run). ``on_warning`` hears of a record that cannot be read or written; the scan goes on.
@@ -76,16 +95,16 @@ class LineRecord:
         self,
         path: str | os.PathLike[str],
         line: str,
-        keys: Sequence[str],
+        keys: np.ndarray,
         on_warning: Callable[[str], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.line = line
-        self.keys = list(keys)
+        self.keys = np.asarray(keys, dtype=np.uint64)
         self.on_warning = on_warning
         entry = self._load(warn=True).get(line)
-        seen = frozenset(entry["considered"]) if entry is not None else frozenset()
-        self.considered = np.fromiter((k in seen for k in self.keys), dtype=bool, count=len(self.keys))
+        seen = _unpacked(entry["considered"]) if entry is not None else np.zeros(0, np.uint64)
+        self.considered = np.isin(self.keys, seen)
 
     def _warn(self, message: str) -> None:
         if self.on_warning is not None:
@@ -106,10 +125,11 @@ class LineRecord:
                     raise ValueError("not a record of novelfind's")
                 lines = doc["lines"]
                 for entry in lines.values():
-                    if not isinstance(entry.get("considered"), list) or not isinstance(entry.get("run"), str):
+                    if not isinstance(entry.get("run"), str):
                         raise ValueError("an entry is not a line's")
+                    _unpacked(entry["considered"])
                 return lines
-            except (ValueError, KeyError, AttributeError, TypeError) as e:
+            except (ValueError, KeyError, AttributeError, TypeError, binascii.Error) as e:
                 problem = f"damaged ({e})"
         if warn:
             self._warn(
@@ -120,14 +140,15 @@ class LineRecord:
 
     def remember(self, in_window: np.ndarray) -> None:
         """Record this run of the line: the photos ``in_window`` (bool (N,)) are those it considered."""
-        considered = sorted({self.keys[i] for i in np.flatnonzero(in_window)})
+        considered = _packed(self.keys[np.asarray(in_window, dtype=bool)])
         run = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with RunLock(self.path.with_name(self.path.name + ".lock"), wait=True, label=str(self.path)):
                 others = [item for item in self._load(warn=False).items() if item[0] != self.line]
                 others.sort(key=lambda item: item[1]["run"], reverse=True)  # the one run last first
-                kept = [*others[: MAX_LINES - 1], (self.line, {"run": run, "considered": considered})]
+                this = {"run": run, "photos": int(np.count_nonzero(in_window)), "considered": considered}
+                kept = [*others[: MAX_LINES - 1], (self.line, this)]
                 doc = {"version": FORMAT_VERSION, "lines": dict(sorted(kept))}
                 write_atomic(self.path, json.dumps(doc, separators=(",", ":")) + "\n")
         except (OSError, NovelfindError) as e:
