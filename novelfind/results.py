@@ -1,13 +1,17 @@
 """What a scan returns: :class:`ScanResult` with its :class:`Counts`, the :class:`Progress` events it
 reports on the way, the run record of the JSON formats (``docs/output-schema.md``), the scan's rank
 step that makes its picks (:func:`rank_picks`), and the notices and warnings a scan gives about its
-result (a ranking that changed method, nothing new to rank)."""
+result (a ranking that changed method, nothing new to rank), and what names the line a scan is a run of
+(:func:`line_options`, for :mod:`novelfind.media.reruns`)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,17 +24,20 @@ from novelfind.base import devices
 from novelfind.cache import ranking_root
 from novelfind.errors import InputError, NovelfindError
 from novelfind.extract.engines import ENGINES
-from novelfind.media.dates import Dates
+from novelfind.media import reruns
+from novelfind.media.dates import Dates, since_mask
+from novelfind.media.ignore import IgnoreList, Selection, select
 from novelfind.media.pairs import PhotoList
+from novelfind.media.reruns import LineRecord
 from novelfind.media.video import ClipInfo
 from novelfind.media.walk import FileList, ImageFile
 from novelfind.model.features import Extractor, classes_of
 from novelfind.outputs.formats import format_results
 from novelfind.outputs.xmp_ledger import SidecarSummary
-from novelfind.params import ScanParameters
+from novelfind.params import FIELDS, ScanParameters
 from novelfind.picks import Failure, Pick, picks_of
 from novelfind.ranking import driver as ranking
-from novelfind.ranking.methods import METHODS
+from novelfind.ranking.methods import METHODS, method_settings
 from novelfind.ranking.sources import FeatureSource, as_source
 
 
@@ -42,8 +49,8 @@ class Counts:
     from_cache: int  # vectors read from the cache (by stat, or by content for moved files)
     extracted: int  # vectors made by the model in this run
     failed: int  # files that could not be read (walk errors and decode failures)
-    candidates: int  # photos that could be picked: all that were read, or those modified since `since`,
-    #                  less the ignored ones
+    candidates: int  # photos that could be picked: all that were read, or those taken since `since`,
+    #                  less the ignored ones (with ``ignore_picks``, less those the line's last run ranked)
     duplicates_dropped: int  # candidates folded into a better pick's moment (its members)
     photos: int = 0  # photos the found files make (a RAW + JPEG pair is one photo of two files)
     ignored: int = 0  # photos read but on the ignore list: ranked with the rest, never picked
@@ -86,8 +93,9 @@ class ScanResult:
     ``known_failures``: of ``failures``, the files an earlier scan with the same cache already reported
     and that have not changed since (not passed to ``on_failure`` again). ``notices``: what the user
     should know about the result, one line each (a library of one photo cannot be ranked; nothing new
-    to rank). ``outputs_kept``: nothing was left to rank but photos on the ignore list, so the outputs
-    (results file, copies, report, sidecars) were left as the last run wrote them. ``warnings``: the
+    to rank). ``outputs_kept``: with ``ignore_picks``, nothing new since the last run of the same line (every
+    photo it would rank was ranked by that run or is on the ignore list), so the outputs (results file,
+    copies, report, sidecars) and the ignore list were left as they were. ``warnings``: the
     problems the scan survived (an unusable cache, a slower fallback) when no ``on_warning`` was given.
     """
 
@@ -132,10 +140,10 @@ class ScanResult:
 
 def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
     """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
-    (:meth:`ScanParameters.record`) and the counts."""
+    (:func:`parameters_record`) and the counts."""
     return {
         "version": __version__,
-        **params.record(),
+        **parameters_record(params),
         "images_found": counts.found,
         "photos_found": counts.photos,
         "clips_found": counts.clips,
@@ -146,6 +154,18 @@ def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[s
         "duplicates_dropped": counts.duplicates_dropped,
         "seconds": round(seconds, 3),
     }
+
+
+def parameters_record(params: ScanParameters) -> dict[str, Any]:
+    """The parameters of the run record (:meth:`ScanParameters.record`) that this run used: the solver's
+    settings only for a method that takes them (``Method.settings``), and ``since`` as an aware ISO 8601
+    time, a date given without an offset in local time (as it was read)."""
+    unused = method_settings() - METHODS[params.method].settings
+    record = {name: value for name, value in params.record().items() if name not in unused}
+    since = params.since
+    if since is not None and since.utcoffset() is None:  # local time: said with its offset
+        record["since"] = since.astimezone().isoformat()
+    return record
 
 
 @contextmanager
@@ -174,6 +194,35 @@ def warnings_to(on_warning: Callable[[str], None]) -> Iterator[None]:
 
 
 # --------------------------------------------------------------------------- the picks
+
+
+def choose_candidates(
+    params: ScanParameters,
+    ignore_list: IgnoreList | None,
+    taken: Dates,
+    files: FileList,
+    groups: Sequence[Sequence[ImageFile]],
+    known_digests: Callable[[Sequence[Any]], Sequence[str | None]],
+    on_warning: Callable[[str], None],
+) -> tuple[Selection, np.ndarray, LineRecord | None]:
+    """The photos a scan ranks as candidates (:func:`novelfind.media.ignore.select`): those of ``files``
+    (row i: photo i, whose files are ``groups[i]``) taken (else modified) since ``since``, less those on
+    the ignore list and, with ``ignore_picks``, those the last run of the same line ranked
+    (:func:`line_record`). Returns the selection, the window (bool (N,)) and the line's record."""
+    p = params
+    in_window = since_mask(taken, files.mtimes_ns, p.since)
+    line = line_record(p, ignore_list, files, on_warning)
+    chosen = select(
+        in_window,
+        ignore_list if not p.include_ignored else None,
+        groups,
+        since=p.since is not None,
+        ignore_picks=p.ignore_picks,
+        considered=None if line is None else line.considered,
+        known_digests=known_digests,
+        on_warning=on_warning,
+    )
+    return chosen, in_window, line
 
 
 def rank_picks(
@@ -240,18 +289,42 @@ def solver_device(params: ScanParameters, photos: int) -> str:
 # Methods whose score scale a release changed, with that release: a library last ranked by an earlier
 # version with the same method is told once that its scores moved. (None so far.)
 SCALE_CHANGED: dict[str, str] = {}
+# The default method from each release that changed it: a library last ranked with an earlier release's
+# default, ranked now by this one's (no method chosen), is told once that the default changed.
+DEFAULT_METHODS: tuple[tuple[str, str], ...] = (("0.1.0", "ads"), ("0.2.0", "cosine-knn"))
+
+
+def _release(version: str) -> tuple[int, ...] | None:
+    """``X.Y.Z`` as numbers (a suffix such as ``.dev1`` aside); None for text that is no version."""
+    m = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    return None if m is None else tuple(int(part or 0) for part in m.groups())
 
 
 def _older(version: str, than: str) -> bool:
-    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``)."""
-    return tuple(map(int, version.split("."))) < tuple(map(int, than.split(".")))
+    """Whether release ``version`` comes before ``than`` (both ``X.Y.Z``); False when either is no version."""
+    a, b = _release(version), _release(than)
+    return a is not None and b is not None and a < b
 
 
-def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
-    """The one warning when the library was last ranked (with this cache) by another method, or by an
-    earlier version whose scores of this method were on another scale: the picks and scores then
-    differ from the last run's for a reason the user did not choose, and the line says how to keep
-    the old ranking. A cache an earlier version wrote stands for that version's default."""
+def default_method_of(version: str) -> str | None:
+    """The method novelfind ``version`` ranked with by default (None: a version this one cannot place)."""
+    if _release(version) is None:
+        return None
+    chosen = None
+    for since, method in DEFAULT_METHODS:
+        if not _older(version, since):
+            chosen = method
+    return chosen
+
+
+def ranking_changed(cache: Any, params: ScanParameters, *, chosen: bool) -> str | None:
+    """The one warning of a ranking that changed for a reason the user did not choose: the library was last
+    ranked (with this cache) by an earlier version's default method and this run, choosing none, ranks
+    with this version's default; or the scores of the method it chose again are on another scale since a
+    release. The line says how to keep the old ranking. ``chosen``: the user named the method (on the
+    command line, in the environment, the config file or the call): a method they asked for is never
+    warned about, nor is leaving one they had chosen before. A cache an earlier version wrote stands for
+    that version's default."""
     try:
         last = cache.last_ranking(ranking_root(params.paths))
     except NovelfindError:
@@ -260,19 +333,23 @@ def ranking_changed(cache: Any, params: ScanParameters) -> str | None:
         return None
     method, version, inferred = last
     new = params.method
-    rescaled = new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new])
-    if method == new and not rescaled:
+    if method == new:
+        if new in SCALE_CHANGED and _older(version, SCALE_CHANGED[new]):
+            return (
+                f"this library was last ranked with --method {method} (novelfind {version}); the scores "
+                f"of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
+            )
         return None
+    if chosen or default_method_of(version) != method:
+        return None  # asked for now, or the last run's method was chosen then: nothing changed unasked
     was = (
         f"novelfind {version}, which last used this cache, ranked with {method} by default"
         if inferred
-        else f"this library was last ranked with --method {method} (novelfind {version})"
+        else f"this library was last ranked with {method}, the default of novelfind {version}"
     )
-    if method == new:
-        return f"{was}; the scores of {new} are on another scale since novelfind {SCALE_CHANGED[new]}"
     return (
-        f"{was}; this run ranks with --method {new}, so the picks and the scale of the scores "
-        f"differ: add --method {method} to rank as before"
+        f"{was}; novelfind {__version__} ranks with --method {new} by default, so the picks and the scale "
+        f"of the scores differ: add --method {method} to rank as before"
     )
 
 
@@ -295,15 +372,72 @@ def unranked_notice(photos: int, picks: list[Pick]) -> str | None:
     return None
 
 
-def nothing_new_notice(params: ScanParameters, held: int) -> str:
-    """The notice of a run with nothing to rank but ``held`` photos on the ignore list (a re-run of a line
-    with ``ignore_picks``): it says why, and that the outputs are left as they were."""
-    photos = f"{held} photo" + ("" if held == 1 else "s")
+def unreadable_error(images: int, failures: Sequence[Failure]) -> str:
+    """The error of a scan none of whose ``images`` could be read, with why: the one image's reason, or
+    of several the commonest reason and how many it stopped (``failures``: what the scan met)."""
+    if images == 1 and len(failures) == 1:
+        return f"cannot read {failures[0].path}, the only image: {failures[0].reason}"
+    said = "the only image could not be read" if images == 1 else f"none of the {images} images could be read"
+    reasons = Counter(failure.reason for failure in failures).most_common()
+    if len(reasons) == 1:
+        return f"{said}: {reasons[0][0]}"
+    if reasons:
+        reason, count = reasons[0]
+        return f"{said}; the commonest reason ({count} of {len(failures)}): {reason}"
+    return said
+
+
+def nothing_new_notice(params: ScanParameters, window: int) -> str:
+    """The notice of a run with nothing new to rank among the ``window`` photos it would rank (a re-run of a
+    line with ``ignore_picks``): each was ranked by the line's last run or is on the ignore list. It says
+    so, and that the outputs are left as they were."""
+    photos = f"{window} photo" + ("" if window == 1 else "s")
     if params.since is not None:
-        what = f"nothing new: the {photos} modified since {params.since:%Y-%m-%d %H:%M:%S}"
-        what += " is" if held == 1 else " are all"
+        what = f"nothing new: the {photos} taken since {params.since:%Y-%m-%d %H:%M:%S}"
+        what += " was" if window == 1 else " were all"
     else:
-        what = f"nothing new: {'the' if held == 1 else 'all'} {photos} {'is' if held == 1 else 'are'}"
-    what += " on the ignore list (already picked by an earlier run, or ignored)"
+        what = f"nothing new: {'the' if window == 1 else 'all'} {photos} {'was' if window == 1 else 'were'}"
+    what += " ranked by an earlier run of this line or put on the ignore list"
     kept = [str(target) for target in params.outputs()] + (["the XMP tags"] if params.xmp else [])
     return what + (f"; left as they were: {', '.join(kept)}" if kept else "")
+
+
+# --------------------------------------------------------------------------- re-running a line
+
+# What does not make a scan another line (``line_options``): its window (a cron line's ``since`` moves
+# each day), and the settings that only change how fast or where it runs.
+NOT_THE_LINE = frozenset({"since", "wait", "decoder"})
+NOT_THE_LINE_GROUPS = frozenset({"performance", "cluster", "cache"})
+
+
+def line_options(params: ScanParameters) -> dict[str, Any]:
+    """What names the line a scan is a run of (``novelfind.media.reruns``): its folders and its options,
+    paths absolute, less ``NOT_THE_LINE`` and the settings the method does not take."""
+    unused = method_settings() - METHODS[params.method].settings
+
+    def value(v: Any) -> Any:
+        if isinstance(v, tuple):
+            return [value(x) for x in v]
+        return os.path.abspath(v) if isinstance(v, Path) else v
+
+    return {
+        f.name: value(getattr(params, f.name))
+        for f in FIELDS
+        if f.name not in NOT_THE_LINE | unused and f.metadata["group"] not in NOT_THE_LINE_GROUPS
+    }
+
+
+def line_record(
+    params: ScanParameters, ignore_list: Any, files: FileList, on_warning: Callable[[str], None]
+) -> LineRecord | None:
+    """With ``ignore_picks``: the record of the runs of this scan's line, beside its ``ignore_list``, for
+    the photos read (``files``, row i for photo i); None otherwise (a line that ignores nothing picks the
+    same photos when run again)."""
+    if not params.ignore_picks:
+        return None
+    return LineRecord(
+        reruns.record_path(ignore_list.path),
+        reruns.line_name(line_options(params)),
+        reruns.photo_keys(files),
+        on_warning,
+    )

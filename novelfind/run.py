@@ -32,25 +32,28 @@ from novelfind.extract.dating import scan_dates
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.failures import FailureLog
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
-from novelfind.media import dates, decode, video
-from novelfind.media.ignore import IgnoreList, select
+from novelfind.media import decode, video
+from novelfind.media.ignore import IgnoreList
 from novelfind.media.pairs import PhotoList, find_photos
-from novelfind.media.walk import FileList, ImageFile
+from novelfind.media.walk import FileList
 from novelfind.model import features, weights
 from novelfind.outputs.write import OutputSettings, OwnOutputs, check_outputs, held_outputs, write_outputs
 from novelfind.params import ScanParameters, describe, scan_signature
 from novelfind.ranking.budget import read_in_chunks
+from novelfind.ranking.methods import DEFAULT_METHOD
 from novelfind.ranking.pca import map_2d
 from novelfind.results import (
     Counts,
     Progress,
     ScanResult,
+    choose_candidates,
     note_ranking,
     nothing_new_notice,
     rank_picks,
     ranking_changed,
     run_record,
     unranked_notice,
+    unreadable_error,
     warnings_to,
 )
 
@@ -65,7 +68,7 @@ CALLBACKS = ("on_progress", "on_warning", "on_failure")
 def scan(*args: Any, **kwargs: Any) -> ScanResult:
     bound = _SIGNATURE.bind(*args, **kwargs).arguments  # TypeError for an unknown keyword, as any call
     callbacks = {name: bound.pop(name) for name in CALLBACKS if name in bound}
-    return run(ScanParameters(**bound), **callbacks)
+    return run(ScanParameters(**bound), method_chosen="method" in bound, **callbacks)
 
 
 _SIGNATURE = scan_signature(
@@ -135,15 +138,18 @@ def run(
     on_progress: Callable[[Progress], None] | None = None,
     on_warning: Callable[[str], None] | None = None,
     on_failure: Callable[[Path, str], None] | None = None,
+    method_chosen: bool | None = None,
 ) -> ScanResult:
-    """:func:`scan` with its parameters already checked and gathered."""
-    return _Scan(parameters, on_progress, on_warning, on_failure).run()
+    """:func:`scan` with its parameters already checked and gathered. ``method_chosen``: the caller named
+    the method (None: unless it is the default); only a change not asked for is said (``ranking_changed``)."""
+    chosen = parameters.method != DEFAULT_METHOD if method_chosen is None else method_chosen
+    return _Scan(parameters, on_progress, on_warning, on_failure, chosen).run()
 
 
 class _Scan:
     """One scan: :meth:`run` is the pipeline; the other methods are its small steps."""
 
-    def __init__(self, params: ScanParameters, on_progress, on_warning, on_failure) -> None:
+    def __init__(self, params: ScanParameters, on_progress, on_warning, on_failure, method_chosen) -> None:
         self.params = params
         self.on_progress = on_progress
         self.on_warning = on_warning
@@ -152,6 +158,7 @@ class _Scan:
         self.failures = FailureLog(on_failure, self.warn)  # every file that could not be read
         self.notices: list[str] = []
         self.warnings: list[str] = []  # without on_warning: the problems the scan survived
+        self.method_chosen = method_chosen  # the user named the method (else a changed default is said)
 
     def run(self) -> ScanResult:
         p = self.params
@@ -218,22 +225,17 @@ class _Scan:
                 on_progress=lambda done, total: self.progress("dates", done, total),
                 on_warning=self.warn,
             )
-            # rank: the photos taken (else modified) since ``since``, less those on the ignore list
-            chosen = select(
-                dates.since_mask(taken, extraction.files.mtimes_ns, p.since),
-                ignore_list if not p.include_ignored else None,
-                read.groups,
-                since=p.since is not None,
-                ignore_picks=p.ignore_picks,
-                known_digests=store.digests_by_stat,
-                on_warning=self.warn,
+            # rank: the photos taken (else modified) since ``since``, less those on the ignore list and,
+            # with ignore_picks, those the last run of this line ranked (novelfind.media.reruns)
+            chosen, in_window, line = choose_candidates(
+                p, ignore_list, taken, extraction.files, read.groups, store.digests_by_stat, self.warn
             )
             vectors = (
                 extraction.features
                 if extraction.features is not None
                 else stored_source(store, extraction.files)
             )
-            changed = ranking_changed(cache, p)
+            changed = ranking_changed(cache, p, chosen=self.method_chosen)
             if changed is not None:
                 self.warn(changed)
             picks, dropped = rank_picks(
@@ -265,7 +267,7 @@ class _Scan:
             # write
             sidecars = None
             if chosen.nothing_new:
-                self.notice(nothing_new_notice(p, len(chosen.kept)))
+                self.notice(nothing_new_notice(p, int(in_window.sum())))
             else:
                 sidecars = write_outputs(
                     to_write,
@@ -281,16 +283,13 @@ class _Scan:
                     on_thumbnails=lambda done, total: self.progress("report", done, total),
                     keep_tags=[f.path for row in chosen.kept for f in read.groups[int(row)]],
                 )
-            if p.ignore_picks and picks:
-                files = [  # the whole moment: the pick and its members
-                    ImageFile(photo.path, photo.size, photo.mtime_ns)
-                    for pick in picks
-                    for photo in (pick, *pick.members)
-                ]
-                added = ignore_list.add_picks(
-                    files, known_digests=store.digests_by_stat, on_warning=self.warn
+            if p.ignore_picks and picks:  # the whole moment: the pick and its members
+                added = ignore_list.add_moments(
+                    picks, known_digests=store.digests_by_stat, on_warning=self.warn
                 )
                 counts = dataclasses.replace(counts, newly_ignored=added)
+            if line is not None and not chosen.nothing_new:
+                line.remember(in_window)
         return ScanResult(
             picks=picks,
             failures=list(self.failures.failures),
@@ -362,7 +361,7 @@ class _Scan:
                 "are kept)"
             )
         if not extraction.files:
-            raise NovelfindError(f"none of the {len(files)} images could be read")
+            raise NovelfindError(unreadable_error(len(files), self.failures.failures))
         return extraction
 
     # -- reporting

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import warnings
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from novelfind.media.walk import ImageFile
 from novelfind.outputs.formats import format_results
 from novelfind.params import ScanParameters
 from novelfind.picks import Failure, Pick
-from novelfind.results import Counts, Progress, ScanResult, run_record, warnings_to
+from novelfind.results import Counts, Progress, ScanResult, line_options, run_record, warnings_to
 
 COUNTS = Counts(
     found=12,
@@ -51,7 +52,7 @@ def result(**extra) -> ScanResult:
 
 
 def test_the_run_record_is_the_version_the_parameters_and_the_counts():
-    params = ScanParameters("/lib", k=5)
+    params = ScanParameters("/lib", k=5, method="ads")
     record = run_record(params, COUNTS, 2.00049)
     assert record["version"] == __version__
     assert {k: record[k] for k in params.record()} == params.record()
@@ -70,6 +71,44 @@ def test_the_run_record_is_the_version_the_parameters_and_the_counts():
     }
     assert list(record)[:2] == ["version", "paths"]
     json.dumps(record)  # JSON values only
+
+
+def test_the_run_record_lists_only_the_settings_of_the_chosen_method():
+    knn = run_record(ScanParameters("/lib", method="cosine-knn"), COUNTS, 1.0)
+    ads = run_record(ScanParameters("/lib", method="ads", epochs=7), COUNTS, 1.0)
+    solver = ("epochs", "partners", "lr", "momentum", "seed", "restarts")
+    assert [name for name in solver if name in knn] == []
+    assert [name for name in solver if name in ads] == list(solver) and ads["epochs"] == 7
+    assert knn["method"] == "cosine-knn" and knn["k"] == ads["k"] == 100
+
+
+@pytest.mark.parametrize("since", ["7d", "2026-01-01", "2026-01-01T10:00:00", "2026-01-01T10:00:00+02:00"])
+def test_the_run_records_since_is_an_aware_time_however_it_was_given(since):
+    params = ScanParameters("/lib", since=since)
+    recorded = datetime.fromisoformat(run_record(params, COUNTS, 1.0)["since"])
+    assert recorded.utcoffset() is not None
+    assert recorded.timestamp() == params.since.timestamp()  # the same moment, naive ones in local time
+
+
+def test_the_run_records_since_keeps_the_offset_it_was_given():
+    params = ScanParameters("/lib", since="2026-01-01T10:00:00+02:00")
+    assert run_record(params, COUNTS, 1.0)["since"] == "2026-01-01T10:00:00+02:00"
+
+
+def test_a_line_is_its_folders_and_options_less_since_and_how_fast_it_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    sunday = dict(k=20, since="7d", xmp=True, ignore_picks=True, output="tagged.tsv")
+    line = line_options(ScanParameters("photos", **sunday))
+    assert line["paths"] == [str(tmp_path / "photos")] and line["output"] == str(tmp_path / "tagged.tsv")
+    assert "since" not in line and "workers" not in line and "epochs" not in line
+    same = [
+        {**sunday, "since": "2026-01-01"},  # by hand, another day
+        {**sunday, "workers": 2, "batch_size": 8, "device": "cpu", "cache": False, "wait": False},
+    ]
+    assert all(line_options(ScanParameters("photos", **options)) == line for options in same)
+    other = [{**sunday, "k": 5}, {**sunday, "output": "b.tsv"}, {**sunday, "method": "knn"}]
+    assert all(line_options(ScanParameters("photos", **options)) != line for options in other)
+    assert line_options(ScanParameters("elsewhere", **sunday)) != line
 
 
 def test_the_results_record_and_text_are_the_formats():

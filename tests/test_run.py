@@ -98,5 +98,24 @@ def test_a_library_none_of_whose_images_can_be_read_stops_the_scan(tmp_path, fak
         (root / name).write_bytes(b"garbage")
     with pytest.raises(NovelfindError) as stopped:
         scan(root, 2, cache=False)
-    assert str(stopped.value) == "none of the 2 images could be read"
+    assert str(stopped.value) == "none of the 2 images could be read: not a recognised image format"
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_scan_of_one_unreadable_photo_says_why(tmp_path, fake_extractor):
+    broken = tmp_path / "broken.jpg"
+    broken.write_bytes(b"garbage")
+    with pytest.raises(NovelfindError) as stopped:
+        scan(broken, 2, cache=False)
+    assert str(stopped.value) == f"cannot read {broken}, the only image: not a recognised image format"
+
+
+def test_of_many_unreadable_photos_the_commonest_reason_is_said_with_its_count(tmp_path, fake_extractor):
+    for name in ("a.jpg", "b.jpg", "c.png"):
+        (tmp_path / name).write_bytes(b"garbage")
+    (tmp_path / "d.jpg").write_bytes(b"")  # another reason
+    with pytest.raises(NovelfindError) as stopped:
+        scan(tmp_path, 2, cache=False)
+    assert str(stopped.value) == (
+        "none of the 4 images could be read; the commonest reason (3 of 4): not a recognised image format"
+    )

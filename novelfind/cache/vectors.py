@@ -106,7 +106,7 @@ class DigestSet(Set[str]):
                 except ValueError:
                     pass
             other.add(d)
-        self._sorted = np.sort(np.frombuffer(bytes(packed), dtype="S16"))  # (N,)
+        self._sorted = np.unique(np.frombuffer(bytes(packed), dtype="S16"))  # (N,) sorted, each once
         self._other = frozenset(other)
 
     def __contains__(self, digest: object) -> bool:

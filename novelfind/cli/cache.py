@@ -1,12 +1,16 @@
 """``novelfind cache``: inspect and tidy the feature cache (info, prune, clear).
 
 Each subcommand acts on the cache a scan would use (``--cache``, ``NOVELFIND_CACHE``, the config file's
-``cache``, the default), and only on a file it recognises as a novelfind cache.
+``cache``, the default), and only on a file it recognises as a novelfind cache. Beside it, the report's
+thumbnails (``thumbnails.sqlite``, :class:`novelfind.outputs.thumbnails.ThumbnailCache`): ``info`` shows
+their size, ``clear`` deletes them.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
+import stat
 from pathlib import Path
 
 import click
@@ -20,6 +24,7 @@ from novelfind.config import configured_cache
 from novelfind.errors import CacheError, ExitCode
 from novelfind.model import weights
 from novelfind.outputs.formats import escape_field
+from novelfind.outputs.write import thumbnail_cache_path
 
 # `--cache` of the cache subcommands and `failures`: the file a scan would use, as `cache_path`
 cache_option = parameter_option("cache", dest="cache_path")
@@ -36,8 +41,10 @@ Exit codes:
 def cache() -> None:
     """Inspect and tidy the feature cache.
 
-    A damaged cache file is left as it is by `info`, which says so; `prune` moves it aside (it is
-    kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then start a new, empty one.
+    `info` also shows the size of the report's thumbnails kept beside it (thumbnails.sqlite), and
+    `clear` deletes them. A damaged cache file is left as it is by `info`, which says so; `prune`
+    moves it aside (it is kept as features.sqlite.corrupt-TIME) and `clear` deletes it; both then
+    start a new, empty one.
     Both act only on a file they recognise as a novelfind cache (SQLite's header with novelfind's
     mark); any other file is refused and left as it is.
 
@@ -68,6 +75,59 @@ def refuse_foreign(path: Path) -> None:
     reason = not_ours(path)
     if reason is not None:
         raise CacheError(f"{path} is not a novelfind cache ({reason}); left as it is")
+
+
+def thumbnails_of(path: Path) -> tuple[Path, int]:
+    """The report's thumbnail cache beside the feature cache ``path``, and its bytes on disk (with its
+    journal files; 0 when there is none)."""
+    thumbs = thumbnail_cache_path(path)
+    total = 0
+    for name in (thumbs, *(thumbs.with_name(thumbs.name + end) for end in _JOURNALS)):
+        try:
+            st = os.lstat(name)
+        except OSError:
+            continue
+        total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return thumbs, total
+
+
+_JOURNALS = ("-wal", "-shm", "-journal")  # SQLite's files beside a database
+
+
+def is_thumbnail_cache(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) holding SQLite's ``thumbs`` table, as
+    ``ThumbnailCache`` makes it: only such a file is deleted by `clear`."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return False
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
+    except (OSError, sqlite3.Error, ValueError):
+        return False
+    try:
+        row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'thumbs'").fetchone()
+        return row is not None
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+
+
+def clear_thumbnails(path: Path) -> None:
+    """Delete the report's thumbnails beside the feature cache ``path`` (the next report makes them again);
+    a file of that name that is not novelfind's thumbnail cache is left as it is, with a warning."""
+    thumbs = thumbnail_cache_path(path)
+    if not os.path.lexists(thumbs):
+        return
+    if not is_thumbnail_cache(thumbs):
+        Console(False).problem(f"{thumbs} is not novelfind's thumbnail cache; left as it is")
+        return
+    for name in (thumbs, *(thumbs.with_name(thumbs.name + end) for end in _JOURNALS)):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise CacheError(f"cannot delete the report's thumbnails {name}: {e.strerror or e}") from None
 
 
 @cache.command("info")
@@ -109,6 +169,11 @@ def cache_info(cache_path: Path | None) -> int:
     )
     click.echo(f"unreadable\t{info.get('failures', 0)}\tfiles scans could not read (novelfind failures)")
     click.echo(f"size\t{human_size(info['size_bytes'])}\t{info['size_bytes']} bytes on disk")
+    thumbs, thumb_bytes = thumbnails_of(path)
+    click.echo(
+        f"thumbnails\t{human_size(thumb_bytes)}\t{thumb_bytes} bytes on disk: the report's thumbnails, "
+        f"{escape_field(str(thumbs))}"
+    )
     for key, count in models:  # a key is text anyone who can write the cache may have written
         click.echo(f"model\t{escape_field(key)}\t{count}")
     for key, count in models:
@@ -151,7 +216,7 @@ def cache_prune(cache_path: Path | None) -> int:
 @cache.command("clear")
 @cache_option
 def cache_clear(cache_path: Path | None) -> int:
-    """Delete every entry in the cache.
+    """Delete every entry in the cache, and the report's thumbnails beside it.
 
     \b
     Example:
@@ -167,9 +232,11 @@ def cache_clear(cache_path: Path | None) -> int:
         Console(False).problem(f"the feature cache {path} was damaged ({reason}); deleted it")
         with FeatureCache.open(path):  # a new, empty one in its place
             pass
+        clear_thumbnails(path)
         click.echo("cleared")
         return 0
     with existing_cache(path) as store:
         store.clear()
+    clear_thumbnails(path)
     click.echo("cleared")
     return 0

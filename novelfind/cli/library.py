@@ -14,7 +14,7 @@ import click
 from novelfind.base.atomic import encode_output
 from novelfind.cli.base import QUIET, parameter_option
 from novelfind.cli.cache import cache_option, existing_cache
-from novelfind.cli.console import Console, write_stdout
+from novelfind.cli.console import Console, plural, write_stdout
 from novelfind.cli.scan import scan
 from novelfind.config import configured_value
 from novelfind.errors import ExitCode
@@ -93,7 +93,10 @@ def ignore(
         change = ignored.add(paths)
         click.echo(f"added\t{count_photos(entry.path for entry in change.changed)}")
         if change.unchanged:
-            console.note(f"{count_photos(change.unchanged)} already on the ignore list")
+            already = count_photos(change.unchanged)
+            console.note(
+                f"{plural(already, 'photo')} {'was' if already == 1 else 'were'} already on the ignore list"
+            )
         for path in change.not_photos:
             console.problem(f"not added: {path} is not a photo novelfind reads")
         for path, reason in change.by_stat:

@@ -135,6 +135,10 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
         from_command_line = ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
         if not from_command_line and params.ignored(name, options.__getitem__) is not None:
             options[name] = params.DEFAULTS[name]
+    # a method named nowhere is left to the library's default, so that the run can tell a default that
+    # changed since the library was last ranked from a method the user asked for (never warned about)
+    if ctx.get_parameter_source("method") == click.core.ParameterSource.DEFAULT:
+        del options["method"]
     console = Console(quiet)
     listed_before = picks_listed(options["output"], options["format"])
     engine_output = redirect_engine_output(quiet) if ENGINES[options["engine"]].remote else nullcontext()
@@ -242,7 +246,7 @@ def _why_no_picks(result: run.ScanResult) -> str:
     """Why a run picked nothing, in a few words, for the note of an emptied list."""
     p, counts = result.parameters, result.counts
     if counts.candidates == 0 and p.since is not None:
-        return f"no photo modified since {p.since:%Y-%m-%d %H:%M:%S} to rank"
+        return f"no photo taken since {p.since:%Y-%m-%d %H:%M:%S} to rank"
     if counts.candidates == 0:
         return "every photo is on the ignore list"
     if p.min_score is not None:

@@ -427,9 +427,19 @@ class IgnoreList:
                     if on_warning is not None:
                         on_warning(f"cannot add {f.path} to the ignore list: {err.strerror or err}")
                     continue
-            size = f.size
-            items.append((digest, f.path, size))
+            items.append((digest, f.path, f.size))
         return len(self.add_files(items).changed)
+
+    def add_moments(self, picks: Sequence[Any], **options: Any) -> int:
+        """Put a scan's picks on the list with the other photos of their moments (records with ``path``,
+        ``size``, ``mtime_ns`` and ``members``); returns how many were new (:meth:`add_picks`, whose
+        ``options`` these are)."""
+        files = [
+            walk.ImageFile(photo.path, photo.size, photo.mtime_ns)
+            for pick in picks
+            for photo in (pick, *pick.members)
+        ]
+        return self.add_picks(files, **options)
 
     def __repr__(self) -> str:
         return f"IgnoreList({str(self.path)!r})"
@@ -462,19 +472,22 @@ def _files(
 @dataclass(frozen=True)
 class Selection:
     """Which of a scan's photos are ranked: the ``candidates`` (int64 rows), the ``ignored`` ones (bool
-    (N,), on the ignore list) and, with ``ignore_picks``, the ``kept`` rows: the photos this run would rank
-    but for the ignore list (mostly an earlier run's picks of the same window), whose tags stay; with
-    nothing else to rank the outputs stay as they were (``nothing_new``). A re-run of the weekly line
-    loses nothing; last week's picks (before ``since``) lose their tags when this week's are tagged."""
+    (N,), on the ignore list) and, with ``ignore_picks``, the ``kept`` rows: the photos of the window on
+    the ignore list (mostly an earlier run's picks of the same window), whose tags stay. ``seen``: how many
+    photos of the window the last run of the same line ranked (``novelfind.media.reruns``), which are not
+    candidates again. With photos in the window but none new (``nothing_new``) the outputs stay as they
+    were: a re-run of the weekly line loses nothing and adds nothing; last week's picks (before ``since``)
+    lose their tags when this week's are tagged."""
 
     candidates: np.ndarray
     ignored: np.ndarray
     kept: np.ndarray
-    restricted: bool  # fewer candidates than photos: ``since`` or ignored photos
+    restricted: bool  # fewer candidates than photos: ``since``, ignored photos or a line's earlier run
+    seen: int = 0
 
     @property
     def nothing_new(self) -> bool:
-        return not len(self.candidates) and bool(len(self.kept))
+        return not len(self.candidates) and bool(len(self.kept) or self.seen)
 
 
 def select(
@@ -484,19 +497,23 @@ def select(
     *,
     since: bool,
     ignore_picks: bool,
+    considered: np.ndarray | None = None,
     known_digests: Callable[[Sequence[Any]], Sequence[str | None]] | None = None,
     on_warning: Callable[[str], None] | None = None,
 ) -> Selection:
     """The :class:`Selection` of the photos whose files are ``groups`` (row i: photo i's files), of which
     ``in_window`` (bool (N,)) fall within ``since`` (:func:`novelfind.media.dates.since_mask`), against
-    ``ignore_list`` (None: nothing is ignored)."""
+    ``ignore_list`` (None: nothing is ignored) and the photos the last run of the line ``considered``
+    (bool (N,), ``LineRecord.considered``; None: no record)."""
     ignored = np.zeros(len(in_window), dtype=bool)
     if ignore_list is not None:
         ignored = ignore_list.ignored_in(groups, known_digests=known_digests, on_warning=on_warning)
+    seen = in_window & considered if considered is not None else np.zeros(len(in_window), dtype=bool)
     kept = np.flatnonzero(in_window & ignored) if ignore_picks else np.zeros(0, np.int64)
     return Selection(
-        candidates=np.flatnonzero(in_window & ~ignored),  # int64 rows
+        candidates=np.flatnonzero(in_window & ~ignored & ~seen),  # int64 rows
         ignored=ignored,
         kept=kept,
-        restricted=since or bool(ignored.any()),
+        restricted=since or bool(ignored.any()) or bool(seen.any()),
+        seen=int(seen.sum()),
     )

@@ -38,7 +38,10 @@ CSV_COLUMNS = (
     "taken_source",
     "labels",
 )  # columns are only ever appended
-TSV_COLUMNS = ("rank", "score", "path", "member_count")
+# one line per pick, for cut and awk: what a person needs to act on it. Columns are only ever appended;
+# an unknown value is "-" (never an empty field, so that awk's default splitting keeps the columns)
+TSV_COLUMNS = ("rank", "score", "path", "member_count", "taken", "span")
+TSV_UNKNOWN = "-"
 
 
 def format_results(
@@ -134,8 +137,17 @@ def _tsv_fields(p: Pick) -> list[str]:
         "score": _score(p.score),
         "path": escape_field(str(p.path)),
         "member_count": str(len(p.members)),
+        "taken": p.taken or TSV_UNKNOWN,
+        "span": span_text(p) or TSV_UNKNOWN,
     }
     return [fields[name] for name in TSV_COLUMNS]
+
+
+def span_text(p: Pick) -> str | None:
+    """The moment's time span as an ISO 8601 interval, ``FIRST/LAST`` (the JSON ``span``'s times); None
+    without capture times."""
+    span = _span(p)
+    return None if span is None else f"{span['first']}/{span['last']}"
 
 
 def _score(score: float) -> str:

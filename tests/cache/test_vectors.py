@@ -68,6 +68,13 @@ def test_digest_sets_pack_hex_digests_and_keep_anything_else_as_it_is():
     assert len(DigestSet()) == 0 and list(DigestSet()) == [] and repr(digests) == "<DigestSet of 6>"
 
 
+def test_a_digest_set_holds_each_digest_once():
+    a, b = "ab" * 16, "cd" * 16
+    digests = DigestSet([a, b, a, "short", "short", a])  # repeats, as a list of files' digests has them
+    assert len(digests) == 3 and sorted(digests) == sorted([a, b, "short"])
+    assert a in digests and b in digests
+
+
 def test_a_batch_refuses_vectors_of_the_wrong_shape_and_stores_nothing(path):
     with FeatureCache(path, "m1") as cache:
         with pytest.raises(ValueError, match=r"must be 1-D and non-empty, got shape \(2, 2\)"):

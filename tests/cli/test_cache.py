@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from novelfind.base import dirs
 from novelfind.cache import FeatureCache
 from novelfind.cli import cache as cache_cli
+from novelfind.cli.console import human_size
 from novelfind.cli.group import cli
 from novelfind.errors import ExitCode
 
@@ -61,3 +62,35 @@ def test_a_missing_cache_is_an_error_for_info_and_prune(tmp_path):
         assert result.exit_code == ExitCode.ERROR and result.stdout == ""
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert not (tmp_path / "none.sqlite").exists()  # nothing created
+
+
+def test_info_shows_the_reports_thumbnails_and_clear_deletes_them(tmp_path):
+    from novelfind.outputs.thumbnails import ThumbnailCache
+
+    path = tmp_path / "c.sqlite"
+    with FeatureCache.open(path):
+        pass
+    thumbs = tmp_path / "thumbnails.sqlite"
+    before = {
+        line.split("\t")[0]: line.split("\t")[1:]
+        for line in run("cache", "info", "--cache", path).stdout.splitlines()
+    }
+    assert before["thumbnails"] == ["0 B", f"0 bytes on disk: the report's thumbnails, {thumbs}"]
+    photo = tmp_path / "a.jpg"
+    photo.write_bytes(b"x" * 10)
+    with ThumbnailCache(thumbs) as kept:  # what a report leaves beside the cache
+        kept.put({(photo, 256, None): b"\xff\xd8" + b"j" * 50_000}, {})
+    info = run("cache", "info", "--cache", path)
+    lines = {line.split("\t")[0]: line.split("\t")[1:] for line in info.stdout.splitlines()}
+    size, raw = lines["thumbnails"]
+    assert int(raw.split(" ")[0]) == thumbs.stat().st_size > 50_000 and size == human_size(
+        thumbs.stat().st_size
+    )
+    assert run("cache", "clear", "--cache", path).stdout == "cleared\n"
+    assert not thumbs.exists() and path.exists()
+    # a file of that name that is not the thumbnail cache is left as it is, with a warning
+    thumbs.write_text("my notes\n")
+    cleared = run("cache", "clear", "--cache", path)
+    assert cleared.exit_code == 0 and cleared.stdout == "cleared\n"
+    assert cleared.stderr == f"warning: {thumbs} is not novelfind's thumbnail cache; left as it is\n"
+    assert thumbs.read_text() == "my notes\n"

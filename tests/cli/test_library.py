@@ -42,7 +42,7 @@ def test_ignore_add_list_remove_clear(tmp_path):
     added = run("ignore", "--ignore-file", lst, a)
     assert (added.exit_code, added.stdout, added.stderr) == (0, "added\t1\n", "")
     again = run("ignore", "--ignore-file", lst, a, b)
-    assert again.stdout == "added\t1\n" and again.stderr == "note: 1 already on the ignore list\n"
+    assert again.stdout == "added\t1\n" and again.stderr == "note: 1 photo was already on the ignore list\n"
     listed = run("ignore", "--ignore-file", lst, "--list")
     assert sorted(line.split("\t")[1] for line in listed.stdout.splitlines()) == [str(a), str(b)]
     removed = run("ignore", "--ignore-file", lst, "--remove", a, tmp_path / "never.png")

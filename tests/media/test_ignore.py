@@ -350,3 +350,39 @@ def test_a_pick_not_as_ranked_is_not_put_on_the_list(tmp_path):
     assert len(warnings) == 2
     assert str(b) in warnings[0] and "changed since it was listed" in warnings[0]
     assert str(c) in warnings[1] and "symbolic link" in warnings[1]
+
+
+def test_a_picked_clip_is_put_on_the_list_by_its_clips_digest(tmp_path):
+    """A clip's identity samples its bytes (``video.clip_digest``): a picked clip is listed by that, so
+    the next scan, which knows the clip by it, recognises it."""
+    from novelfind.media import video
+    from novelfind.media.walk import ImageFile
+
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(os.urandom(5 << 20))  # larger than what the clip's digest reads of it
+    record = ImageFile(clip, clip.stat().st_size, clip.stat().st_mtime_ns)
+    ignored = IgnoreList(tmp_path / "ignored.json")
+    assert ignored.add_picks([record]) == 1
+    assert ignored.digests() == {video.clip_digest(clip)}
+    assert video.clip_digest(clip) != decode.file_digest(clip.read_bytes())
+    assert ignored.find([[record]]).mask.tolist() == [True]
+
+
+def test_a_selection_leaves_out_what_the_lines_last_run_ranked_and_says_when_nothing_is_new():
+    from novelfind.media.ignore import select
+
+    window = np.array([True, True, True, False])
+    groups = [[] for _ in range(4)]
+    fresh = select(window, None, groups, since=True, ignore_picks=True)
+    assert fresh.candidates.tolist() == [0, 1, 2] and not fresh.nothing_new
+    seen = select(
+        window, None, groups, since=True, ignore_picks=True, considered=np.array([1, 0, 1, 1], bool)
+    )
+    assert seen.candidates.tolist() == [1] and seen.seen == 2 and seen.restricted and not seen.nothing_new
+    every = select(window, None, groups, since=True, ignore_picks=True, considered=np.ones(4, bool))
+    assert every.candidates.tolist() == [] and every.nothing_new
+    # an empty window is not "nothing new": the run writes its empty list (a week without photos)
+    empty = select(
+        np.zeros(4, bool), None, groups, since=True, ignore_picks=True, considered=np.ones(4, bool)
+    )
+    assert empty.candidates.tolist() == [] and not empty.nothing_new

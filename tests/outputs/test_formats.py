@@ -26,8 +26,42 @@ from novelfind.picks import iso_utc
 
 def test_tsv_is_rank_score_path_best_first():
     picks = [make_pick("/lib/b.jpg", rank=2, score=0.25), make_pick("/lib/a.jpg", rank=1, score=0.75)]
-    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\n2\t0.250000\t/lib/b.jpg\t0\n"
+    assert (
+        format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\t-\t-\n2\t0.250000\t/lib/b.jpg\t0\t-\t-\n"
+    )
     assert format_results(picks) == format_results(picks, "tsv")
+
+
+def test_the_tsv_line_says_when_the_pick_was_taken_and_the_span_of_its_moment():
+    """One line per pick, for cut and awk: rank, score, path, member_count, taken, span (``FIRST/LAST``);
+    ``-`` for what is not known."""
+    from novelfind.picks import Member
+
+    first, last = 1_562_264_528.0, 1_562_264_649.0  # 2019-07-04 18:22:08 and 18:24:09 on the camera's clock
+    burst = make_pick(
+        "/lib/IMG_1.jpg",
+        taken="2019-07-04T18:22:08+02:00",
+        taken_source="exif",
+        members=(Member(Path("/lib/IMG_2.jpg"), 1, 1, 0.1), Member(Path("/lib/IMG_3.jpg"), 1, 1, 0.2)),
+        span=(first, last),
+    )
+    alone = make_pick("/lib/IMG_9.jpg", rank=2, score=0.25)
+    lines = [line.split("\t") for line in format_results([burst, alone], "tsv").splitlines()]
+    assert formats.TSV_COLUMNS == ("rank", "score", "path", "member_count", "taken", "span")
+    assert lines == [
+        [
+            "1",
+            "0.500000",
+            "/lib/IMG_1.jpg",
+            "2",
+            "2019-07-04T18:22:08+02:00",
+            "2019-07-04T18:22:08/2019-07-04T18:24:09",
+        ],
+        ["2", "0.250000", "/lib/IMG_9.jpg", "0", "-", "-"],
+    ]
+    # the span is the JSON span's times
+    span = json.loads(format_results([burst], "json"))["picks"][0]["span"]
+    assert lines[0][5] == f"{span['first']}/{span['last']}"
 
 
 def test_no_picks_is_empty_output():
@@ -39,7 +73,7 @@ def test_no_picks_is_empty_output():
 def test_tsv_escapes_separators_so_one_line_is_one_pick():
     nasty = "/lib/a\tb\nc\\d\re\x1bf.jpg"
     out = format_results([make_pick(nasty)], "tsv")
-    assert out.count("\n") == 1 and out.count("\t") == 3
+    assert out.count("\n") == 1 and out.count("\t") == 5
     field = out.rstrip("\n").split("\t")[2]
     assert field == "/lib/a\\tb\\nc\\\\d\\re\\x1bf.jpg"
     assert unescape_field(field) == nasty
@@ -167,7 +201,7 @@ def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
     assert (
-        format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"
+        format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\t-\t-\n"
     )  # the line formats: no clip fields
 
 
@@ -178,7 +212,7 @@ def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
     assert doc["picks"][0]["path"] == "/lib/IMG_1.JPG" and doc["picks"][0]["also"] == ["/lib/IMG_1.CR2"]
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["type"] == "pick" and line["also"] == ["/lib/IMG_1.CR2"]
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\n"
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\t-\t-\n"
     assert format_results([pick], "paths") == "/lib/IMG_1.JPG\n"
     assert pick.files == (Path("/lib/IMG_1.JPG"), Path("/lib/IMG_1.CR2"))
 

@@ -303,14 +303,15 @@ def test_the_documented_tsv_columns_are_the_ones_written():
     from novelfind.outputs.formats import TSV_COLUMNS, format_results
 
     line = format_results([one_pick()], "tsv").rstrip("\n")
-    assert len(line.split("\t")) == len(TSV_COLUMNS) == 4
-    assert line.split("\t")[-1] == "1"  # member_count
+    assert len(line.split("\t")) == len(TSV_COLUMNS) == 6
+    assert line.split("\t")[3] == "1"  # member_count
     written = "`" + "<TAB>".join(TSV_COLUMNS) + "`"
     for name, path in {**OUTPUT_DOCS, "docs/output-schema.md": SCHEMA}.items():
         cells = format_table(path.read_text())["tsv"]
         assert any(cell.split(" ")[-1] == written for cell in cells), name  # "a line `rank<TAB>...`"
     schema = SCHEMA.read_text()
-    assert f"the {['first', 'second', 'third', 'fourth', 'fifth'][len(TSV_COLUMNS) - 1]} column is" in schema
+    ordinals = ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth"]
+    assert f"the {ordinals[len(TSV_COLUMNS) - 1]} column is `{TSV_COLUMNS[-1]}`" in schema
 
 
 def test_the_documented_csv_columns_are_the_ones_written():

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 from common import make_photo, missing_prerequisite
+from PIL import Image
 from sidecars import read_sidecar
 
 import novelfind
@@ -182,51 +183,116 @@ def sunday(root: Path, out: Path, since: str, *extra):
     return run("scan", root, "-k", 2, "--since", since, "--xmp", "--ignore-picks", "-q", "-o", out, *extra)
 
 
-def test_rerunning_the_sunday_line_in_the_same_week_keeps_tags_and_list(library, fake_extractor, tmp_path):
+def taken_on(path: Path, colour: tuple[int, int, int], when: str, seed: int) -> Path:
+    """A photo whose Exif says it was taken ``when`` (``YYYY:MM:DD HH:MM:SS``), its file time old."""
+    made = make_photo(path.with_suffix(".png"), colour, seed=seed)
+    img = Image.open(made)
+    img.load()
+    made.unlink()
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[0x9003] = when  # DateTimeOriginal
+    img.save(path, exif=exif.tobytes())
+    os.utime(path, (OLD, OLD))  # only the capture date says it is new
+    return path
+
+
+OLD = 1_500_000_000  # 2017: the file time of every photo; the week's are new by their capture date
+
+
+def state(out: Path, photos: list[Path], ignore_list: Path) -> tuple:
+    """What a run of the line may change: the list (its bytes and its file), the tags, the ignore list."""
+    return (
+        out.read_bytes(),
+        out.stat().st_mtime_ns,
+        {p.name: keywords(p) for p in photos},
+        ignore_list.read_bytes(),
+    )
+
+
+def test_the_sunday_line_run_again_with_nothing_new_leaves_everything_as_it_was(
+    library, fake_extractor, tmp_path, isolated_user_dirs
+):
+    """The README's Sunday line, four times in one week (by cron, then by hand: ``--since`` moves with the
+    day), then with new photos, then the next week."""
     if not xmp.available():
         missing_prerequisite("XMP tests need python-exiv2 (pip install '.[test]')")
     root = library["root"]
-    old = 1_500_000_000  # 2017: last years' photos
     for p in root.rglob("*"):
         if p.is_file():
-            os.utime(p, (old, old))
+            os.utime(p, (OLD, OLD))
+    colours = [(250, 250, 250), (250, 5, 5), (5, 250, 5), (250, 250, 5), (5, 5, 5), (250, 5, 250)]
     week = [
-        make_photo(root / "2026" / f"IMG_{i}.jpg", colour, seed=70 + i)
-        for i, colour in enumerate([(250, 250, 250), (250, 5, 5), (5, 250, 5)])
+        taken_on(root / "2024" / f"IMG_{i}.jpg", colour, f"2024:11:{24 + i % 3} 10:00:00", seed=70 + i)
+        for i, colour in enumerate(colours)
     ]
     out = tmp_path / "tagged.tsv"
-    first = sunday(root, out, "2020-01-01")
+    ignore_list = isolated_user_dirs / "data" / "novelfind" / "ignored.json"
+    first = sunday(root, out, "2024-11-22")
     assert (first.exit_code, first.stdout, first.stderr) == (0, "", "")
-    listed = out.read_text()
-    picked = [Path(line.split("\t")[2]) for line in listed.splitlines()]
-    assert len(picked) == 2 and all(keywords(p) == ["novel"] for p in picked)
-    # the same line again, same week: the third photo of the week is new to the list, the two picks keep
-    # their tags
-    second = sunday(root, out, "2020-01-01")
-    assert (second.exit_code, second.stdout, second.stderr) == (0, "", "")
-    (third,) = set(week) - set(picked)
-    assert [Path(line.split("\t")[2]) for line in out.read_text().splitlines()] == [third]
-    assert all(keywords(p) == ["novel"] for p in week)
-    listed = out.read_text()
-    # and again: nothing new at all. Quiet under -q, the list and the tags stay
-    third_run = sunday(root, out, "2020-01-01")
-    assert (third_run.exit_code, third_run.stdout, third_run.stderr) == (0, "", "")
-    assert out.read_text() == listed
-    assert all(keywords(p) == ["novel"] for p in week)
-    # by hand without -q it says why
-    by_hand = run("scan", root, "-k", 2, "--since", "2020-01-01", "--xmp", "--ignore-picks", "-o", out)
+    picked = {Path(line.split("\t")[2]) for line in out.read_text().splitlines()}
+    assert len(picked) == 2 and picked <= set(week)
+    assert {p for p in week if keywords(p) == ["novel"]} == picked
+    after_first = state(out, week, ignore_list)
+    # the same week, nothing new: three more runs, each a day later, leave the list, the tags and the
+    # ignore list as they were (before, each tagged the next photos down the ranking)
+    for since in ("2024-11-23", "2024-11-23", "2024-11-24"):
+        again = sunday(root, out, since)
+        assert (again.exit_code, again.stdout, again.stderr) == (0, "", "")
+        assert state(out, week, ignore_list) == after_first
+    # by hand, without -q, it says why, naming the capture dates
+    by_hand = run("scan", root, "-k", 2, "--since", "2024-11-22", "--xmp", "--ignore-picks", "-o", out)
     assert by_hand.exit_code == 0
     assert (
-        "note: nothing new: the 3 photos modified since 2020-01-01 00:00:00 are all on the ignore list"
-        in by_hand.stderr
-    )
-    assert str(out) in by_hand.stderr and out.read_text() == listed
-    # next week: a new photo is this week's pick; last week's picks lose their tag
-    new = make_photo(root / "2027" / "IMG_new.jpg", (128, 0, 255), seed=99)
-    os.utime(new, (1_900_000_000, 1_900_000_000))
-    next_week = sunday(root, out, "2030-01-01")
-    assert (next_week.exit_code, next_week.stderr) == (0, "")
-    assert keywords(new) == ["novel"] and all(keywords(p) == [] for p in week)
+        "note: nothing new: the 6 photos taken since 2024-11-22 00:00:00 were all ranked by an earlier run "
+        f"of this line or put on the ignore list; left as they were: {out}, the XMP tags"
+    ) in by_hand.stderr
+    assert state(out, week, ignore_list) == after_first
+    # new photos in the same week: those are ranked (against the whole library) and picked; the photos
+    # the line already ranked are not picked again, and this week's earlier picks keep their tags
+    new = [
+        taken_on(root / "2024" / f"IMG_new{i}.jpg", colour, "2024:11:27 09:00:00", seed=90 + i)
+        for i, colour in enumerate([(5, 250, 250), (128, 64, 0), (0, 64, 128)])
+    ]
+    with_new = sunday(root, out, "2024-11-22")
+    assert (with_new.exit_code, with_new.stdout, with_new.stderr) == (0, "", "")
+    newly = {Path(line.split("\t")[2]) for line in out.read_text().splitlines()}
+    assert len(newly) == 2 and newly <= set(new)
+    assert {p for p in week + new if keywords(p) == ["novel"]} == picked | newly
+    settled = state(out, week + new, ignore_list)
+    assert sunday(root, out, "2024-11-23").stderr == "" and state(out, week + new, ignore_list) == settled
+    # the next week: its photos are picked, last week's picks lose their tags
+    next_week = [
+        taken_on(root / "2024" / f"IMG_dec{i}.jpg", colour, "2024:12:02 12:00:00", seed=110 + i)
+        for i, colour in enumerate([(90, 20, 160), (160, 90, 20)])
+    ]
+    following = sunday(root, out, "2024-11-30")
+    assert (following.exit_code, following.stderr) == (0, "")
+    assert {Path(line.split("\t")[2]) for line in out.read_text().splitlines()} == set(next_week)
+    assert all(keywords(p) == ["novel"] for p in next_week)
+    assert all(keywords(p) == [] for p in week + new)
+
+
+def test_a_line_is_its_folders_and_options_but_since(library, fake_extractor, tmp_path):
+    """Another line over the same photos (another -k, another list) ranks them afresh; the Sunday line
+    and a by-hand run of it with another --since are one line."""
+    root = library["root"]
+    for p in root.rglob("*"):
+        if p.is_file():
+            os.utime(p, (OLD, OLD))
+    week = [
+        taken_on(root / "2024" / f"IMG_{i}.jpg", colour, "2024:11:25 10:00:00", seed=70 + i)
+        for i, colour in enumerate([(250, 250, 250), (250, 5, 5), (5, 250, 5)])
+    ]
+    out = tmp_path / "a.tsv"
+    line = ["scan", root, "--since", "2024-11-22", "--ignore-picks", "-q", "-o", out]
+    assert run(*line, "-k", 1).exit_code == 0
+    (first,) = [Path(x.split("\t")[2]) for x in out.read_text().splitlines()]
+    listed = out.read_bytes()
+    assert run(*line[:-1], tmp_path / "b.tsv", "-k", 1).exit_code == 0  # another output: another line
+    (second,) = [Path(x.split("\t")[2]) for x in (tmp_path / "b.tsv").read_text().splitlines()]
+    assert second != first and {first, second} <= set(week)
+    assert run(*line, "-k", 1, "--since", "2024-11-24").exit_code == 0  # the same line, a day later
+    assert out.read_bytes() == listed
 
 
 def test_a_run_that_empties_a_list_says_so_even_quiet(library, fake_extractor, tmp_path):
@@ -237,7 +303,7 @@ def test_a_run_that_empties_a_list_says_so_even_quiet(library, fake_extractor, t
     empty = run("scan", root, "-k", 3, "-q", "-o", out, "--since", "2100-01-01")
     assert empty.exit_code == 0
     assert empty.stderr == (
-        f"note: {out} now lists no picks (it listed 3 picks): no photo modified since "
+        f"note: {out} now lists no picks (it listed 3 picks): no photo taken since "
         "2100-01-01 00:00:00 to rank\n"
     )
     assert out.read_text() == ""

@@ -268,7 +268,7 @@ def test_re_ignoring_a_folder_counts_photos_not_files(tmp_path):
     assert first.stdout == "added\t3\n", first.stderr
     again = run("ignore", folder, "--ignore-file", listfile)
     assert again.stdout == "added\t0\n"
-    assert again.stderr == "note: 3 already on the ignore list\n"
+    assert again.stderr == "note: 3 photos were already on the ignore list\n"
 
 
 def test_a_text_file_named_like_a_raw_file_is_not_a_raw_file():
