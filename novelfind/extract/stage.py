@@ -36,8 +36,9 @@ HEAD_CHUNK = 8192  # stored vectors turned into features at a time (bounds the t
 MOVED_FLUSH = 8  # reused vectors of moved files are written once this many batches' worth wait
 
 # How a failure's reason begins when the run rather than the file was at fault (a busy machine, a tight
-# memory budget): such a file is decoded again at the next scan even unchanged (``Stage.known_failures``).
-RUN_FAILURES = ("decoding took longer than", "out of memory")
+# memory budget, a file written while it was read): such a file is decoded again at the next scan even
+# unchanged (``Stage.known_failures``).
+RUN_FAILURES = ("decoding took longer than", "out of memory", "it changed while it was read")
 
 OnFailure = Callable[[Path, str], None]
 OnWarning = Callable[[str], None]

@@ -79,7 +79,8 @@ def test_info_shows_the_reports_thumbnails_and_clear_deletes_them(tmp_path):
     photo = tmp_path / "a.jpg"
     photo.write_bytes(b"x" * 10)
     with ThumbnailCache(thumbs) as kept:  # what a report leaves beside the cache
-        kept.put({(photo, 256, None): b"\xff\xd8" + b"j" * 50_000}, {})
+        st = photo.stat()
+        kept.put({(photo, 256, None): b"\xff\xd8" + b"j" * 50_000}, {}, {photo: (st.st_size, st.st_mtime_ns)})
     info = run("cache", "info", "--cache", path)
     lines = {line.split("\t")[0]: line.split("\t")[1:] for line in info.stdout.splitlines()}
     size, raw = lines["thumbnails"]
