@@ -89,7 +89,7 @@ class CacheFile:
 
     def _open_or_recover(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as err:
             raise CacheError(
                 f"cannot create the cache folder {self.path.parent}: {err.strerror or err}"
@@ -116,9 +116,16 @@ class CacheFile:
             raise open_error(self.path, err) from None
 
     def _open(self) -> sqlite3.Connection:
-        conn = guard.connect(
-            str(self.path), timeout=self._busy_timeout, isolation_level=None, check_same_thread=False
-        )
+        try:  # the one door: a folder of the user's alone, a file of the user's, a new one 0600
+            conn = guard.open_store(
+                self.path,
+                what="the feature cache",
+                timeout=self._busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except OSError as err:
+            raise CacheError(f"cannot write the feature cache {self.path}: {err.strerror or err}") from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
             conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")  # read vectors straight from the page cache

@@ -35,28 +35,48 @@ class KnownFailure(NamedTuple):
     first_seen: str
 
 
+# When a failure was first seen, as written: ISO 8601 in UTC to the second (``2026-11-29T08:15:00+00:00``).
+FIRST_SEEN = "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T[0-9][0-9]:[0-9][0-9]:[0-9][0-9]+00:00"
+# The rows of the shapes novelfind writes (the file is anyone's who can write it to edit), checked in SQL
+# before anything is fetched: no 200 MB reason, no text where a number belongs, no ESC in a date.
+FAILURE_ROW = (
+    "typeof(path) = 'blob' AND length(path) <= 4096 AND typeof(size) = 'integer' "
+    "AND typeof(mtime_ns) = 'integer' AND typeof(reason) = 'text' AND length(reason) <= 4096 "
+    f"AND typeof(first_seen) = 'text' AND length(first_seen) = 25 AND first_seen GLOB '{FIRST_SEEN}'"
+)
+
+
+def _when(text: str) -> bool:
+    """Whether ``text`` is a ``first_seen`` novelfind writes: a real time, in UTC, and nothing else."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return when.utcoffset() is not None and text == when.isoformat()
+
+
 def load(conn: sqlite3.Connection) -> dict[bytes, KnownFailure]:
-    """Every remembered failure, by path. The table is small (the library's unreadable files)."""
+    """Every remembered failure, by path. The table is small (the library's unreadable files). A row not
+    of the shape novelfind writes (:data:`FAILURE_ROW`, then a real time) is no failure: the file is
+    tried again, and the row replaced if it still fails."""
     return {
         bytes(row[0]): KnownFailure(bytes(row[0]), int(row[1]), int(row[2]), str(row[3]), str(row[4]))
-        for row in conn.execute(  # rows only of the shapes novelfind writes: the file is anyone's to edit
-            "SELECT path, size, mtime_ns, reason, first_seen FROM failures WHERE typeof(path) = 'blob' "
-            "AND length(path) <= 4096 AND typeof(size) = 'integer' AND typeof(mtime_ns) = 'integer' "
-            "AND typeof(reason) = 'text' AND length(reason) <= 4096 AND typeof(first_seen) = 'text' "
-            "AND length(first_seen) <= 64"
+        for row in conn.execute(
+            f"SELECT path, size, mtime_ns, reason, first_seen FROM failures WHERE {FAILURE_ROW}"
         )
+        if _when(row[4])
     }
 
 
 def record(conn: sqlite3.Connection, rows: Iterable[tuple[bytes, int, int, str]]) -> None:
     """Remember (path, size, mtime_ns, reason) of files that could not be read; a path already there
-    keeps its ``first_seen`` when its stat is unchanged."""
+    keeps its ``first_seen`` when its stat is unchanged (and its ``first_seen`` is one novelfind wrote)."""
     now = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     for path, size, mtime_ns, reason in rows:
         conn.execute(
             "INSERT INTO failures VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
             "reason = excluded.reason, first_seen = CASE WHEN size = excluded.size AND "
-            "mtime_ns = excluded.mtime_ns THEN first_seen ELSE excluded.first_seen END, "
+            f"mtime_ns = excluded.mtime_ns AND {FAILURE_ROW} THEN first_seen ELSE excluded.first_seen END, "
             "size = excluded.size, mtime_ns = excluded.mtime_ns",
             (path, int(size), int(mtime_ns), reason, now),
         )

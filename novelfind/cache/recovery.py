@@ -87,9 +87,9 @@ def damage(path: str | os.PathLike[str]) -> str | None:
     if not path.is_file():
         return None
     try:
-        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-    except sqlite3.Error:
-        return None  # cannot be read at all: opening it says why
+        conn = guard.open_store(path, what="the feature cache", read_only=True, timeout=BUSY_TIMEOUT_S)
+    except (sqlite3.Error, CacheError, OSError):
+        return None  # cannot be read at all, or not through the door: opening it says why
     try:
         check_health(conn)
     except sqlite3.DatabaseError as err:

@@ -24,6 +24,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from novelfind.base.atomic import open_regular
 from novelfind.base.safe_text import display
 from novelfind.cache import guard
 from novelfind.cache.recovery import BUSY_TIMEOUT_S, damage
@@ -135,9 +136,15 @@ def not_ours(path: str | os.PathLike[str]) -> str | None:
 
 
 def _not_ours_now(path: Path) -> str | None:
+    refused = guard.refusal(path, "the feature cache")
+    if refused is not None:  # where the door would not open it, nothing in it is read
+        return f"cannot read it: {refused}"
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(100)
+        fd, _ = open_regular(path, follow_link=True)  # a FIFO never blocks this read
+        try:
+            head = os.read(fd, 100)
+        finally:
+            os.close(fd)
     except OSError as err:
         return f"cannot read it: {err.strerror or err}"
     if not head:
@@ -148,14 +155,14 @@ def _not_ours_now(path: Path) -> str | None:
     if marked and damage(path) is not None:
         return None
     try:
-        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = guard.open_store(path, what="the feature cache", read_only=True, timeout=BUSY_TIMEOUT_S)
         try:
             # through SQLite, not the file's bytes: a new cache's mark may still be in its write-ahead log
             app_id = conn.execute("SELECT application_id FROM pragma_application_id()").fetchone()[0]
             names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:
             conn.close()
-    except sqlite3.Error as err:
+    except (sqlite3.Error, CacheError) as err:
         return f"cannot read it: {err}" if marked else "it is an SQLite database without novelfind's mark"
     if not (marked or app_id == APPLICATION_ID):
         return _STILL_EMPTY[1] if not names else "it is an SQLite database without novelfind's mark"
@@ -231,12 +238,16 @@ def _normal(sql: str | None) -> str | None:
     return " ".join(m.group() for m in _LEXEME.finditer(sql) if m.group(1) is None)
 
 
+Schema = dict[str, tuple[str, str, "str | None"]]  # name -> (type, table, statement), as SQLite records them
+
+
 @functools.cache
-def _expected() -> dict[str, tuple[str, str, str | None]]:
-    """name -> (type, table, statement) of every schema object novelfind creates, as SQLite records them."""
-    conn = sqlite3.connect(":memory:")
+def expected_schema(*statements: str) -> Schema:
+    """name -> (type, table, statement) of every schema object ``statements`` create, as SQLite records
+    them (and the statistics tables SQLite adds itself): what a store novelfind made holds, at most."""
+    conn = guard.connect(":memory:")
     try:
-        for statement in (*_SCHEMA.split(";"), _RANKINGS, *ADDED_TABLES):
+        for statement in statements:
             if statement.strip():
                 conn.execute(statement)
         rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
@@ -247,15 +258,21 @@ def _expected() -> dict[str, tuple[str, str, str | None]]:
     return objects
 
 
-def foreign_object(conn: sqlite3.Connection) -> str | None:
+def _expected() -> Schema:
+    """The feature cache's schema objects, every table of every version."""
+    return expected_schema(*_SCHEMA.split(";"), _RANKINGS, *ADDED_TABLES)
+
+
+def foreign_object(conn: sqlite3.Connection, expected: Schema | None = None) -> str | None:
     """What in the file's schema novelfind did not create ("a trigger 'x'", "a changed table 'files'"),
-    or None. Tables it adds to older files may be missing; nothing else may be there or differ."""
+    or None. ``expected``: the schema of the store (:func:`expected_schema`; None: the feature cache's).
+    Tables it adds to older files may be missing; nothing else may be there or differ."""
     rows = conn.execute(
         f"SELECT type, name, tbl_name, sql FROM sqlite_master LIMIT {MAX_SCHEMA_OBJECTS + 1}"
     ).fetchall()
     if len(rows) > MAX_SCHEMA_OBJECTS:
         return f"more than {MAX_SCHEMA_OBJECTS} tables, indexes, views or triggers"
-    expected = _expected()
+    expected = _expected() if expected is None else expected
     for kind, name, table, sql in rows:
         want = expected.get(name) if isinstance(name, str) else None
         if want is None:
@@ -283,12 +300,12 @@ def foreign_schema(path: str | os.PathLike[str]) -> str | None:
     if not path.is_file():
         return None
     try:
-        conn = guard.connect(f"{path.as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        conn = guard.open_store(path, what="the feature cache", read_only=True, timeout=BUSY_TIMEOUT_S)
         try:
             return foreign_object(conn)
         finally:
             conn.close()
-    except sqlite3.Error:
+    except (sqlite3.Error, CacheError, OSError):
         return None
 
 

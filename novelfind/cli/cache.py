@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from novelfind.base import dirs
-from novelfind.cache import FeatureCache, damage, foreign_schema, not_ours, remove_damaged
+from novelfind.cache import FeatureCache, damage, foreign_schema, guard, not_ours, remove_damaged
 from novelfind.cli.base import parameter_option
 from novelfind.cli.console import Console, human_size, plural
 from novelfind.cli.scan import scan
@@ -72,6 +72,9 @@ def refuse_foreign(path: Path) -> None:
     `clear` move aside or delete only files they recognise (``--cache thesis.txt`` by mistake)."""
     if not os.path.lexists(path):
         return
+    refused = guard.refusal(path, "the feature cache")  # where it lies, what it is, whose it is
+    if refused is not None:
+        raise CacheError(refused)
     reason = not_ours(path)
     if reason is not None:
         raise CacheError(f"{path} is not a novelfind cache ({reason}); left as it is")

@@ -156,6 +156,11 @@ def failures_command(paths: tuple[Path, ...], forget: bool, cache_path: Path | N
             click.echo(f"forgotten\t{store.forget_failures(targets)}")
             return int(ExitCode.OK)
     rows = sorted(known.values(), key=lambda f: (f.first_seen, f.path))
-    lines = [f"{f.first_seen}\t{escape_field(os.fsdecode(f.path))}\t{escape_field(f.reason)}\n" for f in rows]
+    # every field escaped: the cache is a file someone may have edited (an ESC or a newline in a field
+    # would speak to the terminal or forge a line)
+    lines = [
+        f"{escape_field(f.first_seen)}\t{escape_field(os.fsdecode(f.path))}\t{escape_field(f.reason)}\n"
+        for f in rows
+    ]
     write_stdout(encode_output("".join(lines)))
     return int(ExitCode.OK)

@@ -26,6 +26,7 @@ are ``pooled @ W.T + b``, with W and b read once from the same verified weights 
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
@@ -36,8 +37,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from novelfind.base import atomic, devices, dirs, extras
+from novelfind.base import devices, dirs, extras
+from novelfind.base.safe_text import display
 from novelfind.errors import InputError, WeightsError
+from novelfind.model.graph import keep_graph, kept_graph, reason_of
 from novelfind.model.weights import (
     FEATURE_DIMS,
     MOBILENET_V2,
@@ -152,20 +155,21 @@ def _reference_batch(n: int = 8) -> np.ndarray:
     return out
 
 
-def export_onnx(net, path: Path) -> None:
-    """Export ``net`` (the pixel wrapper) with a dynamic batch axis; written atomically."""
+def export_onnx(net) -> bytes:
+    """``net`` (the pixel wrapper) exported to ONNX with a dynamic batch axis, in memory: the exporter
+    writes no file, so no name of a folder someone else may write is ever opened by it."""
     import torch
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     example = torch.from_numpy(_reference_batch(2))
-    with atomic.replacing(path) as tmp, warnings.catch_warnings():
+    buffer = io.BytesIO()
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # The TorchScript exporter (dynamo=False) folds BatchNorm into the convolutions, keeps the weights
         # inside one file; ONNX Runtime ran its graph ~3x faster than the dynamo exporter's here.
         torch.onnx.export(
             net,
             (example,),
-            str(tmp),
+            buffer,
             input_names=["pixels"],
             output_names=["features"],
             dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
@@ -173,6 +177,7 @@ def export_onnx(net, path: Path) -> None:
             do_constant_folding=True,
             dynamo=False,
         )
+    return buffer.getvalue()
 
 
 def classes_of(extractor: Any, vectors: np.ndarray) -> list[list[tuple[str, float]]] | None:
@@ -316,6 +321,9 @@ class OnnxExtractor(_Features):
     dim: int = 0
     stored_dim: int = POOLED_DIM
     former: FormerKeys = field(default_factory=former_keys)
+    # the graph's bytes, given by a caller that checked them (a Ray node: the driver's): then nothing is
+    # read from the model cache or exported
+    graph: bytes | None = field(default=None, repr=False)
     _session: Any = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     backend: str = "onnx"
@@ -329,7 +337,7 @@ class OnnxExtractor(_Features):
         name = f"mobilenet_v2-{WEIGHTS_SHA256[:16]}-pooled-opset{ONNX_OPSET}-g{ONNX_GRAPH_VERSION}.onnx"
         return base / name
 
-    def _new_session(self, path: Path):
+    def _new_session(self, graph: bytes):
         ort = onnxruntime()
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = self.threads or devices.available_cpus()
@@ -339,7 +347,7 @@ class OnnxExtractor(_Features):
         opts.log_severity_level = 3
         # No busy-waiting between runs: decode workers need those cycles.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"])
 
     def _load(self):
         with self._lock:
@@ -352,28 +360,39 @@ class OnnxExtractor(_Features):
         return _in_background(self._load)
 
     def _prepare(self):
-        """Load the cached graph, or export + verify it. RuntimeError when the graph can't be trusted."""
+        """A session on the kept graph when it checks out (:func:`kept_graph`), else on a graph exported
+        here and verified against eager PyTorch, then kept (:func:`keep_graph`). RuntimeError when the
+        graph can't be trusted. ONNX Runtime loads the checked bytes, never the file by name."""
+        if self.graph is not None:  # given (a Ray node: the driver's checked bytes)
+            return self._new_session(self.graph)
         path = self.onnx_path
-        if path.is_file():
+        kept = kept_graph(path)
+        if kept is not None:
             try:
-                return self._new_session(path)
+                return self._new_session(kept)
             except Exception as e:  # noqa: BLE001 - a damaged cache file is rebuilt
-                log.warning("re-exporting damaged ONNX model %s: %s", path, e)
+                log.warning("re-exporting damaged ONNX model %s: %s", display(path), e)
         import torch
 
         net = _build_torch_net(self.weights)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.replacing(path) as candidate:  # checked before it replaces the model file
-            export_onnx(net, candidate)
-            session = self._new_session(candidate)
-            check = _reference_batch(8)
-            got = session.run(None, {"pixels": check})[0]  # (8, 1280)
-            with torch.inference_mode():
-                want = net(torch.from_numpy(check)).numpy()  # (8, 1280)
-            diff = float(np.max(np.abs(got - want)))
-            if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
-                raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
-        return self._new_session(path)
+        graph = export_onnx(net)
+        session = self._new_session(graph)
+        check = _reference_batch(8)
+        got = session.run(None, {"pixels": check})[0]  # (8, 1280)
+        with torch.inference_mode():
+            want = net(torch.from_numpy(check)).numpy()  # (8, 1280)
+        diff = float(np.max(np.abs(got - want)))
+        if not np.isfinite(diff) or diff > BACKEND_TOLERANCE:
+            raise RuntimeError(f"ONNX output differs from PyTorch by {diff:.2e} (> {BACKEND_TOLERANCE})")
+        try:
+            keep_graph(path, graph)
+        except OSError as err:  # the run goes on with the graph in memory; the next one exports again
+            log.warning(
+                "cannot keep the exported model %s (%s); exported again next time",
+                display(path),
+                reason_of(err),
+            )
+        return session
 
     def encode(self, batch: np.ndarray) -> np.ndarray:
         """uint8 (B, 224, 224, 3) pixels -> float32 (B, 1280) pooled vectors."""

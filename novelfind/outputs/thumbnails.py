@@ -26,8 +26,9 @@ import io
 import os
 import sqlite3
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -35,7 +36,9 @@ from PIL import Image
 
 from novelfind.base import door
 from novelfind.base.devices import available_cpus
-from novelfind.errors import FileRefused
+from novelfind.base.safe_text import display
+from novelfind.cache import guard, recovery, schema
+from novelfind.errors import CacheError, FileRefused
 from novelfind.extract.decoders.pillow import decode_each
 from novelfind.media.decode import decode_processes_within_budget
 from novelfind.media.kinds import kind_of
@@ -172,6 +175,26 @@ def make_thumbnails(
 # past it, those used longest ago go. 256 + 160 + 96 px of a photo take ~25 KB: 64 MB keeps ~2,500 photos.
 THUMBNAIL_CACHE_BYTES = 64 << 20
 THUMBNAIL_CACHE_NAME = "thumbnails.sqlite"  # beside the feature cache
+THUMBNAIL_APPLICATION_ID = 0x4E564654  # "NVFT" in the SQLite header: novelfind's thumbnail cache
+THUMBNAIL_SCHEMA_VERSION = 1
+# One kept thumbnail's JPEG at most (a 256 px one takes 10 to 60 KB), and a clip's frame side at most: a
+# row beyond them is damage, never fetched.
+MAX_THUMBNAIL_BYTES = 1 << 20
+MAX_FRAME_SIDE = 1 << 16
+THUMBNAIL_QUERY_TIMEOUT_S = 60.0  # one statement on the thumbnail cache (a lookup takes microseconds)
+_THUMBS = (
+    "CREATE TABLE IF NOT EXISTS thumbs (path BLOB, size INTEGER, at REAL, file_size INTEGER, "
+    "mtime_ns INTEGER, width INTEGER, height INTEGER, jpeg BLOB, used INTEGER, PRIMARY KEY (path, size, at))"
+)
+# The rows of the shape novelfind writes, checked in SQL before anything is fetched: a 400 MB integer
+# where the JPEG belongs (``bytes(400000000)`` in Python), text, a 200 MB blob are not read, and dropped.
+VALID_ROW = (
+    "typeof(file_size) = 'integer' AND typeof(mtime_ns) = 'integer' AND typeof(used) = 'integer' "
+    f"AND typeof(jpeg) = 'blob' AND length(jpeg) BETWEEN 3 AND {MAX_THUMBNAIL_BYTES} "
+    "AND substr(jpeg, 1, 2) = x'ffd8' AND ((width IS NULL AND height IS NULL) OR ("
+    f"typeof(width) = 'integer' AND typeof(height) = 'integer' AND width BETWEEN 1 AND {MAX_FRAME_SIDE} "
+    f"AND height BETWEEN 1 AND {MAX_FRAME_SIDE}))"
+)
 
 
 def _at_key(at: float | None) -> float:
@@ -183,30 +206,110 @@ class ThumbnailCache:
     file keeps the size and modification time of the file it was made from (as the library door opens it
     now, and as it was ranked): a re-scan whose report shows the same photos decodes none of them again.
     Best effort: a cache that cannot be opened, read or written (locked by another run, damaged, on a
-    full disk) is passed over, and the thumbnails are made as without it. The file is created for its
-    owner alone (0600), never through a symbolic link."""
+    full disk) is passed over, and the thumbnails are made as without it.
 
-    def __init__(self, path: Path | str, max_bytes: int = THUMBNAIL_CACHE_BYTES):
+    The file is opened through the stores' door (:func:`novelfind.cache.guard.open_store`): in a folder
+    of the user's alone, a regular file of the user's (a link there is not followed), created 0600; a file
+    refused there, one whose schema novelfind did not make, or a damaged one is named in one warning
+    (``on_warning``, else a ``CacheWarning``) and passed over. Every statement runs under a clock, and a
+    row is read only when its values have the types and sizes novelfind writes (:data:`VALID_ROW`)."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        max_bytes: int = THUMBNAIL_CACHE_BYTES,
+        *,
+        on_warning: Callable[[str], None] | None = None,
+    ):
         self.path = Path(path)
         self.max_bytes = max_bytes
+        self.on_warning = on_warning
         self.conn: sqlite3.Connection | None = None
+        self._cookie = 0
+        if not self.path.parent.is_dir():
+            return  # no feature cache folder either: nothing to keep
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            os.close(fd)
-            conn = sqlite3.connect(self.path, timeout=5.0)
-            try:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS thumbs (path BLOB, size INTEGER, at REAL, file_size INTEGER, "
-                    "mtime_ns INTEGER, width INTEGER, height INTEGER, jpeg BLOB, used INTEGER, "
-                    "PRIMARY KEY (path, size, at))"
-                )
-                conn.commit()
-            except sqlite3.Error:
-                conn.close()
-                raise
-            self.conn = conn
+            conn = guard.open_store(
+                self.path, what="the thumbnail cache", follow_link=False, isolation_level=None
+            )
+        except CacheError as err:  # refused by the door
+            self._warn(str(err))
+            return
         except (OSError, sqlite3.Error):
-            self.conn = None
+            return
+        conn.query_timeout = THUMBNAIL_QUERY_TIMEOUT_S
+        try:
+            self._cookie = self._prepare(conn)
+        except CacheError as err:
+            conn.close()
+            self._warn(str(err))
+            return
+        except sqlite3.Error as err:
+            conn.close()
+            if recovery.is_damage(err):
+                self._warn(
+                    f"the thumbnail cache {display(self.path)} is damaged ({err}); not used: delete it"
+                )
+            return
+        self.conn = conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> int:
+        """Check that the file is novelfind's thumbnail cache (or new), make its table; its schema version.
+        CacheError for a file of another program or a schema novelfind did not make."""
+        recovery.check_health(conn)
+        app_id, version, objects = schema.header(conn)
+        if app_id not in (0, THUMBNAIL_APPLICATION_ID) or version > THUMBNAIL_SCHEMA_VERSION:
+            raise CacheError(
+                f"the thumbnail cache {display(self.path)} is not one this novelfind made; not used: "
+                "move it aside or delete it"
+            )
+        self._check_schema(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._check_schema(conn)  # again, under the write lock
+            conn.execute(_THUMBS)
+            conn.execute(f"PRAGMA application_id = {THUMBNAIL_APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {THUMBNAIL_SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return schema.schema_cookie(conn)
+
+    def _check_schema(self, conn: sqlite3.Connection) -> None:
+        what = schema.foreign_object(conn, schema.expected_schema(_THUMBS))
+        if what is not None:
+            raise CacheError(
+                f"the thumbnail cache {display(self.path)} holds {display(what)} that novelfind did not "
+                "create; not used: move it aside or delete it"
+            )
+
+    def _warn(self, message: str) -> None:
+        if self.on_warning is not None:
+            self.on_warning(message)
+        else:
+            warnings.warn(message, recovery.CacheWarning, stacklevel=3)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; the schema checked again first when another process changed it."""
+        conn = self.conn
+        assert conn is not None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema.schema_cookie(conn) != self._cookie:
+                self._check_schema(conn)  # a trigger added meanwhile never fires
+                self._cookie = schema.schema_cookie(conn)
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            raise
 
     @staticmethod
     def _stat(path: Path, expect: Stat | None) -> Stat | None:
@@ -234,7 +337,7 @@ class ThumbnailCache:
             for path, size, at in wanted:
                 row = self.conn.execute(
                     "SELECT file_size, mtime_ns, width, height, jpeg FROM thumbs "
-                    "WHERE path = ? AND size = ? AND at = ?",
+                    f"WHERE path = ? AND size = ? AND at = ? AND {VALID_ROW}",
                     (os.fsencode(path), size, _at_key(at)),
                 ).fetchone()
                 if row is not None and stats[path] is not None and tuple(row[:2]) == stats[path]:
@@ -243,12 +346,12 @@ class ThumbnailCache:
                         frames[Path(path)] = (int(row[2]), int(row[3]))
             if found:
                 now = int(time.time())
-                self.conn.executemany(
-                    "UPDATE thumbs SET used = ? WHERE path = ? AND size = ? AND at = ?",
-                    [(now, os.fsencode(p), s, _at_key(a)) for p, s, a in found],
-                )
-                self.conn.commit()
-        except sqlite3.Error:
+                with self._write() as conn:
+                    conn.executemany(
+                        "UPDATE thumbs SET used = ? WHERE path = ? AND size = ? AND at = ?",
+                        [(now, os.fsencode(p), s, _at_key(a)) for p, s, a in found],
+                    )
+        except (sqlite3.Error, CacheError):
             pass  # what was found stands; the rest is made again
         return found, frames
 
@@ -260,33 +363,29 @@ class ThumbnailCache:
     ) -> None:
         """Keep the thumbnails made (None: unreadable, not kept), each under the (size, modification time
         in ns) of the file it was made from (``seen``: what the library door opened; a file not in it is
-        not kept), then trim the cache to ``max_bytes``, dropping those used longest ago."""
+        not kept), then trim the cache to ``max_bytes``, dropping those used longest ago, and any row not
+        of the shape novelfind writes."""
         if self.conn is None:
             return
         now = int(time.time())
         rows = []
         for (path, size, at), jpeg in made.items():
             stat = seen.get(Path(path))
-            if jpeg is None or stat is None:
+            if jpeg is None or stat is None or len(jpeg) > MAX_THUMBNAIL_BYTES:
                 continue
             width, height = frames.get(Path(path), (None, None))
             rows.append((os.fsencode(path), size, _at_key(at), *stat, width, height, jpeg, now))
         try:
-            self.conn.executemany("INSERT OR REPLACE INTO thumbs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            total, stale = 0, []
-            for rowid, length in self.conn.execute(
-                "SELECT rowid, length(jpeg) FROM thumbs ORDER BY used DESC, rowid DESC"
-            ).fetchall():
-                total += length
-                if total > self.max_bytes:
-                    stale.append((rowid,))
-            self.conn.executemany("DELETE FROM thumbs WHERE rowid = ?", stale)
-            self.conn.commit()
-        except sqlite3.Error:
-            try:
-                self.conn.rollback()
-            except sqlite3.Error:
-                pass
+            with self._write() as conn:
+                conn.executemany("INSERT OR REPLACE INTO thumbs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+                conn.execute(f"DELETE FROM thumbs WHERE NOT ({VALID_ROW})")
+                conn.execute(
+                    "DELETE FROM thumbs WHERE rowid IN (SELECT rowid FROM (SELECT rowid, sum(length(jpeg)) "
+                    "OVER (ORDER BY used DESC, rowid DESC) AS total FROM thumbs) WHERE total > ?)",
+                    (int(self.max_bytes),),
+                )
+        except (sqlite3.Error, CacheError):
+            pass  # nothing kept this time
 
     def close(self) -> None:
         if self.conn is not None:

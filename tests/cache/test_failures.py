@@ -13,8 +13,8 @@ from novelfind.cache import failures as cache_failures
 from novelfind.cache.failures import KnownFailure, NullFailures, forget_paths, load, record
 
 
-class Clock:
-    """``datetime`` as ``failures`` sees it, at a time the test sets."""
+class Clock(datetime):
+    """``datetime`` as ``failures`` sees it, at a time the test sets (reading times as ``datetime`` does)."""
 
     at = datetime(2024, 1, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 

@@ -173,6 +173,15 @@ def test_caches_of_older_versions_are_novelfind_made(tmp_path):
         assert c.get_by_digest("d") is not None
 
 
+def test_sqlite_is_opened_in_one_place():
+    """Every SQLite file goes through the door: ``sqlite3.connect`` is called in ``cache/guard.py`` alone."""
+    package = Path(guard.__file__).resolve().parents[1]
+    calling = sorted(
+        str(p.relative_to(package)) for p in package.rglob("*.py") if "sqlite3.connect(" in p.read_text()
+    )
+    assert calling == ["cache/guard.py"]
+
+
 # --------------------------------------------------------------------------- queries under a clock
 
 

@@ -61,11 +61,11 @@ def test_prune_drops_dates_and_models_nothing_uses_any_more(path, tmp_path):
         cache.put_many([(keep, "dk", vec())])
     with FeatureCache(path, "m2") as cache:
         cache.put_many([(gone, "dg", vec())])
-        cache.put_dates([("dk", 1.0, 0, "exif"), ("dg", 2.0, 0, "exif")])
+        cache.put_dates([("dk", 1.6e9, 0, "exif"), ("dg", 1.7e9, 0, "exif")])
         gone.path.unlink()
         assert cache.prune() == 1
         assert cache.model_keys() == {"m1": 4}  # m2's only vector was the gone file's
-        assert cache.dates_by_stat([keep]) == [("dk", (1.0, 0, "exif"))]
+        assert cache.dates_by_stat([keep]) == [("dk", (1.6e9, 0, "exif"))]
         conn_dates = cache._conn.execute("SELECT digest FROM dates").fetchall()
         assert conn_dates == [("dk",)]
 
@@ -93,7 +93,7 @@ def test_prune_keeps_a_file_recorded_anew_since_it_was_looked_at(path, tmp_path)
 def test_clear_forgets_rankings_dates_and_failures_too(path):
     with FeatureCache(path, "m1") as cache:
         cache.put_many([(ImageFile(Path("/p/a.jpg"), 1, 2), "da", vec())])
-        cache.put_dates([("da", 1.0, 0, "exif")])
+        cache.put_dates([("da", 1.6e9, 0, "exif")])
         cache.note_ranking(b"/p", "knn", "0.4.0")
         cache.record_failures([(b"/p/bad.jpg", 1, 1, "bad")])
         cache.clear()

@@ -172,13 +172,48 @@ def test_auto_falls_back_to_torch_with_warning(real_weights, tmp_path, monkeypat
 
 @pytest.mark.slow  # exports the ONNX graph once (a few seconds)
 def test_export_verification_rejects_mismatch(onnx_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(features, "export_onnx", lambda net, path: shutil.copyfile(onnx_file, path))
+    monkeypatch.setattr(features, "export_onnx", lambda net: onnx_file.read_bytes())
     monkeypatch.setattr(features, "BACKEND_TOLERANCE", -1.0)  # every comparison now fails
     ex = build_extractor(backend="onnx", device="cpu", cache_dir=tmp_path)
     with pytest.raises(RuntimeError, match="differs from PyTorch"):
         ex._prepare()
     assert not ex.onnx_path.exists()  # an unverified graph is never cached
-    assert not any(p.name.endswith(".new") for p in tmp_path.iterdir())
+    assert list(tmp_path.iterdir()) == []  # nor anything else: no temporary file either
+
+
+@pytest.mark.slow  # exports the ONNX graph once (a few seconds)
+def test_a_planted_graph_is_exported_again_with_one_warning(onnx_file, tmp_path, monkeypatch, real_photos):
+    """A graph that scores every photo 0, planted where the exported one is kept (a shared model cache):
+    it used to be loaded without a word. Now its bytes do not match the record: exported again, kept."""
+    import torch
+
+    from novelfind.model.graph import keep_graph
+    from novelfind.results import warnings_to
+
+    class Zeros(torch.nn.Module):
+        def forward(self, pixels):
+            return torch.zeros(pixels.shape[0], 1280) + 0 * pixels.to(torch.float32).mean()
+
+    planted = tmp_path / "planted.onnx"
+    torch.onnx.export(
+        Zeros(),
+        (torch.zeros(2, 224, 224, 3, dtype=torch.uint8),),
+        str(planted),
+        input_names=["pixels"],
+        output_names=["features"],
+        dynamic_axes={"pixels": {0: "batch"}, "features": {0: "batch"}},
+        dynamo=False,
+    )
+    ex = build_extractor(feature="pooled", backend="onnx", device="cpu", cache_dir=tmp_path / "models")
+    keep_graph(ex.onnx_path, onnx_file.read_bytes())  # the verified export, with its record
+    ex.onnx_path.write_bytes(planted.read_bytes())  # swapped for the planted graph; the record stays
+    monkeypatch.setattr(features, "export_onnx", lambda net: onnx_file.read_bytes())  # the module's export
+    lines: list[str] = []
+    with warnings_to(lines.append):
+        out = ex(real_photos[:2])
+    assert float(np.abs(out).max()) > 0  # the real model's vectors, not the planted zeros
+    assert len(lines) == 1 and "is not the one novelfind exported" in lines[0]
+    assert ex.onnx_path.read_bytes() == onnx_file.read_bytes()  # the verified graph back in its place
 
 
 def test_rejects_wrong_input(real_weights):

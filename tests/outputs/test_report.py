@@ -488,10 +488,20 @@ def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library)
     damaged.write_bytes(b"not a database" * 100)
     link = tmp_path / "link.sqlite"
     link.symlink_to(tmp_path / "elsewhere.sqlite")
-    for cache in (damaged, link, tmp_path / "missing" / "t.sqlite"):
+    import warnings
+
+    from novelfind.cache import CacheWarning
+
+    said = {damaged: "is damaged", link: "is a symbolic link", tmp_path / "missing" / "t.sqlite": None}
+    for cache, why in said.items():
         out = tmp_path / "r.html"
-        write_html_report(out, picks, run={}, thumbnail_cache=cache)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            write_html_report(out, picks, run={}, thumbnail_cache=cache)
         assert len(re.findall(r'<img src="data:image/jpeg;base64,', out.read_text(encoding="utf-8"))) == 2
+        warned = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+        assert warned == ([] if why is None else [warned[0]])  # one line naming it, or none at all
+        assert why is None or (why in warned[0] and str(cache) in warned[0])
     assert damaged.read_bytes() == b"not a database" * 100
     assert not (tmp_path / "elsewhere.sqlite").exists()  # never created through a link
     assert not (tmp_path / "missing").exists()
@@ -499,7 +509,7 @@ def test_a_thumbnail_cache_that_cannot_be_used_is_passed_over(tmp_path, library)
 
 def test_the_thumbnail_cache_keeps_to_its_size(tmp_path, library):
     cache = thumbnails.ThumbnailCache(tmp_path / "t.sqlite", max_bytes=3000)
-    jpeg = b"x" * 1000
+    jpeg = b"\xff\xd8" + b"x" * 998  # 1000 bytes that start as a JPEG does
     seen = {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in library}
     cache.put({(library[i], 96, None): jpeg for i in range(2)}, {}, seen)
     cache.put({(library[i], 96, None): jpeg for i in range(2, 5)}, {}, seen)

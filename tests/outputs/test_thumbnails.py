@@ -11,10 +11,13 @@ import pytest
 from common import make_photo
 from PIL import Image
 
+from novelfind.cache import CacheWarning
 from novelfind.media.video import ClipInfo
 from novelfind.outputs import thumbnails
 from novelfind.outputs.thumbnails import ThumbnailCache, clock, make_thumbnails, thumbnails_of
 from novelfind.picks import Pick
+
+JPEG = b"\xff\xd8"  # how a JPEG starts: what a kept thumbnail must start with
 
 
 @pytest.mark.parametrize(
@@ -52,12 +55,12 @@ def test_a_kept_thumbnail_is_valid_while_its_file_is_unchanged(tmp_path):
     clip = make_photo(tmp_path / "c.png", (10, 10, 200), seed=3)
     with ThumbnailCache(tmp_path / "t.sqlite") as cache:
         cache.put(
-            {(path, 96, None): b"jpeg-96", (path, 256, None): None, (clip, 96, 4.0): b"frame"},
+            {(path, 96, None): JPEG + b"96", (path, 256, None): None, (clip, 96, 4.0): JPEG + b"frame"},
             {clip: (640, 360)},
             {path: _stat(path), clip: _stat(clip)},
         )
         found, frames = cache.get([(path, 96, None), (path, 256, None), (clip, 96, 4.0), (clip, 96, None)])
-        assert found == {(path, 96, None): b"jpeg-96", (clip, 96, 4.0): b"frame"}  # None is never kept
+        assert found == {(path, 96, None): JPEG + b"96", (clip, 96, 4.0): JPEG + b"frame"}  # None: not kept
         assert frames == {clip: (640, 360)}
         st = path.stat()
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the file changed
@@ -69,9 +72,11 @@ def test_a_kept_thumbnail_is_valid_while_its_file_is_unchanged(tmp_path):
 def test_a_folder_in_the_way_is_a_cache_that_keeps_nothing(tmp_path):
     (tmp_path / "t.sqlite").mkdir()
     path = make_photo(tmp_path / "a.png", (1, 2, 3), seed=4)
-    with ThumbnailCache(tmp_path / "t.sqlite") as cache:
+    with pytest.warns(CacheWarning, match=r"t\.sqlite is not a regular file \(a folder\); not used"):
+        cache = ThumbnailCache(tmp_path / "t.sqlite")
+    with cache:
         assert cache.conn is None
-        cache.put({(path, 96, None): b"x"}, {}, {path: _stat(path)})
+        cache.put({(path, 96, None): JPEG}, {}, {path: _stat(path)})
         assert cache.get([(path, 96, None)]) == ({}, {})
 
 

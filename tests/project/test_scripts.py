@@ -52,6 +52,7 @@ RUNS: dict[str, list[str]] = {
         "{tmp}/out.json",
     ],
     "bench_dates.py": ["--photos", "3", "--rounds", "1", "--out", "{tmp}/out.json"],
+    "bench_graph_check.py": ["--megabytes", "0.1", "--repeats", "1", "--out", "{tmp}/out.json"],
     "bench_float16.py": ["--data", "synthetic", "--sizes", "500", "--seeds", "0", "--out", "{tmp}/out.json"],
     "bench_host.py": [
         "--dir",

@@ -32,7 +32,8 @@ import json, os, shutil, sqlite3, subprocess, sys
 fake_cli, library, work, mnt, size, grown, prefill, small = sys.argv[1:9]
 cache = os.path.join(work if small == "outputs" else mnt, "features.sqlite")
 out = mnt if small == "outputs" else work
-subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", mnt], check=True)
+# mode 0700: a tmpfs is 1777 by default, a folder anyone can write, where novelfind keeps no cache
+subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", mnt], check=True)
 if prefill != "0":  # the file system is full before the scan starts
     with open(os.path.join(mnt, "filler"), "wb") as f:
         try:

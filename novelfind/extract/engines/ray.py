@@ -234,6 +234,7 @@ class RayEngine:
         if self._spec is not None:
             return self._spec
         from novelfind.model.features import OnnxExtractor
+        from novelfind.model.graph import kept_graph
         from novelfind.model.weights import resolve_weights, sha256_file
 
         ray = self._ray
@@ -244,7 +245,11 @@ class RayEngine:
         if device == "cpu":
             local = OnnxExtractor(weights, self.feature, cache_dir=self.model_cache_dir)
             local(np.zeros((1, INPUT_SIZE, INPUT_SIZE, 3), np.uint8))  # exports and verifies the graph once
-            onnx_bytes = atomic.read_limited(local.onnx_path, MODEL_MAX_BYTES)
+            onnx_bytes = kept_graph(local.onnx_path)  # read back checked, as a local run loads it
+            if onnx_bytes is None:
+                raise ClusterError(
+                    f"the exported model {local.onnx_path} could not be kept to send to the nodes"
+                )
             onnx_ref, onnx_sha = ray.put(onnx_bytes), sha256_of(onnx_bytes)
         self._spec = ModelSpec(
             feature=self.feature,

@@ -112,9 +112,10 @@ def _worker_extractor(spec: ModelSpec):
     if spec.device == "cuda":
         _materialise(weights, ray.get(spec.weights_ref), spec.weights_sha256)
         return TorchExtractor(weights, spec.feature, device="cuda")
-    extractor = OnnxExtractor(weights, spec.feature, threads=1, cache_dir=base / "models")
-    _materialise(extractor.onnx_path, ray.get(spec.onnx_ref), spec.onnx_sha256)
-    return extractor
+    graph = ray.get(spec.onnx_ref)  # loaded from memory: no graph file on the node
+    if sha256_of(graph) != spec.onnx_sha256:
+        raise RuntimeError("model bytes for the ONNX graph arrived damaged (sha256 mismatch)")
+    return OnnxExtractor(weights, spec.feature, threads=1, graph=graph)
 
 
 class ExtractWorker:
