@@ -103,8 +103,8 @@ def is_thumbnail_cache(path: Path) -> bool:
     try:
         if not stat.S_ISREG(os.lstat(path).st_mode):
             return False
-        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
-    except (OSError, sqlite3.Error, ValueError):
+        conn = guard.open_store(path, what="the thumbnail cache", read_only=True, follow_link=False)
+    except (OSError, sqlite3.Error, ValueError, CacheError):
         return False
     try:
         row = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'thumbs'").fetchone()

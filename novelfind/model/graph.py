@@ -45,7 +45,7 @@ def _read_own(dir_fd: int, name: str, limit: int) -> bytes:
             raise OSError(errno.EPERM, f"it belongs to another user (uid {st.st_uid})")
         if st.st_mode & 0o022:
             raise OSError(errno.EPERM, "others can write it")
-        with open(fd, "rb", closefd=False) as handle:
+        with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(limit + 1)
     finally:
         os.close(fd)

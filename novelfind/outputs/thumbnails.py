@@ -359,18 +359,18 @@ class ThumbnailCache:
         self,
         made: Mapping[Thumb, bytes | None],
         frames: Mapping[Path, tuple[int, int]],
-        seen: Mapping[Path, Stat],
+        seen: Mapping[Path, Stat] | None = None,
     ) -> None:
         """Keep the thumbnails made (None: unreadable, not kept), each under the (size, modification time
         in ns) of the file it was made from (``seen``: what the library door opened; a file not in it is
-        not kept), then trim the cache to ``max_bytes``, dropping those used longest ago, and any row not
-        of the shape novelfind writes."""
+        not kept; without ``seen``, the file as the door opens it now), then trim the cache to
+        ``max_bytes``, dropping those used longest ago, and any row not of the shape novelfind writes."""
         if self.conn is None:
             return
         now = int(time.time())
         rows = []
         for (path, size, at), jpeg in made.items():
-            stat = seen.get(Path(path))
+            stat = seen.get(Path(path)) if seen is not None else self._stat(Path(path), None)
             if jpeg is None or stat is None or len(jpeg) > MAX_THUMBNAIL_BYTES:
                 continue
             width, height = frames.get(Path(path), (None, None))

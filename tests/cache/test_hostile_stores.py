@@ -356,7 +356,7 @@ def test_a_report_over_a_hostile_thumbnail_cache_makes_its_own_thumbnails(kept, 
         params=(os.fsencode(photo), st.st_size, st.st_mtime_ns),
     )
     out = tmp_path / "r.html"
-    write_html_report(out, [Pick(1, 1.0, photo, 1, 0)], run={}, thumbnail_cache=path)
+    write_html_report(out, [Pick(1, 1.0, photo, st.st_size, st.st_mtime_ns)], run={}, thumbnail_cache=path)
     assert out.stat().st_size < 1 << 20  # a page, not 533 MB
     assert out.read_text(encoding="utf-8").count('<img src="data:image/jpeg;base64,') == 1
 

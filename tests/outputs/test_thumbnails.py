@@ -140,8 +140,8 @@ def test_a_kept_thumbnail_is_not_taken_for_a_link_renamed_over_its_file(tmp_path
     twin.write_bytes(path.read_bytes())
     os.utime(twin, ns=(listed[1], listed[1]))
     with ThumbnailCache(tmp_path / "t.sqlite") as cache:
-        cache.put({(path, 96, None): b"kept"}, {}, {path: listed})
-        assert cache.get([(path, 96, None)], {path: listed})[0] == {(path, 96, None): b"kept"}
+        cache.put({(path, 96, None): b"\xff\xd8kept"}, {}, {path: listed})
+        assert cache.get([(path, 96, None)], {path: listed})[0] == {(path, 96, None): b"\xff\xd8kept"}
         assert cache.get([(path, 96, None)], {path: (listed[0], listed[1] + 1)})[0] == {}  # not as ranked
         bait = tmp_path / "bait"
         bait.symlink_to(twin)

@@ -33,13 +33,11 @@ ALLOWED = {
     ("media/decode.py", "_address_space"): "the kernel's /proc/self/status",
     ("extract/decoders/pillow.py", "_gone"): "the kernel's /proc/PID/stat of a decode worker",
     ("cli/console.py", "redirect_engine_output"): "os.devnull and a dup of stderr, for a quiet run",
-    ("cache/schema.py", "_not_ours_now"): "the first 100 bytes of a cache file being refused, to say why",
     ("cache/recovery.py", "move_aside"): "renames a damaged cache aside in the user's own cache folder",
     ("model/weights.py", "categories"): "the package's own data file (importlib.resources)",
     ("model/weights.py", "sha256_file"): "the weights file (the package's, or one the user named), hashed",
     ("model/weights.py", "read_weights"): "the weights file (the package's, or one the user named)",
     ("outputs/xmp_ledger.py", "_load_ledger"): "renames a damaged record aside in the user's data folder",
-    ("outputs/thumbnails.py", "__init__"): "the thumbnails' store, created 0600 with O_NOFOLLOW first",
 }
 
 NAMES = {"open"}
