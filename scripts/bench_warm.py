@@ -7,7 +7,8 @@
 The library is ``--count`` photos (default 2,046, 256 x 256 JPEGs, 100 a folder), made once under
 ``--work`` from the photo sets' sources (scripts/photosets.py: campus, aerial and flower views): most
 scenes shot as bursts of 2-12 near-identical frames (``photosets.burst_frame``), as a phone's library
-is, so the ranking groups its picks into moments, plus 12 odd single shots. Each novelfind tree's cache
+is, the 12 odd scenes among them too (people, animals, objects), so the picks are moments of several
+frames and the ranking groups them. Each novelfind tree's cache
 is filled once by a first ``novelfind scan LIB --k 20 --report`` (the real model on the CPU; the
 report's thumbnails are kept beside the cache), and fastdup's work folder by a first
 ``fastdup.create(input_dir=LIB, work_dir=W).run()``; both first runs are timed too.
@@ -46,7 +47,7 @@ sys.path.insert(0, str(HERE))
 from harness import machine, run_tree, write_json  # noqa: E402
 
 SIDE = 256
-ODD = 12  # single odd shots among the bursts
+ODD = 12  # odd scenes (people, animals, objects) among the views, shot like the others
 FASTDUP_RUN = "import fastdup; fastdup.create(input_dir={lib!r}, work_dir={work!r}).run()"
 ALREADY = "already applied"  # what fastdup says when its work folder holds a finished run
 
@@ -55,23 +56,26 @@ def build_library(dest: Path, count: int, seed: int = 0) -> dict:
     """``count`` JPEGs under ``dest`` (100 a folder), unless it holds them already; what it holds."""
     paths = sorted(dest.rglob("*.jpg")) if dest.is_dir() else []
     if len(paths) != count:
-        from photosets import burst_frame, load_sources, photo_jitter, random_crop
+        from photosets import burst_frame, load_sources
 
         src = load_sources()
         rng = np.random.default_rng([seed, 2046])
         pool = [im for g in ("campus", "aerial", "flowers") for im in src.mvtb[g]]
         odd = [src.skimage[n] for n in ("astronaut", "coffee", "chelsea", "rocket", "horse", "coins")]
         odd += src.imagenet
-        images = []
-        while len(images) < count - ODD:
-            im = pool[int(rng.integers(len(pool)))]
+
+        def shoot(im) -> list:
+            """One scene: a single shot (3 in 10) or a burst of 2-12 frames."""
             w, h = im.size
             s = int(min(w, h) * rng.uniform(0.3, 0.8))
             box = (int(rng.integers(0, w - s + 1)), int(rng.integers(0, h - s + 1)), s)
             frames = 1 if rng.random() < 0.3 else int(rng.integers(2, 13))
-            images += [burst_frame(rng, im, box, SIDE) for _ in range(min(frames, count - ODD - len(images)))]
-        for i in rng.choice(len(odd), size=min(ODD, count - len(images)), replace=False):
-            images.append(photo_jitter(rng, random_crop(rng, odd[int(i)], (0.7, 1.0), SIDE)))
+            return [burst_frame(rng, im, box, SIDE) for _ in range(frames)]
+
+        images = [f for i in rng.choice(len(odd), size=ODD, replace=False) for f in shoot(odd[int(i)])]
+        while len(images) < count:
+            images += shoot(pool[int(rng.integers(len(pool)))])
+        images = images[:count]
         order = rng.permutation(len(images))
         for old in paths:
             old.unlink()
