@@ -59,7 +59,8 @@ def config_path() -> Path | None:
 
 
 def model_dir() -> Path:
-    """Exported ONNX graphs: ``$NOVELFIND_MODEL_CACHE``, else ``models`` in :func:`cache_dir`."""
+    """Exported ONNX graphs and the weights' hash record: ``$NOVELFIND_MODEL_CACHE``, else ``models`` in
+    :func:`cache_dir`."""
     return _from_env(MODEL_CACHE_ENV) or cache_dir() / "models"
 
 

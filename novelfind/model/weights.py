@@ -17,6 +17,7 @@ import functools
 import hashlib
 import importlib.resources
 import io
+import json
 import logging
 import math
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind.base import dirs
+from novelfind.base import atomic, dirs
 from novelfind.errors import WeightsError
 
 log = logging.getLogger(__name__)
@@ -102,25 +103,92 @@ _HOW_TO_GET = (
     f"or put {WEIGHTS_FILE} in $TORCH_HOME/hub/checkpoints/, or pass --weights PATH"
 )
 
-_sha_cache: dict[tuple[str, int, int], str] = {}
+# A file's state: path, size, mtime_ns, ctime_ns, inode, device. Rewriting the file, replacing it (a new
+# inode), touching it or restoring its mtime (utime sets ctime, which nothing can set back) changes it.
+FileState = tuple[str, int, int, int, int, int]
+
+_sha_cache: dict[FileState, str] = {}
 _sha_lock = threading.Lock()
+# The hashes of weights files kept between runs, by their state (``HASH_RECORD`` in the model folder)
+HASH_RECORD = "weights-sha256.json"
+HASH_RECORD_VERSION = 1
+HASH_RECORD_MAX = 8  # files remembered (the hub's copy, the package's, a --weights file, ...)
+HASH_RECORD_LIMIT = 64 * 1024  # bytes: a larger record is not read
+
+
+def _state(path: Path, st: os.stat_result) -> FileState:
+    return (str(path.absolute()), st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def sha256_file(path: Path) -> str:
-    """sha256 hex of ``path``; remembered per (path, size, mtime) for the life of the process."""
+    """sha256 hex of ``path``, read from the file only when it has changed.
+
+    The hash is remembered by the file's state (path, size, mtime_ns, ctime_ns, inode, device: any write,
+    replacement or touch changes it) for the life of the process and, between runs, in ``HASH_RECORD`` in
+    the model folder (:func:`novelfind.base.dirs.model_dir`, beside the exported ONNX graph, which is
+    trusted the same way): a re-scan does not read the 14 MB weights file again, a changed file is hashed
+    (and verified) again. A record that cannot be read or written is passed over; the file is then hashed.
+    """
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    key = _state(path, st)
     with _sha_lock:
         if key in _sha_cache:
             return _sha_cache[key]
+    recorded = _read_record()
+    digest = recorded.get(key)
+    if digest is None:
+        digest = _hash_file(path)
+        if _state(path, path.stat()) == key:  # not changed while it was read: the state names these bytes
+            _write_record({key: digest, **recorded})
+    with _sha_lock:
+        _sha_cache[key] = digest
+    return digest
+
+
+def _hash_file(path: Path) -> str:
+    """sha256 hex of the bytes of ``path``: the one place the weights file is hashed."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
-    digest = h.hexdigest()
-    with _sha_lock:
-        _sha_cache[key] = digest
-    return digest
+    return h.hexdigest()
+
+
+def _record_path() -> Path:
+    return dirs.model_dir() / HASH_RECORD
+
+
+def _read_record() -> dict[FileState, str]:
+    """The hashes of ``HASH_RECORD`` by file state, most recent first; none when it is missing, damaged,
+    of another version or over ``HASH_RECORD_LIMIT`` bytes."""
+    try:
+        doc = json.loads(atomic.read_limited(_record_path(), HASH_RECORD_LIMIT))
+        if doc.get("version") != HASH_RECORD_VERSION:
+            return {}
+        out: dict[FileState, str] = {}
+        for e in doc["files"]:
+            key = (str(e["path"]), *(int(e[f]) for f in ("size", "mtime_ns", "ctime_ns", "ino", "dev")))
+            digest = str(e["sha256"])
+            if len(digest) == 64 and all(c in "0123456789abcdef" for c in digest):
+                out[key] = digest  # type: ignore[index]
+        return out
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+def _write_record(hashes: dict[FileState, str]) -> None:
+    """Keep ``hashes`` (most recent first, at most ``HASH_RECORD_MAX``) in ``HASH_RECORD``, replaced
+    whole; a folder that cannot be written leaves the next run to hash the file again."""
+    files = [
+        dict(zip(("path", "size", "mtime_ns", "ctime_ns", "ino", "dev"), key, strict=True), sha256=digest)
+        for key, digest in list(hashes.items())[:HASH_RECORD_MAX]
+    ]
+    path = _record_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(path, json.dumps({"version": HASH_RECORD_VERSION, "files": files}).encode())
+    except OSError:
+        pass
 
 
 def _verified(path: Path) -> bool:

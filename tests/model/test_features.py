@@ -76,8 +76,9 @@ def test_nothing_found_offline(tmp_path, monkeypatch):
         resolve_weights(download=False)
 
 
-def test_sha_verified_once_per_file_state(real_weights, monkeypatch):
+def test_sha_verified_once_per_file_state(real_weights, monkeypatch, tmp_path):
     weights._sha_cache.clear()
+    monkeypatch.setenv("NOVELFIND_MODEL_CACHE", str(tmp_path))  # no hash recorded by an earlier test
     calls = []
     real_sha = weights.hashlib.sha256
 

@@ -8,6 +8,8 @@ import hashlib
 import math
 import os
 import shutil
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -57,6 +59,133 @@ def test_sha256_file_is_the_files_hash_and_follows_a_change(tmp_path):
     empty = tmp_path / "empty"
     empty.write_bytes(b"")
     assert sha256_file(empty) == hashlib.sha256(b"").hexdigest()
+
+
+@pytest.fixture
+def hashes(tmp_path, monkeypatch) -> list[Path]:
+    """A model folder of the test's own, no hash remembered in this process, and the list of the files
+    hashed from here on (each read of a file's bytes to hash it)."""
+    monkeypatch.setenv("NOVELFIND_MODEL_CACHE", str(tmp_path / "models"))
+    monkeypatch.setattr(weights, "_sha_cache", {})
+    read: list[Path] = []
+    inner = weights._hash_file
+
+    def counting(path):
+        read.append(path)
+        return inner(path)
+
+    monkeypatch.setattr(weights, "_hash_file", counting)
+    return read
+
+
+def a_new_process(monkeypatch) -> None:
+    """What a new run starts with: nothing remembered in memory (the record on disk stays)."""
+    monkeypatch.setattr(weights, "_sha_cache", {})
+
+
+def rewrite_in_place(path: Path, edit) -> None:
+    """``edit(file)`` (the same change however often made) on ``path`` opened for update, then its mtime
+    put back as it was: only the ctime tells. The file system's clock is coarse (a few ms), so the edit
+    is made again until the ctime moved."""
+    st = path.stat()
+    while True:
+        with open(path, "r+b") as f:
+            edit(f)
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        if path.stat().st_ctime_ns != st.st_ctime_ns:
+            return
+        time.sleep(0.005)
+
+
+def test_an_unchanged_file_is_hashed_once_across_runs_and_a_changed_one_again(tmp_path, monkeypatch, hashes):
+    path = tmp_path / "w.pth"
+    path.write_bytes(b"first")
+    assert sha256_file(path) == hashlib.sha256(b"first").hexdigest()
+    assert (tmp_path / "models" / weights.HASH_RECORD).is_file()
+    for _ in range(2):
+        a_new_process(monkeypatch)
+        assert sha256_file(path) == hashlib.sha256(b"first").hexdigest()
+    assert hashes == [path]  # read once; the later runs found its state in the record
+
+    rewrite_in_place(path, lambda f: f.write(b"FIRST"))  # same size and mtime: the ctime moves
+    a_new_process(monkeypatch)
+    assert sha256_file(path) == hashlib.sha256(b"FIRST").hexdigest()
+    assert len(hashes) == 2
+
+    path.write_bytes(b"second, longer")  # another size
+    a_new_process(monkeypatch)
+    assert sha256_file(path) == hashlib.sha256(b"second, longer").hexdigest()
+    assert len(hashes) == 3
+
+    other = tmp_path / "new.pth"  # the same bytes in a new file put in its place: another inode
+    other.write_bytes(b"second, longer")
+    os.replace(other, path)
+    a_new_process(monkeypatch)
+    assert sha256_file(path) == hashlib.sha256(b"second, longer").hexdigest()
+    assert len(hashes) == 4
+    a_new_process(monkeypatch)
+    sha256_file(path)
+    assert len(hashes) == 4
+
+
+def test_a_weights_file_changed_in_place_is_verified_again(tmp_path, monkeypatch, real_weights, hashes):
+    copy = tmp_path / "copy.pth"
+    shutil.copyfile(real_weights, copy)
+    assert resolve_weights(copy) == copy
+    a_new_process(monkeypatch)
+    assert resolve_weights(copy) == copy and hashes == [copy]  # the second run trusted the record
+    middle = os.path.getsize(copy) // 2
+    with open(copy, "rb") as f:
+        f.seek(middle)
+        flipped = bytes([f.read(1)[0] ^ 1])
+
+    def flip_a_byte(f):
+        f.seek(middle)
+        f.write(flipped)
+
+    rewrite_in_place(copy, flip_a_byte)  # one byte changed, size and mtime as they were
+    a_new_process(monkeypatch)
+    with pytest.raises(WeightsError, match="sha256 differs"):
+        resolve_weights(copy)
+    assert hashes == [copy, copy]
+
+
+@pytest.mark.parametrize("record", [b"{not json", b'{"version": 1, "files": [{"path": 3}]}', b"[]"])
+def test_a_damaged_record_is_passed_over_and_replaced(tmp_path, monkeypatch, hashes, record):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / weights.HASH_RECORD).write_bytes(record)
+    path = tmp_path / "w.pth"
+    path.write_bytes(b"bytes")
+    assert sha256_file(path) == hashlib.sha256(b"bytes").hexdigest()
+    a_new_process(monkeypatch)
+    assert sha256_file(path) == hashlib.sha256(b"bytes").hexdigest()
+    assert hashes == [path]  # the damaged record was replaced by one that holds the file
+
+
+def test_a_model_folder_that_cannot_be_written_only_costs_the_hash(tmp_path, monkeypatch, hashes):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_bytes(b"")
+    monkeypatch.setenv("NOVELFIND_MODEL_CACHE", str(blocker / "models"))
+    path = tmp_path / "w.pth"
+    path.write_bytes(b"bytes")
+    for _ in range(2):
+        a_new_process(monkeypatch)
+        assert sha256_file(path) == hashlib.sha256(b"bytes").hexdigest()
+    assert hashes == [path, path]
+
+
+def test_the_record_keeps_the_most_recent_files(tmp_path, monkeypatch, hashes):
+    paths = [tmp_path / f"w{i}.pth" for i in range(weights.HASH_RECORD_MAX + 2)]
+    for i, path in enumerate(paths):
+        path.write_bytes(b"x" * i)
+        sha256_file(path)
+    a_new_process(monkeypatch)
+    for path in paths[2:]:
+        sha256_file(path)
+    assert hashes == paths  # the last HASH_RECORD_MAX were remembered
+    a_new_process(monkeypatch)
+    sha256_file(paths[0])
+    assert hashes == [*paths, paths[0]]  # the oldest was dropped
 
 
 def test_a_wrong_file_is_refused_with_its_message(tmp_path, monkeypatch, real_weights):

