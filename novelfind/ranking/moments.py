@@ -29,6 +29,8 @@ The representative is the moment's medoid: the photo with the least summed
 distance to the others, the most typical frame, the one a person recognises the burst by (the highest
 scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
 (for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
+The distances between a moment's photos are one matrix product (``_pairwise``), exact where a
+comparison could turn on rounding.
 
 Read from a matrix or from the cache in chunks, the look-ups read the same unit rows (``take``) and the
 exact search gives the same neighbours, so the moments are the same (tested past the memory budget and
@@ -59,6 +61,16 @@ NEIGHBOURS = 64
 # A moment whose look-ups keep finding linked photos grows by further look-ups up to this many photos: a
 # bound on the cost of one moment (1,024 photos: about 16 passes over the library), far above any burst.
 GROW_MAX = 1024
+# Distances within this much (relative to the rows' length) of a threshold they are compared with are
+# measured again from the difference of the rows: the matrix product's rounding (about 1e-13 for unit
+# rows of 1,280 numbers) then cannot change an answer
+ROUNDING_BAND = 1e-6
+# ... and so are distances under this (relative): there the product's rounding, about 1e-15 on the
+# square, is no longer small beside the distance (a copy of a file would be 1e-8 from it, not 0)
+NEAR_ZERO = 1e-3
+# Sums of distances this close count as equal when the medoid is chosen (rounding of the matrix product)
+SUM_TIE = 1e-9
+PAIRS_AT_ONCE = 4096  # pairs measured from their difference in one numpy call (bounds the memory)
 
 
 @dataclass
@@ -228,51 +240,98 @@ class Grouper:
         hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
         far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
         whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row
-        for row, hood, d in zip(rows, hoods, far, strict=True):
-            keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
-            keep[0] = True
-            linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
-            self.looked_up[row] = hood[linked]
-            # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
-            # linked row j: the group may go on past the look-up only where that is under the radius
-            if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
-                self.open.add(row)
+        found, where = np.unique(hoods, return_inverse=True)  # every row the look-ups found, read once
+        xs, where = self.unit.take(found), where.reshape(hoods.shape)
+        with one_blas_thread():  # small products: one thread each is fastest, and never stalls
+            for row, hood, at, d in zip(rows, hoods, where, far, strict=True):
+                keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
+                keep[0] = True
+                linked = np.flatnonzero(keep)[_linked(xs[at[keep]], self.radius)]
+                self.looked_up[row] = hood[linked]
+                # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j]
+                # from linked row j: the group may go on past the look-up only where that is under the
+                # radius
+                if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
+                    self.open.add(row)
         self._join_in_time(rows)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
         """Each moment's representative (its medoid) and its members, nearest first."""
         heads, reps, members, distances = [], [], [], []
-        for rows in moments:
-            ids = np.asarray(rows, dtype=np.int64)  # the head first
-            dist = _pairwise(self.unit.take(ids))  # (G, G)
-            rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
-            if self.prefer is not None:  # the best original among the medoid's copies (the medoid on ties)
-                copies = np.flatnonzero(dist[rep] < COPY_RADIUS)
-                best = copies[int(np.argmax(self.prefer[ids[copies]]))]
-                if self.prefer[ids[best]] > self.prefer[ids[rep]]:
-                    rep = int(best)
-            others = np.delete(np.arange(len(ids)), rep)
-            near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
-            heads.append(ids[0])
-            reps.append(ids[rep])
-            members.append(ids[near])
-            distances.append(dist[rep, near].astype(np.float32))
+        with one_blas_thread():  # small products
+            for rows in moments:
+                ids = np.asarray(rows, dtype=np.int64)  # the head first
+                if len(ids) == 1:
+                    heads.append(ids[0])
+                    reps.append(ids[0])
+                    members.append(ids[1:])
+                    distances.append(np.zeros(0, np.float32))
+                    continue
+                x = np.asarray(self.unit.take(ids), dtype=np.float64)  # (G, M)
+                sums = _pairwise(x).sum(1)
+                # the first of equal sums (to rounding): the head, else the higher scored
+                rep = int(np.flatnonzero(sums <= sums.min() + SUM_TIE)[0])
+                near = _difference_norms(x, x[rep])  # (G,) each photo's distance to the medoid, exactly
+                if self.prefer is not None:  # the best original among its copies (the medoid on ties)
+                    copies = np.flatnonzero(near < COPY_RADIUS)
+                    best = int(copies[int(np.argmax(self.prefer[ids[copies]]))])
+                    if self.prefer[ids[best]] > self.prefer[ids[rep]]:
+                        rep, near = best, _difference_norms(x, x[best])
+                others = np.delete(np.arange(len(ids)), rep)
+                order = others[np.lexsort((ids[others], near[others]))]  # nearest first, ties by row
+                heads.append(ids[0])
+                reps.append(ids[rep])
+                members.append(ids[order])
+                distances.append(near[order].astype(np.float32))
         as_rows = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
         return Moments(as_rows(heads), as_rows(reps), members, distances, folded, read)
 
 
-def _pairwise(x: np.ndarray) -> np.ndarray:
-    """(G, G) float64 distances between the rows of x, each from the difference (exactly symmetric, so
-    equal sums compare equal), row by row: G is a moment's size, G x G x M would not fit at once."""
+def one_blas_thread():
+    """A block in which the BLAS library runs one thread: the moments' matrix products are small (65 x
+    1,280), and spread over threads they gain nothing and stall for milliseconds on a busy machine."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _pairwise(x: np.ndarray, exact_near: float | None = None) -> np.ndarray:
+    """(G, G) float64 distances between the rows of x, exactly symmetric with a zero diagonal, from one
+    matrix product (``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b``, BLAS): G^2 M multiply-adds at BLAS speed
+    instead of G numpy calls over G x M differences. Where a distance lies within ``ROUNDING_BAND`` of
+    ``exact_near`` (the threshold the caller compares it with), it is measured again from the difference
+    of the two rows, the arithmetic of ``np.linalg.norm(x - v, axis=1)``, so the comparison is the
+    same as with distances measured that way (``tests/ranking/test_moments.py``); so is every distance
+    under ``NEAR_ZERO``, where the product's rounding is not small beside it (a copy is 0 from its file)."""
     x = np.asarray(x, dtype=np.float64)
-    return np.stack([np.linalg.norm(x - v, axis=1) for v in x]) if len(x) else np.zeros((0, 0))
+    if not len(x):
+        return np.zeros((0, 0))
+    sq = np.einsum("ij,ij->i", x, x)  # (G,)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)  # (G, G)
+    d2 = 0.5 * (d2 + d2.T)  # exactly symmetric, so equal sums compare equal
+    dist = np.sqrt(np.maximum(d2, 0.0))
+    np.fill_diagonal(dist, 0.0)
+    scale = max(1.0, float(np.sqrt(sq.max())))
+    again = dist < NEAR_ZERO * scale
+    if exact_near is not None:
+        again |= np.abs(dist - exact_near) < ROUNDING_BAND * scale
+    i, j = np.nonzero(np.triu(again, 1))
+    for start in range(0, len(i), PAIRS_AT_ONCE):
+        a, b = i[start : start + PAIRS_AT_ONCE], j[start : start + PAIRS_AT_ONCE]
+        dist[a, b] = dist[b, a] = _difference_norms(x[b], x[a])
+    return dist
+
+
+def _difference_norms(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """|x_i - v_i| (or |x_i - v| for one row v), row by row: ``np.linalg.norm(x - v, axis=1)``."""
+    return np.linalg.norm(x - v, axis=1)
 
 
 def _linked(x: np.ndarray, radius: float) -> np.ndarray:
     """Indices of the rows of x (G, M) reachable from row 0 by steps shorter than ``radius``: its
     single-linkage group at that height, row 0 first. A breadth-first walk on a G x G matrix (G is
     ``NEIGHBOURS`` + 1): smaller than what calling a clustering library would take."""
-    near = _pairwise(x) < radius  # (G, G)
+    near = _pairwise(x, exact_near=radius) < radius  # (G, G)
     reached = np.zeros(len(x), bool)
     reached[0] = True
     frontier = reached.copy()
