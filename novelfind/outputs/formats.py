@@ -37,8 +37,10 @@ CSV_COLUMNS = (
     "taken",
     "taken_source",
     "labels",
+    "span_first",
+    "span_last",
 )  # columns are only ever appended
-TSV_COLUMNS = ("rank", "score", "path", "member_count")
+TSV_COLUMNS = ("rank", "score", "path", "member_count", "span_first", "span_last")
 
 
 def format_results(
@@ -129,11 +131,14 @@ def unescape_field(text: str) -> str:
 
 def _tsv_fields(p: Pick) -> list[str]:
     """One tsv line's fields, in the order of :data:`TSV_COLUMNS`."""
+    first, last = span_times(p) or ("", "")
     fields = {
         "rank": str(p.rank),
         "score": _score(p.score),
         "path": escape_field(str(p.path)),
         "member_count": str(len(p.members)),
+        "span_first": first,
+        "span_last": last,
     }
     return [fields[name] for name in TSV_COLUMNS]
 
@@ -171,13 +176,22 @@ def labels_text(p: Pick) -> str:
     return ", ".join(f"{label.label} {label.p:.2f}" for label in p.labels)
 
 
-def _span(p: Pick) -> dict[str, Any] | None:
-    """The moment's time span: first and last capture time (ISO 8601, the camera's clock) and how many
-    photos it holds; null without capture times."""
+def span_times(p: Pick) -> tuple[str, str] | None:
+    """The first and last capture time of the moment's dated photos, ISO 8601 without a zone (the
+    camera's clock, as the ranking was given it: ``2024-06-04T20:05:00``); None without capture times."""
     if p.span is None:
         return None
     first, last = (datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") for t in p.span)
-    return {"first": first, "last": last, "photos": 1 + len(p.members)}
+    return first, last
+
+
+def _span(p: Pick) -> dict[str, Any] | None:
+    """The moment's time span: first and last capture time (``span_times``) and how many photos it
+    holds; null without capture times."""
+    times = span_times(p)
+    if times is None:
+        return None
+    return {"first": times[0], "last": times[1], "photos": 1 + len(p.members)}
 
 
 def _finite(value: Any) -> float | None:
@@ -219,6 +233,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 rec["taken"] or "",
                 rec["taken_source"],
                 labels_text(p),
+                *(span_times(p) or ("", "")),
             ]
         )
     return out.getvalue()

@@ -26,7 +26,8 @@ from novelfind.picks import iso_utc
 
 def test_tsv_is_rank_score_path_best_first():
     picks = [make_pick("/lib/b.jpg", rank=2, score=0.25), make_pick("/lib/a.jpg", rank=1, score=0.75)]
-    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\n2\t0.250000\t/lib/b.jpg\t0\n"
+    # no capture times: the span columns are empty
+    assert format_results(picks, "tsv") == "1\t0.750000\t/lib/a.jpg\t0\t\t\n2\t0.250000\t/lib/b.jpg\t0\t\t\n"
     assert format_results(picks) == format_results(picks, "tsv")
 
 
@@ -39,7 +40,7 @@ def test_no_picks_is_empty_output():
 def test_tsv_escapes_separators_so_one_line_is_one_pick():
     nasty = "/lib/a\tb\nc\\d\re\x1bf.jpg"
     out = format_results([make_pick(nasty)], "tsv")
-    assert out.count("\n") == 1 and out.count("\t") == 3
+    assert out.count("\n") == 1 and out.count("\t") == 5
     field = out.rstrip("\n").split("\t")[2]
     assert field == "/lib/a\\tb\\nc\\\\d\\re\\x1bf.jpg"
     assert unescape_field(field) == nasty
@@ -83,7 +84,9 @@ def test_csv_has_schema_columns_and_parses_back():
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
     assert rows[0] == [
-        *"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()
+        *"rank score path size mtime neighbour distance also member_count taken taken_source labels".split(),
+        "span_first",
+        "span_last",
     ]
     assert rows[1] == [
         "1",
@@ -98,15 +101,42 @@ def test_csv_has_schema_columns_and_parses_back():
         "",
         "none",
         "",
+        "",
+        "",
     ]
-    assert rows[2][5:] == ["", "", "", "0", "", "none", ""]
+    assert rows[2][5:] == ["", "", "", "0", "", "none", "", "", ""]
     # a photo's other files: a JSON array of paths (empty cell when there are none)
     assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
 
 
-def test_labels_are_in_the_json_formats_and_the_last_csv_column():
+def test_a_moments_time_span_is_in_tsv_csv_and_json():
+    """The first and last capture time of a dated moment, in the last two tsv and csv columns and in
+    the JSON field ``span``; empty (null) without capture times. One line per pick."""
+    import calendar
+
+    first, last = calendar.timegm((2024, 6, 4, 20, 5, 0)), calendar.timegm((2024, 6, 4, 20, 53, 0))
+    dated = make_pick("/lib/aerial_04.jpg", rank=1, span=(float(first), float(last)))
+    picks = [dated, make_pick("/lib/b.jpg", rank=2)]
+    lines = format_results(picks, "tsv").splitlines()
+    assert [line.split("\t")[4:] for line in lines] == [
+        ["2024-06-04T20:05:00", "2024-06-04T20:53:00"],
+        ["", ""],
+    ]
+    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
+    assert rows[0][-2:] == ["span_first", "span_last"]
+    assert [row[-2:] for row in rows[1:]] == [["2024-06-04T20:05:00", "2024-06-04T20:53:00"], ["", ""]]
+    doc = json.loads(format_results(picks, "json"))
+    assert doc["picks"][0]["span"] == {
+        "first": "2024-06-04T20:05:00",
+        "last": "2024-06-04T20:53:00",
+        "photos": 1,
+    }
+    assert doc["picks"][1]["span"] is None
+
+
+def test_labels_are_in_the_json_formats_and_the_csv_column_labels():
     """What the model takes a pick for: a list of {label, p} in JSON and JSON lines, ``telescope 0.41,
-    planetarium 0.12`` in the csv's last column; none for a pick without labels."""
+    planetarium 0.12`` in the csv's column ``labels``; none for a pick without labels."""
     from novelfind.picks import Label
 
     labels = (Label("telescope", 0.41273), Label("planetarium", 0.1188))
@@ -119,8 +149,8 @@ def test_labels_are_in_the_json_formats_and_the_last_csv_column():
     lines = [json.loads(line) for line in format_results(picks, "jsonl").splitlines()]
     assert lines[1]["labels"] == doc["picks"][0]["labels"] and lines[2]["labels"] == []
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0][-1] == "labels"
-    assert [row[-1] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
+    col = rows[0].index("labels")
+    assert [row[col] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
 
 
 def test_json_document_schema():
@@ -167,7 +197,7 @@ def test_a_clip_in_json_has_its_kind_frame_times_duration_and_moment():
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["kind"] == "clip" and line["clip"]["moment"] == 3.5
     assert (
-        format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\n"
+        format_results([pick], "tsv") == "1\t0.500000\t/lib/VID_1.mp4\t0\t\t\n"
     )  # the line formats: no clip fields
 
 
@@ -178,7 +208,7 @@ def test_a_photos_other_files_in_json_and_jsonl_only_as_also():
     assert doc["picks"][0]["path"] == "/lib/IMG_1.JPG" and doc["picks"][0]["also"] == ["/lib/IMG_1.CR2"]
     line = json.loads(format_results([pick], "jsonl").splitlines()[1])
     assert line["type"] == "pick" and line["also"] == ["/lib/IMG_1.CR2"]
-    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\n"
+    assert format_results([pick], "tsv") == "1\t0.500000\t/lib/IMG_1.JPG\t0\t\t\n"
     assert format_results([pick], "paths") == "/lib/IMG_1.JPG\n"
     assert pick.files == (Path("/lib/IMG_1.JPG"), Path("/lib/IMG_1.CR2"))
 

@@ -303,14 +303,16 @@ def test_the_documented_tsv_columns_are_the_ones_written():
     from novelfind.outputs.formats import TSV_COLUMNS, format_results
 
     line = format_results([one_pick()], "tsv").rstrip("\n")
-    assert len(line.split("\t")) == len(TSV_COLUMNS) == 4
-    assert line.split("\t")[-1] == "1"  # member_count
+    assert len(line.split("\t")) == len(TSV_COLUMNS) == 6
+    assert line.split("\t")[3] == "1"  # member_count
     written = "`" + "<TAB>".join(TSV_COLUMNS) + "`"
     for name, path in {**OUTPUT_DOCS, "docs/output-schema.md": SCHEMA}.items():
         cells = format_table(path.read_text())["tsv"]
         assert any(cell.split(" ")[-1] == written for cell in cells), name  # "a line `rank<TAB>...`"
     schema = SCHEMA.read_text()
-    assert f"the {['first', 'second', 'third', 'fourth', 'fifth'][len(TSV_COLUMNS) - 1]} column is" in schema
+    fourth, fifth, sixth = TSV_COLUMNS[3:]
+    said = f"the fourth column is `{fourth}`; the fifth and sixth, `{fifth}` and `{sixth}`"
+    assert said in " ".join(schema.split())
 
 
 def test_the_documented_csv_columns_are_the_ones_written():
@@ -321,7 +323,7 @@ def test_the_documented_csv_columns_are_the_ones_written():
 
     header, row = list(csv.reader(io.StringIO(format_results([one_pick()], "csv"))))
     assert tuple(header) == CSV_COLUMNS and len(row) == len(header)
-    assert row[-1] == "telescope 0.41, planetarium 0.12"
+    assert row[header.index("labels")] == "telescope 0.41, planetarium 0.12"
     for name, path in OUTPUT_DOCS.items():
         cell = format_table(path.read_text())["csv"][1]
         assert [c.strip() for c in cell.split(",")] == header, name

@@ -244,7 +244,7 @@ def test_json_and_jsonl_carry_members_and_their_count():
 
 def test_tsv_and_csv_have_a_member_count_column():
     assert format_results(_picks(), "tsv") == (
-        "1\t0.750000\t/lib/burst/IMG_3.jpg\t2\n2\t0.500000\t/lib/alone.jpg\t0\n"
+        "1\t0.750000\t/lib/burst/IMG_3.jpg\t2\t\t\n2\t0.500000\t/lib/alone.jpg\t0\t\t\n"
     )
     rows = list(csv.reader(io.StringIO(format_results(_picks(), "csv"))))
     col = rows[0].index("member_count")  # appended after also; labels came later
