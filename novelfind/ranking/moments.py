@@ -17,7 +17,13 @@ group touches an earlier moment (a frame the earlier look-up did not reach links
 and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
 to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
 never N^2). A candidate whose nearest other photo, as the ranking measured it in the same space, is
-beyond the radius is a moment of its own without a look-up.
+beyond the radius is a moment of its own without a look-up (by content).
+
+Moments in time. Given capture times (any method), the group is joined by the photos time puts with
+any of its photos (``time_mates``: ``novelfind.ranking.events.TimeLinks``): their bursts, and the photos
+of their event that are closer to each other than to any photo of another event. So a burst is one
+moment under every method, and an odd evening of alike photos is one moment, while an odd photo of an
+ordinary day joins no one. Without times nothing changes.
 
 Distances are between feature vectors scaled to unit length (0 = same direction, sqrt(2) = unrelated),
 so the radius means the same for every feature kind and library. A moment is made of candidates only
@@ -25,11 +31,13 @@ so the radius means the same for every feature kind and library. A moment is mad
 picked nor a member, so this week's new frame of an old scene does not bring last year's photos back
 into the copies, the ignore list or the sidecars (nor link two new photos through them).
 
-The representative is the moment's medoid: the photo with the least summed
-distance to the others, the most typical frame, the one a person recognises the burst by (the highest
-scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
-(for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
-The distances between a moment's photos are one matrix product (``_pairwise``), exact where a
+The representative is the best original of the moment's medoid: the medoid is the photo with the
+least summed distance to the others, the most typical frame, the one a person recognises the burst by
+(the highest scored frame is its least typical one: a blurred or badly exposed shot); ties go to the
+highest scored (for two photos, always the higher scored). Among the medoid and its copies (within
+``COPY_RADIUS``) the best original by ``prefer`` is shown (a scan's: a photo before a clip, a RAW twin,
+pixels, bytes; ``novelfind.results.originality``). The moment keeps the score of its highest scored
+photo. The distances between a moment's photos are one matrix product (``_pairwise``), exact where a
 comparison could turn on rounding.
 
 Read from a matrix or from the cache in chunks, the look-ups read the same unit rows (``take``) and the
@@ -142,12 +150,15 @@ class Grouper:
         # a moment of its own for that reading, without a look-up; the last reading, on exact rows
         # only, is the answer (``novelfind.ranking.knn.certified_order``)
         self.exact: np.ndarray | None = None
-        # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
-        # ``novelfind.ranking.eventknn.event_knn_scores``), joined to its linked group; None: content alone
+        # rows -> for each, the rows that time puts in its moment (its burst, its event group:
+        # ``novelfind.ranking.events.TimeLinks``), joined to its linked group; None: content alone
         self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
-        # (N,) larger = the better original (pixel count, else file size): among the medoid and its
-        # copies (within COPY_RADIUS) the largest is the representative, not a resave or thumbnail
-        self.prefer: np.ndarray | None = None
+        self.timed: set[int] = set()  # rows whose group time has joined already
+        # how good an original each row is, larger better (``original_keys``: an array (N,) or (N, K) of
+        # keys compared first key first, or a callable rows -> keys, asked only for the medoid and its
+        # copies): among the medoid and its copies (within COPY_RADIUS) the best is the representative,
+        # not a resave or thumbnail; None: the medoid
+        self.prefer: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -159,25 +170,28 @@ class Grouper:
         folded = pos = 0
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
-            want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
+            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue
-                if self._alone(row):
+                if self._alone(row):  # a moment of its own by content: no look-up
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
-                    alone.append(row)
                 else:
                     todo.append(row)
             self._look_up(todo)
-            self._join_in_time(alone)
             while pos < end and len(moments) < k:
                 row, pos = int(order[pos]), pos + 1
                 if row in owner:
                     folded += 1
                     continue
-                # (a row read on its bound is not looked up; time's look-ups may make more rows exact
-                # meanwhile, so what counts is whether this reading looked it up)
+                if row in self.looked_up and row not in self.timed:  # time's photos of the next moments
+                    ahead = (int(r) for r in order[pos - 1 : end])
+                    ahead = [
+                        r for r in ahead if r not in owner and r in self.looked_up and r not in self.timed
+                    ]
+                    self._join_in_time(ahead[: k - len(moments)])
+                # (a row read on its bound is not looked up: what counts is whether this reading did)
                 group = self._closure(row) if row in self.looked_up else [row]
                 earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
@@ -200,8 +214,11 @@ class Grouper:
         return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
 
     def _join_in_time(self, rows: list[int]) -> None:
-        """Add to each looked-up row's group the candidates that time puts in its moment (its burst,
-        the odd photos of its event), all rows asked of ``time_mates`` at once."""
+        """Add to each looked-up row's group the candidates that time puts in its moment (its burst, its
+        event group: ``events.TimeLinks``), all rows asked at once, only for rows about to make a
+        moment (time's links may cost a search). A photo of the group that time links elsewhere brings
+        its own when it is read: its group then touches this moment."""
+        self.timed.update(rows)
         if self.time_mates is None or not rows:
             return
         for row, mates in zip(rows, self.time_mates(np.asarray(rows, dtype=np.int64)), strict=True):
@@ -222,6 +239,7 @@ class Grouper:
             if not todo:
                 break
             self._look_up([r for r in todo if r not in self.looked_up])
+            self._join_in_time([r for r in todo if r not in self.timed])
             for r in todo:
                 group.update(dict.fromkeys(self.looked_up[r].tolist()))
             merged.update(todo)
@@ -253,10 +271,16 @@ class Grouper:
                 # radius
                 if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
                     self.open.add(row)
-        self._join_in_time(rows)
+
+    def _best_original(self, ids: np.ndarray, copies: np.ndarray, rep: int) -> int:
+        """Among the medoid ``rep`` and its copies (positions in ``ids``), the best original by
+        ``prefer``: the medoid unless a copy's keys are greater, else the first copy with the greatest."""
+        keys = dict(zip(copies.tolist(), original_keys(self.prefer, ids[copies]), strict=True))
+        top = max(keys.values())
+        return rep if keys[rep] == top else next(c for c in copies.tolist() if keys[c] == top)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
-        """Each moment's representative (its medoid) and its members, nearest first."""
+        """Each moment's representative (its medoid's best original) and its members, nearest first."""
         heads, reps, members, distances = [], [], [], []
         with one_blas_thread():  # small products
             for rows in moments:
@@ -272,10 +296,10 @@ class Grouper:
                 # the first of equal sums (to rounding): the head, else the higher scored
                 rep = int(np.flatnonzero(sums <= sums.min() + SUM_TIE)[0])
                 near = _difference_norms(x, x[rep])  # (G,) each photo's distance to the medoid, exactly
-                if self.prefer is not None:  # the best original among its copies (the medoid on ties)
-                    copies = np.flatnonzero(near < COPY_RADIUS)
-                    best = int(copies[int(np.argmax(self.prefer[ids[copies]]))])
-                    if self.prefer[ids[best]] > self.prefer[ids[rep]]:
+                copies = np.flatnonzero(near < COPY_RADIUS)  # the medoid among them
+                if self.prefer is not None and len(copies) > 1:
+                    best = self._best_original(ids, copies, rep)
+                    if best != rep:
                         rep, near = best, _difference_norms(x, x[best])
                 others = np.delete(np.arange(len(ids)), rep)
                 order = others[np.lexsort((ids[others], near[others]))]  # nearest first, ties by row
@@ -293,6 +317,14 @@ def one_blas_thread():
     from threadpoolctl import threadpool_limits
 
     return threadpool_limits(limits=1, user_api="blas")
+
+
+def original_keys(prefer, rows: np.ndarray) -> list[tuple[float, ...]]:
+    """``prefer``'s keys of ``rows`` (``Grouper.prefer``: an array (N,) or (N, K), or a callable rows
+    -> (R,) or (R, K)), one tuple per row, compared first key first."""
+    keys = prefer(rows) if callable(prefer) else np.asarray(prefer)[rows]
+    keys = np.asarray(keys, dtype=np.float64).reshape(len(rows), -1)
+    return [tuple(k) for k in keys.tolist()]
 
 
 def _pairwise(x: np.ndarray, exact_near: float | None = None) -> np.ndarray:

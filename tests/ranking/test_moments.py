@@ -207,6 +207,49 @@ def test_the_moments_are_those_of_the_row_by_row_distances(seed, monkeypatch):
     assert sum(len(m) for m in got.members) >= 40  # the bursts were grouped
 
 
+def test_the_best_original_is_chosen_by_keys_compared_in_order_asked_only_for_copies():
+    """``prefer`` as keys per row (first key first) or as a function of the rows, asked for the medoid
+    and its copies only; equal keys keep the medoid."""
+    rng = np.random.default_rng(9)
+    x = np.abs(rng.normal(size=(300, 32))).astype(np.float32)
+    odd = np.zeros(32, np.float32)
+    odd[:2] = 5.0
+    copies = odd + 0.005 * np.abs(rng.normal(size=(3, 32))).astype(np.float32)
+    x = np.concatenate([x, copies])  # rows 300, 301, 302: one shot three times
+    plain = novelfind.rank(x, 1)
+    medoid = int(plain.indices[0])
+    keys = np.zeros((len(x), 2))
+    keys[301] = (1, 0)  # the RAW twin wins over more pixels
+    keys[302] = (0, 9)
+    assert int(novelfind.rank(x, 1, prefer=keys).indices[0]) == 301
+    keys[301] = (0, 0)
+    assert int(novelfind.rank(x, 1, prefer=keys).indices[0]) == 302
+    asked = []
+
+    def lazy(rows):
+        asked.extend(np.asarray(rows).tolist())
+        return np.zeros(len(rows))  # nothing to tell them apart: the medoid stays
+
+    assert int(novelfind.rank(x, 1, prefer=lazy).indices[0]) == medoid
+    assert sorted(set(asked)) == [300, 301, 302]
+
+
+@pytest.mark.parametrize("method", [m for m in methods.METHODS if m != "ads-paper"])
+def test_without_dates_the_moments_are_the_untimed_ones_pick_for_pick(method):
+    """Capture times that link nothing (none known, or one photo a day) change nothing: the picks,
+    scores, members and distances are those of the ranking without times."""
+    x, _ = _bursts(200, 16, seed=5, bursts=4)
+    want = novelfind.rank(x, 12, method=method)
+    day = 1_700_000_000 + 86_400.0 * np.arange(len(x))
+    for times in (np.full(len(x), np.nan), day):
+        got = novelfind.rank(x, 12, method=method, times=times)
+        assert got.indices.tolist() == want.indices.tolist(), method
+        assert got.scores.tolist() == want.scores.tolist(), method
+        assert [m.tolist() for m in got.members] == [m.tolist() for m in want.members], method
+        for g, w in zip(got.member_distance, want.member_distance, strict=True):
+            assert g.tolist() == w.tolist(), method
+
+
 # --------------------------------------------------------------------------- the output formats
 
 
