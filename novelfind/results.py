@@ -27,6 +27,7 @@ from novelfind.extract.engines import ENGINES
 from novelfind.media import reruns
 from novelfind.media.dates import Dates, since_mask
 from novelfind.media.ignore import IgnoreList, Selection, select
+from novelfind.media.kinds import RAW, kind_of
 from novelfind.media.pairs import PhotoList
 from novelfind.media.reruns import LineRecord
 from novelfind.media.video import ClipInfo
@@ -258,11 +259,7 @@ def rank_picks(
             dedup=p.dedup,
             device=solver_device(p, len(files)) if METHODS[p.method].solver else None,
             candidates=candidates if restricted else None,
-            # a moment is shown by its best original: the largest file among the medoid's copies
-            # (a clip's size says nothing of its frames: a photo is preferred to it)
-            prefer=np.fromiter(
-                (0.0 if f.path in clips else f.size for f in files), dtype=np.float64, count=len(files)
-            ),
+            prefer=originality(files, read, clips),  # a moment is shown by its best original
             times=None if taken is None else taken.taken,  # when each photo was taken
         )
     except ValueError as err:  # e.g. a learning rate so large that the weights overflow
@@ -273,6 +270,36 @@ def rank_picks(
     if p.min_score is not None:  # best first: the picks that reach it keep their ranks 1, 2, ...
         picks = [pick for pick in picks if pick.score >= p.min_score]
     return picks, int(result.duplicates_dropped)
+
+
+def originality(
+    files: FileList, read: PhotoList, clips: Mapping[Path, ClipInfo]
+) -> Callable[[np.ndarray], np.ndarray]:
+    """How good an original each of some rows of ``files`` is, as keys compared first key first
+    (``ranking.rank``'s ``prefer``): among a moment's medoid and its copies the best is shown
+    (``novelfind.ranking.moments``). A photo before a clip (a clip's size says nothing of its frames);
+    then a camera's own picture, one with a RAW twin (``media.pairs``: the JPEG the camera wrote next to
+    its RAW), before a file without one (an export, a resave); then the larger pixel count (read from
+    the header, only for the photos compared: 0 when unreadable); then the larger file."""
+    pixels: dict[int, int] = {}
+
+    def count(row: int) -> int:
+        if row not in pixels:
+            path = files[row].path
+            info = kind_of(path).info(path)  # the header only; never raises
+            pixels[row] = int(info.get("width") or 0) * int(info.get("height") or 0)
+        return pixels[row]
+
+    def keys(rows: np.ndarray) -> np.ndarray:
+        out = np.zeros((len(rows), 4))
+        for j, row in enumerate(np.asarray(rows, dtype=np.int64).tolist()):
+            f = files[row]
+            clip = f.path in clips
+            raw_twin = any(kind_of(t.path) is RAW for t in read.twins.get(row, ()))
+            out[j] = (not clip, raw_twin, 0 if clip else count(row), f.size)
+        return out
+
+    return keys
 
 
 def solver_device(params: ScanParameters, photos: int) -> str:

@@ -348,7 +348,6 @@ GRID = {  # one constant at a time, from the shipped value: (module, values); EV
     "GAP_RATIO": ("events", (8.0, 34.0)),
     "MIN_GAP": ("events", (300.0, 3600.0)),
     "MAX_GAP": ("events", (2 * HOUR, 24 * HOUR)),
-    "ODD_MADS": ("eventknn", (2.0, 5.0)),
 }
 
 

@@ -167,3 +167,35 @@ def test_the_routing_is_undone_when_the_block_raises():
     with pytest.raises(KeyError), warnings_to(lambda line: None):
         raise KeyError("x")
     assert logger.handlers == handlers and logger.propagate is True
+
+
+def test_a_moments_best_original_is_a_photo_then_a_raw_twin_then_pixels_then_bytes(tmp_path):
+    """The keys a scan ranks a moment's copies by: a photo before a clip; a camera's JPEG with its RAW
+    before a JPEG alone; more pixels (read from the header) before fewer, even in a smaller file; then
+    the larger file. Asked only for the rows it compares."""
+    from PIL import Image
+
+    from novelfind.media.pairs import PhotoList
+    from novelfind.media.video import ClipInfo
+    from novelfind.media.walk import FileList
+    from novelfind.results import originality
+
+    rng = np.random.default_rng(0)
+
+    def jpeg(name: str, size: tuple[int, int], quality: int, noisy: bool) -> ImageFile:
+        path = tmp_path / name
+        pixels = rng.integers(0, 255, (size[1], size[0], 3)) if noisy else np.full((size[1], size[0], 3), 90)
+        Image.fromarray(pixels.astype(np.uint8)).save(path, quality=quality)
+        return ImageFile(path, path.stat().st_size, 0)
+
+    camera = jpeg("IMG_1.jpg", (400, 300), 80, True)
+    export = jpeg("IMG_1 export.jpg", (800, 600), 20, False)  # more pixels, a small file
+    resave = jpeg("IMG_1 small.jpg", (200, 150), 100, True)  # fewer pixels, a larger file
+    assert resave.size > export.size
+    clip = ImageFile(tmp_path / "VID_1.mp4", 10**9, 0)
+    files = FileList([camera, export, resave, clip])
+    read = PhotoList(files, {0: (ImageFile(tmp_path / "IMG_1.CR2", 2 * 10**7, 0),)})
+    clips = {clip.path: ClipInfo(duration=3.0, times=(1.0,), moment=0, rule="r/1")}
+    keys = [tuple(k) for k in originality(files, read, clips)(np.array([0, 1, 2, 3]))]
+    assert sorted(range(4), key=lambda i: keys[i], reverse=True) == [0, 1, 2, 3]
+    assert keys[1][2] == 800 * 600 and keys[2][2] == 200 * 150 and keys[3][2] == 0

@@ -37,6 +37,8 @@ CSV_COLUMNS = (
     "taken",
     "taken_source",
     "labels",
+    "span_first",
+    "span_last",
 )  # columns are only ever appended
 # one line per pick, for cut and awk: what a person needs to act on it. Columns are only ever appended;
 # an unknown value is "-" (never an empty field, so that awk's default splitting keeps the columns)
@@ -183,13 +185,22 @@ def labels_text(p: Pick) -> str:
     return ", ".join(f"{label.label} {label.p:.2f}" for label in p.labels)
 
 
-def _span(p: Pick) -> dict[str, Any] | None:
-    """The moment's time span: first and last capture time (ISO 8601, the camera's clock) and how many
-    photos it holds; null without capture times."""
+def span_times(p: Pick) -> tuple[str, str] | None:
+    """The first and last capture time of the moment's dated photos, ISO 8601 without a zone (the
+    camera's clock, as the ranking was given it: ``2024-06-04T20:05:00``); None without capture times."""
     if p.span is None:
         return None
     first, last = (datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") for t in p.span)
-    return {"first": first, "last": last, "photos": 1 + len(p.members)}
+    return first, last
+
+
+def _span(p: Pick) -> dict[str, Any] | None:
+    """The moment's time span: first and last capture time (``span_times``) and how many photos it
+    holds; null without capture times."""
+    times = span_times(p)
+    if times is None:
+        return None
+    return {"first": times[0], "last": times[1], "photos": 1 + len(p.members)}
 
 
 def _finite(value: Any) -> float | None:
@@ -231,6 +242,7 @@ def _format_csv(picks: Sequence[Pick]) -> str:
                 rec["taken"] or "",
                 rec["taken_source"],
                 labels_text(p),
+                *(span_times(p) or ("", "")),
             ]
         )
     return out.getvalue()

@@ -26,6 +26,7 @@ import numpy as np
 from novelfind.base.atomic import write_atomic
 from novelfind.media.dates import SOURCE_WORDS
 from novelfind.media.kinds import kind_of
+from novelfind.outputs.formats import span_times
 from novelfind.outputs.thumbnails import Thumb, ThumbnailCache, clip_moment, clock, make_thumbnails
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
@@ -386,6 +387,13 @@ def _pick_card(
         ("modified", iso_utc(p.mtime_ns).replace("T", " ")[:19] + " UTC"),
         ("size", _human_size(p.size)),
     ]
+    span = span_times(p)
+    if span is not None and p.members:  # the moment's time span: its first and last capture time
+        first, last = (t.replace("T", " ") for t in span)
+        same_day = first[:10] == last[:10]
+        details.insert(
+            3, ("moment", f"{1 + len(p.members)} photos, {first} to {last[11:] if same_day else last}")
+        )
     if p.labels:
         details.insert(1, ("looks like", ", ".join(f"{x.label} {100 * x.p:.0f}%" for x in p.labels)))
     if p.also:  # a RAW + JPEG pair: the files that go with the one shown

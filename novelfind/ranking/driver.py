@@ -26,6 +26,7 @@ The names (``k``, ``support``, ``neighbours``) are those of :mod:`novelfind.rank
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -180,7 +181,7 @@ def rank(
     device=None,
     candidates: np.ndarray | None = None,
     times: np.ndarray | None = None,
-    prefer: np.ndarray | None = None,
+    prefer: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Ranking:
     """The min(k, N) most novel rows of ``features`` (N, M), best first.
 
@@ -208,9 +209,11 @@ def rank(
     bursts); with any method the moments then carry their time ``spans``. Without a dated row,
     ``event-knn`` ranks exactly as ``cosine-knn``.
 
-    ``prefer``: (N,) how good an original each row is (pixel count, else file size; larger is better):
-    a moment is shown by the best original among its medoid and the medoid's copies
-    (``novelfind.ranking.moments.COPY_RADIUS``), not by a resave or a thumbnail. None: the medoid.
+    ``prefer``: how good an original each row is, larger better: (N,) values, or (N, K) keys compared
+    first key first (say, a RAW twin, then the pixel count, then the file size), or a callable rows ->
+    their values or keys (asked only for the rows it must compare): a moment is shown by the best
+    original among its medoid and the medoid's copies (``novelfind.ranking.moments.COPY_RADIUS``), not
+    by a resave or a thumbnail. None: the medoid.
 
     Returns a :class:`Ranking`: ``indices`` (rows, best first), ``scores`` (higher = more novel),
     each pick's nearest row outside its moment ``neighbour`` and the ``distance`` to it (raw feature
@@ -241,10 +244,10 @@ def rank(
         config = ADSConfig()
     if times is not None:
         times = events.check_times(times, source.n)
-    if prefer is not None:
+    if prefer is not None and not callable(prefer):
         prefer = np.asarray(prefer, dtype=np.float64)
-        if prefer.shape != (source.n,):
-            raise ValueError(f"prefer must have shape ({source.n},), got {prefer.shape}")
+        if prefer.shape[:1] != (source.n,) or prefer.ndim > 2:
+            raise ValueError(f"prefer must have shape ({source.n},) or ({source.n}, K), got {prefer.shape}")
     return _rank(
         source, scale, k, chosen, config, dedup, device, _candidate_mask(candidates, source.n), times, prefer
     )
@@ -260,7 +263,7 @@ def _rank(
     device,
     cand: np.ndarray | None,
     times: np.ndarray | None = None,
-    prefer: np.ndarray | None = None,
+    prefer: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Ranking:
     """``rank`` on checked input: the source, max |x| and the candidates as a bool mask (or None)."""
     n = source.n
@@ -278,6 +281,9 @@ def _rank(
     unit = xs if isinstance(xs, UnitSource) else UnitRows(xs)  # moments link rows of unit length
     grouper = Grouper(unit, dedup, candidates=cand)
     grouper.prefer = prefer
+    # time's links (bursts, event groups), the same under every method; None without a dated photo
+    links = None if times is None or dedup <= 0 else events.time_links(times, unit, event_cap(n), cand)
+    grouper.time_mates = links
     support = min(k, n)  # a sparse method's support: it does not depend on the candidates
     walked: dict = {}
 
@@ -289,9 +295,13 @@ def _rank(
     while True:  # every scorer is given the same input, the method's own settings with it
         scored = method.scorer(ScoreInput(xm, min(k, n), config, device, support, times, dict(method.tuning)))
         grouper.exact = scored.exact  # look up only rows whose score is exact (updated in place)
-        grouper.time_mates = scored.time_mates
         if method.cosine and scored.density is not None:  # its distances are between unit rows
             grouper.nearest = scored.density.nearest_distance
+            if links is not None:  # a row whose nearest row is outside its event needs no search
+                links.nearest, links.nearest_distance = (
+                    scored.density.nearest,
+                    scored.density.nearest_distance,
+                )
         if scored.exact is None:
             scores = scored.current()  # (N,)
             order = np.lexsort((np.arange(n), -scores))  # by score, ties by index
@@ -334,6 +344,15 @@ def _rank(
         all_scores=scores,
         spans=None if times is None else _spans(times, picks, found.members),
     )
+
+
+def event_cap(n: int) -> int:
+    """The largest event of a library of n photos whose photos time may link into one moment: the
+    bound ``event-knn`` puts on an event (``novelfind.ranking.eventknn``: a larger one, a copied archive
+    with one date on every file, is the library itself)."""
+    from novelfind.ranking.eventknn import EVENT_MAX_ROWS, EVENT_MIN_ROWS, EVENT_SHARE
+
+    return min(EVENT_MAX_ROWS, max(2, int(EVENT_SHARE * n), min(EVENT_MIN_ROWS, (n - 1) // 2)))
 
 
 def _spans(times: np.ndarray, picks: np.ndarray, members: list[np.ndarray]) -> np.ndarray:

@@ -17,7 +17,13 @@ group touches an earlier moment (a frame the earlier look-up did not reach links
 and its group join the earlier moment instead of starting a new one. So ``k`` moments are ``k`` things
 to look at, whatever the size of each, and the cost is K look-ups of a neighbourhood (K x N distances,
 never N^2). A candidate whose nearest other photo, as the ranking measured it in the same space, is
-beyond the radius is a moment of its own without a look-up.
+beyond the radius is a moment of its own without a look-up (by content).
+
+Moments in time. Given capture times (any method), the group is joined by the photos time puts with
+any of its photos (``time_mates``: ``novelfind.ranking.events.TimeLinks``): their bursts, and the photos
+of their event that are closer to each other than to any photo of another event. So a burst is one
+moment under every method, and an odd evening of alike photos is one moment, while an odd photo of an
+ordinary day joins no one. Without times nothing changes.
 
 Distances are between feature vectors scaled to unit length (0 = same direction, sqrt(2) = unrelated),
 so the radius means the same for every feature kind and library. A moment is made of candidates only
@@ -25,10 +31,14 @@ so the radius means the same for every feature kind and library. A moment is mad
 picked nor a member, so this week's new frame of an old scene does not bring last year's photos back
 into the copies, the ignore list or the sidecars (nor link two new photos through them).
 
-The representative is the moment's medoid: the photo with the least summed
-distance to the others, the most typical frame, the one a person recognises the burst by (the highest
-scored frame is its least typical one: a blurred or badly exposed shot). Ties go to the highest scored
-(for two photos, always the higher scored). The moment keeps the score of its highest scored photo.
+The representative is the best original of the moment's medoid: the medoid is the photo with the
+least summed distance to the others, the most typical frame, the one a person recognises the burst by
+(the highest scored frame is its least typical one: a blurred or badly exposed shot); ties go to the
+highest scored (for two photos, always the higher scored). Among the medoid and its copies (within
+``COPY_RADIUS``) the best original by ``prefer`` is shown (a scan's: a photo before a clip, a RAW twin,
+pixels, bytes; ``novelfind.results.originality``). The moment keeps the score of its highest scored
+photo. The distances between a moment's photos are one matrix product (``_pairwise``), exact where a
+comparison could turn on rounding.
 
 Read from a matrix or from the cache in chunks, the look-ups read the same unit rows (``take``) and the
 exact search gives the same neighbours, so the moments are the same (tested past the memory budget and
@@ -59,6 +69,16 @@ NEIGHBOURS = 64
 # A moment whose look-ups keep finding linked photos grows by further look-ups up to this many photos: a
 # bound on the cost of one moment (1,024 photos: about 16 passes over the library), far above any burst.
 GROW_MAX = 1024
+# Distances within this much (relative to the rows' length) of a threshold they are compared with are
+# measured again from the difference of the rows: the matrix product's rounding (about 1e-13 for unit
+# rows of 1,280 numbers) then cannot change an answer
+ROUNDING_BAND = 1e-6
+# ... and so are distances under this (relative): there the product's rounding, about 1e-15 on the
+# square, is no longer small beside the distance (a copy of a file would be 1e-8 from it, not 0)
+NEAR_ZERO = 1e-3
+# Sums of distances this close count as equal when the medoid is chosen (rounding of the matrix product)
+SUM_TIE = 1e-9
+PAIRS_AT_ONCE = 4096  # pairs measured from their difference in one numpy call (bounds the memory)
 
 
 @dataclass
@@ -130,12 +150,15 @@ class Grouper:
         # a moment of its own for that reading, without a look-up; the last reading, on exact rows
         # only, is the answer (``novelfind.ranking.knn.certified_order``)
         self.exact: np.ndarray | None = None
-        # row -> the rows that time puts in its moment (its burst, the odd photos of its event;
-        # ``novelfind.ranking.eventknn.event_knn_scores``), joined to its linked group; None: content alone
+        # rows -> for each, the rows that time puts in its moment (its burst, its event group:
+        # ``novelfind.ranking.events.TimeLinks``), joined to its linked group; None: content alone
         self.time_mates: Callable[[np.ndarray], list[np.ndarray]] | None = None
-        # (N,) larger = the better original (pixel count, else file size): among the medoid and its
-        # copies (within COPY_RADIUS) the largest is the representative, not a resave or thumbnail
-        self.prefer: np.ndarray | None = None
+        self.timed: set[int] = set()  # rows whose group time has joined already
+        # how good an original each row is, larger better (``original_keys``: an array (N,) or (N, K) of
+        # keys compared first key first, or a callable rows -> keys, asked only for the medoid and its
+        # copies): among the medoid and its copies (within COPY_RADIUS) the best is the representative,
+        # not a resave or thumbnail; None: the medoid
+        self.prefer: np.ndarray | Callable[[np.ndarray], np.ndarray] | None = None
 
     def group(self, order: np.ndarray, k: int) -> Moments:
         """The first k moments of ``order`` (rows, best first); see the module docstring."""
@@ -147,25 +170,28 @@ class Grouper:
         folded = pos = 0
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
-            want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
+            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
             while len(todo) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue
-                if self._alone(row):
+                if self._alone(row):  # a moment of its own by content: no look-up
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
-                    alone.append(row)
                 else:
                     todo.append(row)
             self._look_up(todo)
-            self._join_in_time(alone)
             while pos < end and len(moments) < k:
                 row, pos = int(order[pos]), pos + 1
                 if row in owner:
                     folded += 1
                     continue
-                # (a row read on its bound is not looked up; time's look-ups may make more rows exact
-                # meanwhile, so what counts is whether this reading looked it up)
+                if row in self.looked_up and row not in self.timed:  # time's photos of the next moments
+                    ahead = (int(r) for r in order[pos - 1 : end])
+                    ahead = [
+                        r for r in ahead if r not in owner and r in self.looked_up and r not in self.timed
+                    ]
+                    self._join_in_time(ahead[: k - len(moments)])
+                # (a row read on its bound is not looked up: what counts is whether this reading did)
                 group = self._closure(row) if row in self.looked_up else [row]
                 earlier = [owner[r] for r in group if r in owner]
                 if earlier:  # it links to an earlier moment: it and its group join that one
@@ -188,8 +214,11 @@ class Grouper:
         return self.nearest is not None and bool(self.nearest[row] >= self.radius * (1 + 1e-4))
 
     def _join_in_time(self, rows: list[int]) -> None:
-        """Add to each looked-up row's group the candidates that time puts in its moment (its burst,
-        the odd photos of its event), all rows asked of ``time_mates`` at once."""
+        """Add to each looked-up row's group the candidates that time puts in its moment (its burst, its
+        event group: ``events.TimeLinks``), all rows asked at once, only for rows about to make a
+        moment (time's links may cost a search). A photo of the group that time links elsewhere brings
+        its own when it is read: its group then touches this moment."""
+        self.timed.update(rows)
         if self.time_mates is None or not rows:
             return
         for row, mates in zip(rows, self.time_mates(np.asarray(rows, dtype=np.int64)), strict=True):
@@ -210,6 +239,7 @@ class Grouper:
             if not todo:
                 break
             self._look_up([r for r in todo if r not in self.looked_up])
+            self._join_in_time([r for r in todo if r not in self.timed])
             for r in todo:
                 group.update(dict.fromkeys(self.looked_up[r].tolist()))
             merged.update(todo)
@@ -228,51 +258,112 @@ class Grouper:
         hoods = np.concatenate([query[:, None], idx], axis=1)  # (Q, 1 + neighbours) the row first
         far = np.concatenate([np.zeros((len(rows), 1), np.float32), dist], axis=1)  # distances to the row
         whole = idx.shape[1] == self.unit.n - 1  # the look-up saw every row
-        for row, hood, d in zip(rows, hoods, far, strict=True):
-            keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
-            keep[0] = True
-            linked = np.flatnonzero(keep)[_linked(self.unit.take(hood[keep]), self.radius)]
-            self.looked_up[row] = hood[linked]
-            # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j] from
-            # linked row j: the group may go on past the look-up only where that is under the radius
-            if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
-                self.open.add(row)
-        self._join_in_time(rows)
+        found, where = np.unique(hoods, return_inverse=True)  # every row the look-ups found, read once
+        xs, where = self.unit.take(found), where.reshape(hoods.shape)
+        with one_blas_thread():  # small products: one thread each is fastest, and never stalls
+            for row, hood, at, d in zip(rows, hoods, where, far, strict=True):
+                keep = np.ones(len(hood), bool) if self.candidates is None else self.candidates[hood]
+                keep[0] = True
+                linked = np.flatnonzero(keep)[_linked(xs[at[keep]], self.radius)]
+                self.looked_up[row] = hood[linked]
+                # a row outside the look-up is at least d[-1] from this one, so at least d[-1] - d[j]
+                # from linked row j: the group may go on past the look-up only where that is under the
+                # radius
+                if not whole and float(d[linked].max()) > float(d[-1]) - self.radius:
+                    self.open.add(row)
+
+    def _best_original(self, ids: np.ndarray, copies: np.ndarray, rep: int) -> int:
+        """Among the medoid ``rep`` and its copies (positions in ``ids``), the best original by
+        ``prefer``: the medoid unless a copy's keys are greater, else the first copy with the greatest."""
+        keys = dict(zip(copies.tolist(), original_keys(self.prefer, ids[copies]), strict=True))
+        top = max(keys.values())
+        return rep if keys[rep] == top else next(c for c in copies.tolist() if keys[c] == top)
 
     def _finish(self, moments: list[list[int]], folded: int, read: int) -> Moments:
-        """Each moment's representative (its medoid) and its members, nearest first."""
+        """Each moment's representative (its medoid's best original) and its members, nearest first."""
         heads, reps, members, distances = [], [], [], []
-        for rows in moments:
-            ids = np.asarray(rows, dtype=np.int64)  # the head first
-            dist = _pairwise(self.unit.take(ids))  # (G, G)
-            rep = int(np.argmin(dist.sum(1)))  # the first of equal sums: the head, else the higher scored
-            if self.prefer is not None:  # the best original among the medoid's copies (the medoid on ties)
-                copies = np.flatnonzero(dist[rep] < COPY_RADIUS)
-                best = copies[int(np.argmax(self.prefer[ids[copies]]))]
-                if self.prefer[ids[best]] > self.prefer[ids[rep]]:
-                    rep = int(best)
-            others = np.delete(np.arange(len(ids)), rep)
-            near = others[np.lexsort((ids[others], dist[rep, others]))]  # nearest first, ties by row
-            heads.append(ids[0])
-            reps.append(ids[rep])
-            members.append(ids[near])
-            distances.append(dist[rep, near].astype(np.float32))
+        with one_blas_thread():  # small products
+            for rows in moments:
+                ids = np.asarray(rows, dtype=np.int64)  # the head first
+                if len(ids) == 1:
+                    heads.append(ids[0])
+                    reps.append(ids[0])
+                    members.append(ids[1:])
+                    distances.append(np.zeros(0, np.float32))
+                    continue
+                x = np.asarray(self.unit.take(ids), dtype=np.float64)  # (G, M)
+                sums = _pairwise(x).sum(1)
+                # the first of equal sums (to rounding): the head, else the higher scored
+                rep = int(np.flatnonzero(sums <= sums.min() + SUM_TIE)[0])
+                near = _difference_norms(x, x[rep])  # (G,) each photo's distance to the medoid, exactly
+                copies = np.flatnonzero(near < COPY_RADIUS)  # the medoid among them
+                if self.prefer is not None and len(copies) > 1:
+                    best = self._best_original(ids, copies, rep)
+                    if best != rep:
+                        rep, near = best, _difference_norms(x, x[best])
+                others = np.delete(np.arange(len(ids)), rep)
+                order = others[np.lexsort((ids[others], near[others]))]  # nearest first, ties by row
+                heads.append(ids[0])
+                reps.append(ids[rep])
+                members.append(ids[order])
+                distances.append(near[order].astype(np.float32))
         as_rows = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
         return Moments(as_rows(heads), as_rows(reps), members, distances, folded, read)
 
 
-def _pairwise(x: np.ndarray) -> np.ndarray:
-    """(G, G) float64 distances between the rows of x, each from the difference (exactly symmetric, so
-    equal sums compare equal), row by row: G is a moment's size, G x G x M would not fit at once."""
+def one_blas_thread():
+    """A block in which the BLAS library runs one thread: the moments' matrix products are small (65 x
+    1,280), and spread over threads they gain nothing and stall for milliseconds on a busy machine."""
+    from threadpoolctl import threadpool_limits
+
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def original_keys(prefer, rows: np.ndarray) -> list[tuple[float, ...]]:
+    """``prefer``'s keys of ``rows`` (``Grouper.prefer``: an array (N,) or (N, K), or a callable rows
+    -> (R,) or (R, K)), one tuple per row, compared first key first."""
+    keys = prefer(rows) if callable(prefer) else np.asarray(prefer)[rows]
+    keys = np.asarray(keys, dtype=np.float64).reshape(len(rows), -1)
+    return [tuple(k) for k in keys.tolist()]
+
+
+def _pairwise(x: np.ndarray, exact_near: float | None = None) -> np.ndarray:
+    """(G, G) float64 distances between the rows of x, exactly symmetric with a zero diagonal, from one
+    matrix product (``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b``, BLAS): G^2 M multiply-adds at BLAS speed
+    instead of G numpy calls over G x M differences. Where a distance lies within ``ROUNDING_BAND`` of
+    ``exact_near`` (the threshold the caller compares it with), it is measured again from the difference
+    of the two rows, the arithmetic of ``np.linalg.norm(x - v, axis=1)``, so the comparison is the
+    same as with distances measured that way (``tests/ranking/test_moments.py``); so is every distance
+    under ``NEAR_ZERO``, where the product's rounding is not small beside it (a copy is 0 from its file)."""
     x = np.asarray(x, dtype=np.float64)
-    return np.stack([np.linalg.norm(x - v, axis=1) for v in x]) if len(x) else np.zeros((0, 0))
+    if not len(x):
+        return np.zeros((0, 0))
+    sq = np.einsum("ij,ij->i", x, x)  # (G,)
+    d2 = sq[:, None] + sq[None, :] - 2.0 * (x @ x.T)  # (G, G)
+    d2 = 0.5 * (d2 + d2.T)  # exactly symmetric, so equal sums compare equal
+    dist = np.sqrt(np.maximum(d2, 0.0))
+    np.fill_diagonal(dist, 0.0)
+    scale = max(1.0, float(np.sqrt(sq.max())))
+    again = dist < NEAR_ZERO * scale
+    if exact_near is not None:
+        again |= np.abs(dist - exact_near) < ROUNDING_BAND * scale
+    i, j = np.nonzero(np.triu(again, 1))
+    for start in range(0, len(i), PAIRS_AT_ONCE):
+        a, b = i[start : start + PAIRS_AT_ONCE], j[start : start + PAIRS_AT_ONCE]
+        dist[a, b] = dist[b, a] = _difference_norms(x[b], x[a])
+    return dist
+
+
+def _difference_norms(x: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """|x_i - v_i| (or |x_i - v| for one row v), row by row: ``np.linalg.norm(x - v, axis=1)``."""
+    return np.linalg.norm(x - v, axis=1)
 
 
 def _linked(x: np.ndarray, radius: float) -> np.ndarray:
     """Indices of the rows of x (G, M) reachable from row 0 by steps shorter than ``radius``: its
     single-linkage group at that height, row 0 first. A breadth-first walk on a G x G matrix (G is
     ``NEIGHBOURS`` + 1): smaller than what calling a clustering library would take."""
-    near = _pairwise(x) < radius  # (G, G)
+    near = _pairwise(x, exact_near=radius) < radius  # (G, G)
     reached = np.zeros(len(x), bool)
     reached[0] = True
     frontier = reached.copy()

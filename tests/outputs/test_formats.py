@@ -117,7 +117,9 @@ def test_csv_has_schema_columns_and_parses_back():
     ]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
     assert rows[0] == [
-        *"rank score path size mtime neighbour distance also member_count taken taken_source labels".split()
+        *"rank score path size mtime neighbour distance also member_count taken taken_source labels".split(),
+        "span_first",
+        "span_last",
     ]
     assert rows[1] == [
         "1",
@@ -132,15 +134,42 @@ def test_csv_has_schema_columns_and_parses_back():
         "",
         "none",
         "",
+        "",
+        "",
     ]
-    assert rows[2][5:] == ["", "", "", "0", "", "none", ""]
+    assert rows[2][5:] == ["", "", "", "0", "", "none", "", "", ""]
     # a photo's other files: a JSON array of paths (empty cell when there are none)
     assert json.loads(rows[3][7]) == ["/lib/IMG_1.CR2", '/lib/IMG_1 "x",.HEIC']
 
 
-def test_labels_are_in_the_json_formats_and_the_last_csv_column():
+def test_a_moments_time_span_is_in_tsv_csv_and_json():
+    """The first and last capture time of a dated moment, in the last two tsv and csv columns and in
+    the JSON field ``span``; empty (null) without capture times. One line per pick."""
+    import calendar
+
+    first, last = calendar.timegm((2024, 6, 4, 20, 5, 0)), calendar.timegm((2024, 6, 4, 20, 53, 0))
+    dated = make_pick("/lib/aerial_04.jpg", rank=1, span=(float(first), float(last)))
+    picks = [dated, make_pick("/lib/b.jpg", rank=2)]
+    lines = format_results(picks, "tsv").splitlines()
+    assert [line.split("\t")[4:] for line in lines] == [
+        ["2024-06-04T20:05:00", "2024-06-04T20:53:00"],
+        ["", ""],
+    ]
+    rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
+    assert rows[0][-2:] == ["span_first", "span_last"]
+    assert [row[-2:] for row in rows[1:]] == [["2024-06-04T20:05:00", "2024-06-04T20:53:00"], ["", ""]]
+    doc = json.loads(format_results(picks, "json"))
+    assert doc["picks"][0]["span"] == {
+        "first": "2024-06-04T20:05:00",
+        "last": "2024-06-04T20:53:00",
+        "photos": 1,
+    }
+    assert doc["picks"][1]["span"] is None
+
+
+def test_labels_are_in_the_json_formats_and_the_csv_column_labels():
     """What the model takes a pick for: a list of {label, p} in JSON and JSON lines, ``telescope 0.41,
-    planetarium 0.12`` in the csv's last column; none for a pick without labels."""
+    planetarium 0.12`` in the csv's column ``labels``; none for a pick without labels."""
     from novelfind.picks import Label
 
     labels = (Label("telescope", 0.41273), Label("planetarium", 0.1188))
@@ -153,8 +182,8 @@ def test_labels_are_in_the_json_formats_and_the_last_csv_column():
     lines = [json.loads(line) for line in format_results(picks, "jsonl").splitlines()]
     assert lines[1]["labels"] == doc["picks"][0]["labels"] and lines[2]["labels"] == []
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
-    assert rows[0][-1] == "labels"
-    assert [row[-1] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
+    col = rows[0].index("labels")
+    assert [row[col] for row in rows[1:]] == ["telescope 0.41, planetarium 0.12", ""]
 
 
 def test_json_document_schema():

@@ -342,6 +342,37 @@ def test_a_moments_neighbour_is_named_as_outside_it(tmp_path, library):
     assert "every photo in the library is in this moment" in second
 
 
+def test_a_moment_shows_its_time_span(tmp_path, library):
+    """A dated moment of several photos says when it was shot, first to last capture time (the last
+    without its date when it is the same day); a photo alone or an undated moment says nothing."""
+    import calendar
+    import dataclasses
+
+    from novelfind.picks import Member
+
+    def at(text: str) -> float:
+        return float(
+            calendar.timegm(tuple(map(int, text.replace("-", " ").replace(":", " ").split())) + (0,) * 3)
+        )
+
+    members = (Member(library[1], 10, 0, 0.3), Member(library[2], 10, 0, 0.4))
+    picks = _picks(library, [0, 5, 6, 7], [4, 4, 4, 4])
+    picks[0] = dataclasses.replace(
+        picks[0], members=members, span=(at("2024-06-04 20:05:00"), at("2024-06-04 20:53:00"))
+    )
+    picks[1] = dataclasses.replace(
+        picks[1], members=members, span=(at("2024-06-04 23:50:00"), at("2024-06-05 00:20:00"))
+    )
+    picks[2] = dataclasses.replace(picks[2], span=(at("2024-06-04 12:00:00"),) * 2)
+    picks[3] = dataclasses.replace(picks[3], members=members)
+    out = tmp_path / "r.html"
+    write_html_report(out, picks, run={})
+    cards = out.read_text(encoding="utf-8").split('id="pick-')[1:]
+    assert "<dt>moment</dt><dd>3 photos, 2024-06-04 20:05:00 to 20:53:00</dd>" in cards[0]
+    assert "<dt>moment</dt><dd>3 photos, 2024-06-04 23:50:00 to 2024-06-05 00:20:00</dd>" in cards[1]
+    assert "<dt>moment</dt>" not in cards[2] and "<dt>moment</dt>" not in cards[3]
+
+
 def test_the_run_table_lists_the_solver_settings_only_for_methods_that_run_it(tmp_path, library):
     from novelfind.params import ScanParameters
     from novelfind.ranking.adsconfig import ADS_LIMITS

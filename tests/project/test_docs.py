@@ -322,7 +322,7 @@ def test_the_documented_csv_columns_are_the_ones_written():
 
     header, row = list(csv.reader(io.StringIO(format_results([one_pick()], "csv"))))
     assert tuple(header) == CSV_COLUMNS and len(row) == len(header)
-    assert row[-1] == "telescope 0.41, planetarium 0.12"
+    assert row[header.index("labels")] == "telescope 0.41, planetarium 0.12"
     for name, path in OUTPUT_DOCS.items():
         cell = format_table(path.read_text())["csv"][1]
         assert [c.strip() for c in cell.split(",")] == header, name

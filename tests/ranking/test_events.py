@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from synthetic import dated_library
 
 import novelfind
-from novelfind.ranking import eventknn, events
+from novelfind.ranking import eventknn, events, knn
 from novelfind.ranking import methods as ranking
-from novelfind.ranking.sources import ChunkedSource
+from novelfind.ranking.driver import event_cap
+from novelfind.ranking.sources import ChunkedSource, UnitSource, as_source
 
 HOUR = 3600.0
 DAY = 86400.0
@@ -246,3 +248,132 @@ def test_a_scan_ranks_a_night_of_odd_photos_by_their_capture_dates(tmp_path, fak
     assert all(name.startswith("night_") for name in moment) and len(moment) >= 10
     assert top["span"]["first"].startswith("2025-05-09T23:") and top["span"]["photos"] == len(moment)
     assert not Path(top["neighbour"]).name.startswith("night_")  # the nearest photo outside the moment
+
+
+# --------------------------------------------------------------------------- time links of moments
+
+
+def _links(x, t, **kw) -> events.TimeLinks:
+    unit = UnitSource(as_source(x))
+    return events.TimeLinks(events.timeline(t, unit), unit, event_cap(len(x)), **kw)
+
+
+def _mates(links: events.TimeLinks, rows) -> list[set[int]]:
+    return [set(m.tolist()) for m in links(np.asarray(rows, dtype=np.int64))]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_odd_evening_is_one_group_and_an_odd_photo_of_the_day_joins_nothing(seed):
+    """The photos of a one-off evening link to each other (content and time); the unrelated odd photo
+    shot that afternoon, and the astronaut dropped into an ordinary day, link to nothing and nothing
+    links to them."""
+    x, t, kinds = dated_library(seed)
+    links = _links(x, t)
+    evening = set(np.flatnonzero(kinds == "evening").tolist())
+    assert _mates(links, sorted(evening)) == [evening - {r} for r in sorted(evening)]
+    for kind in ("odd_same_day", "astronaut"):
+        (row,) = np.flatnonzero(kinds == kind)
+        same_event = np.flatnonzero(links.timeline.event == links.timeline.event[row])
+        assert len(same_event) > 5  # it is one of an ordinary day's photos
+        assert _mates(links, [row]) == [set()]
+        assert not any(row in m for m in _mates(links, same_event))
+
+
+def test_a_burst_links_where_its_event_is_the_whole_library():
+    """One event holding every photo (a day of shooting a minute apart) links nothing by the event
+    rule; the frames of a burst, seconds apart and alike, still are one moment."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(60, 32)) + 2
+    x[20:24] = x[20] + 0.05 * rng.normal(size=(4, 32))
+    t = np.arange(60) * 60.0
+    t[20:24] = t[20] + np.arange(4)
+    links = _links(x, t)
+    assert len(np.unique(links.timeline.event)) == 1 and not links.counted.any()
+    assert _mates(links, [20, 5]) == [{21, 22, 23}, set()]
+
+
+def test_only_candidates_are_linked_and_every_photo_bounds_the_event():
+    """Photos that may not be picked (ignored, older than --since) are no one's mates, but they are
+    photos of the library: one of another day that looks like an evening photo says that photo is not
+    one-off, so it links to nothing (nor does the rest of the evening link to it)."""
+    x, t, kinds = dated_library(1)
+    evening = np.flatnonzero(kinds == "evening")
+    candidates = np.ones(len(x), bool)
+    candidates[evening[6:]] = False  # half the evening may not be picked (on the ignore list)
+    got = _mates(_links(x, t, candidates=candidates), evening[:6])
+    assert got == [set(evening[:6].tolist()) - {r} for r in evening[:6].tolist()]
+    again = np.vstack([x, x[evening[0]] + 0.01])  # the same view, on the first day, older than --since
+    when = np.append(t, t.min() + 60)
+    old = np.append(np.ones(len(x), bool), False)
+    got = _mates(_links(again, when, candidates=old), evening)
+    assert got[0] == set() and all(int(evening[0]) not in m for m in got)
+
+
+def test_the_rankings_nearest_rows_give_the_links_a_search_gives():
+    x, t, kinds = dated_library(2)
+    unit = UnitSource(as_source(x))
+    dens = knn.KnnScores.build(unit, 10)
+    searched = _links(x, t)
+    told = _links(x, t, nearest=dens.nearest, nearest_distance=dens.nearest_distance)
+    rows = np.arange(len(x))
+    assert _mates(told, rows) == _mates(searched, rows)
+    np.testing.assert_allclose(
+        told.outside[~np.isnan(told.outside)], searched.outside[~np.isnan(told.outside)], rtol=1e-5
+    )
+
+
+def test_time_links_nothing_without_dates_or_without_an_event_of_two():
+    x, t, _ = dated_library(0)
+    unit = UnitSource(as_source(x))
+    assert events.time_links(np.full(len(x), np.nan), unit, 100) is None
+    assert events.time_links(1e9 + DAY * np.arange(len(x)), unit, 100) is None  # one photo a day
+    assert events.time_links(t, unit, 100) is not None
+
+
+def _reference_groups(x: np.ndarray, t: np.ndarray, cap: int) -> list[set[int]]:
+    """The rule computed the plain way, for every photo at once: all distances, every photo's nearest
+    photo outside its event, the pairs of an event that count each closer to the other than that, and
+    the groups they chain into."""
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    d = np.linalg.norm(u[:, None, :] - u[None, :, :], axis=2)
+    event = events.segment(t)
+    size = np.bincount(event)[event]
+    same = event[:, None] == event[None, :]
+    outside = np.where(same, np.inf, d).min(1)
+    link = same & (d < outside[:, None]) & (d < outside[None, :]) & ((size >= 2) & (size <= cap))[:, None]
+    np.fill_diagonal(link, False)
+    groups = []
+    for row in range(len(x)):
+        group, todo = {row}, [row]
+        while todo:
+            new = set(np.flatnonzero(link[todo.pop()]).tolist()) - group
+            group |= new
+            todo.extend(new)
+        groups.append(group)
+    return groups
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_event_groups_are_those_of_the_rule_computed_for_every_photo(seed):
+    """The links found with bounds and few searches are those of the rule computed for every photo,
+    in a library with bursts (frames close to each other, where the bounds settle comparisons), the
+    rows asked a few at a time."""
+    x, t, kinds = dated_library(seed)
+    rng = np.random.default_rng(seed)
+    frames = x[rng.choice(len(x), 30)] + 0.05 * rng.normal(size=(30, x.shape[1])).astype(np.float32)
+    x = np.vstack([x, frames])  # 30 more frames, each beside a photo, shot a few seconds later
+    t = np.concatenate(
+        [t, t[np.argmin(np.linalg.norm(x[: len(t), None] - frames[None], axis=2), axis=0)] + 2]
+    )
+    cap = event_cap(len(x))
+    links = _links(x, t)
+    searched = []
+    search = links._search
+    links._search = lambda rows: (searched.extend(rows), search(rows))
+    want = _reference_groups(x, t, cap)
+    for batch in np.array_split(rng.permutation(len(x)), 25):  # asked a few at a time, as moments ask
+        links(batch)
+    got = [set(links.groups[r].tolist()) if links.counted[r] else {r} for r in range(len(x))]
+    assert got == want
+    assert any(len(g) > 1 for g in want)
+    assert len(set(searched)) < len(x)  # the bounds spared some searches

@@ -132,6 +132,124 @@ def test_matrix_and_chunks_give_the_same_moments_past_the_exact_size(seed):
         assert sum(g in found for g in groups) >= 10  # the bursts are odd: most are picks, each whole
 
 
+# --------------------------------------------------------------------------- distances in one product
+
+
+def _reference_pairwise(x: np.ndarray, exact_near: float | None = None) -> np.ndarray:
+    """The distances measured the straightforward way: row by row, each from the difference."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.stack([np.linalg.norm(x - v, axis=1) for v in x]) if len(x) else np.zeros((0, 0))
+
+
+def _unit_like_features(rng: np.random.Generator, g: int, m: int) -> np.ndarray:
+    """g unit rows like image features (a shared non-negative part), with a copy, a near copy and a
+    resave among them."""
+    x = np.abs(rng.normal(size=m)) + rng.normal(size=(g, m))
+    x[5] = x[3]  # the same file twice: distance 0
+    x[7] = x[3] + 0.002 * rng.normal(size=m)  # a resave
+    return l2_normalise(x)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_pairwise_distances_are_those_of_the_differences(seed):
+    rng = np.random.default_rng(seed)
+    for g, m in ((65, 1280), (1, 8), (2, 8), (300, 64)):
+        x = _unit_like_features(rng, g, m) if g > 7 else l2_normalise(rng.normal(size=(g, m)))
+        got, want = moments._pairwise(x), _reference_pairwise(x)
+        assert got.shape == want.shape and (got == got.T).all() and (np.diag(got) == 0).all()
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_links_at_the_radius_are_those_of_the_differences(seed):
+    """Rows planted at the link radius from each other, to the last bit either side: the groups are
+    the ones the distances of the differences give."""
+    rng = np.random.default_rng(seed)
+    m, radius = 256, moments.LINK_RADIUS
+    x = _unit_like_features(rng, 65, m)
+    for j in range(1, 64, 2):  # each odd row at the radius from the row before it, give or take rounding
+        step = rng.normal(size=m)
+        step -= (step @ x[j - 1]) * x[j - 1]
+        x[j] = x[j - 1] + step * (radius * (1 + rng.choice([-1, 0, 1]) * 1e-16) / np.linalg.norm(step))
+    ref_near = _reference_pairwise(x) < radius
+    assert ((moments._pairwise(x, exact_near=radius) < radius) == ref_near).all()
+    assert ref_near[np.arange(1, 64, 2), np.arange(0, 63, 2)].any()  # some planted pairs link, some not
+    assert not ref_near[np.arange(1, 64, 2), np.arange(0, 63, 2)].all()
+    for start in range(0, 64, 7):
+        rows = np.r_[start, np.delete(np.arange(65), start)]
+        want = _reference_linked(x[rows], radius)
+        assert moments._linked(x[rows], radius).tolist() == want.tolist()
+
+
+def _reference_linked(x: np.ndarray, radius: float) -> np.ndarray:
+    near = _reference_pairwise(x) < radius
+    reached = np.zeros(len(x), bool)
+    reached[0] = True
+    frontier = reached.copy()
+    while frontier.any():
+        frontier = near[frontier].any(0) & ~reached
+        reached |= frontier
+    return np.flatnonzero(reached)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_moments_are_those_of_the_row_by_row_distances(seed, monkeypatch):
+    """The whole grouping, on bursts with copies among them: the same picks, members, order and
+    distances as with the distances measured row by row."""
+    x, _ = _bursts(400, 48, seed, bursts=10, size=6)
+    x[-1] = x[-2]  # an exact copy of a frame
+    got = novelfind.rank(x, 15, method="knn", dedup=0.3)
+    monkeypatch.setattr(moments, "_pairwise", _reference_pairwise)
+    want = novelfind.rank(x, 15, method="knn", dedup=0.3)
+    assert got.indices.tolist() == want.indices.tolist()
+    assert [m.tolist() for m in got.members] == [m.tolist() for m in want.members]
+    assert all((g == w).all() for g, w in zip(got.member_distance, want.member_distance, strict=True))
+    assert sum(len(m) for m in got.members) >= 40  # the bursts were grouped
+
+
+def test_the_best_original_is_chosen_by_keys_compared_in_order_asked_only_for_copies():
+    """``prefer`` as keys per row (first key first) or as a function of the rows, asked for the medoid
+    and its copies only; equal keys keep the medoid."""
+    rng = np.random.default_rng(9)
+    x = np.abs(rng.normal(size=(300, 32))).astype(np.float32)
+    odd = np.zeros(32, np.float32)
+    odd[:2] = 5.0
+    copies = odd + 0.005 * np.abs(rng.normal(size=(3, 32))).astype(np.float32)
+    x = np.concatenate([x, copies])  # rows 300, 301, 302: one shot three times
+    plain = novelfind.rank(x, 1)
+    medoid = int(plain.indices[0])
+    keys = np.zeros((len(x), 2))
+    keys[301] = (1, 0)  # the RAW twin wins over more pixels
+    keys[302] = (0, 9)
+    assert int(novelfind.rank(x, 1, prefer=keys).indices[0]) == 301
+    keys[301] = (0, 0)
+    assert int(novelfind.rank(x, 1, prefer=keys).indices[0]) == 302
+    asked = []
+
+    def lazy(rows):
+        asked.extend(np.asarray(rows).tolist())
+        return np.zeros(len(rows))  # nothing to tell them apart: the medoid stays
+
+    assert int(novelfind.rank(x, 1, prefer=lazy).indices[0]) == medoid
+    assert sorted(set(asked)) == [300, 301, 302]
+
+
+@pytest.mark.parametrize("method", [m for m in methods.METHODS if m != "ads-paper"])
+def test_without_dates_the_moments_are_the_untimed_ones_pick_for_pick(method):
+    """Capture times that link nothing (none known, or one photo a day) change nothing: the picks,
+    scores, members and distances are those of the ranking without times."""
+    x, _ = _bursts(200, 16, seed=5, bursts=4)
+    want = novelfind.rank(x, 12, method=method)
+    day = 1_700_000_000 + 86_400.0 * np.arange(len(x))
+    for times in (np.full(len(x), np.nan), day):
+        got = novelfind.rank(x, 12, method=method, times=times)
+        assert got.indices.tolist() == want.indices.tolist(), method
+        assert got.scores.tolist() == want.scores.tolist(), method
+        assert [m.tolist() for m in got.members] == [m.tolist() for m in want.members], method
+        for g, w in zip(got.member_distance, want.member_distance, strict=True):
+            assert g.tolist() == w.tolist(), method
+
+
 # --------------------------------------------------------------------------- the output formats
 
 
