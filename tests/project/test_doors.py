@@ -35,7 +35,7 @@ ALLOWED = {
     ("cli/console.py", "redirect_engine_output"): "os.devnull and a dup of stderr, for a quiet run",
     ("cache/recovery.py", "move_aside"): "renames a damaged cache aside in the user's own cache folder",
     ("model/weights.py", "categories"): "the package's own data file (importlib.resources)",
-    ("model/weights.py", "sha256_file"): "the weights file (the package's, or one the user named), hashed",
+    ("model/weights.py", "_hash_file"): "the weights file (the package's, or one the user named), hashed",
     ("model/weights.py", "read_weights"): "the weights file (the package's, or one the user named)",
     ("outputs/xmp_ledger.py", "_load_ledger"): "renames a damaged record aside in the user's data folder",
 }

@@ -138,7 +138,12 @@ def test_a_scan_of_dated_photos_shows_the_evening_and_the_burst_as_one_pick_each
     assert sum(int(line[3]) + 1 for line in lines) == 71  # every photo once: a pick or a member
     by_name = {Path(line[2]).name: line[3:] for line in lines}
     (evening_line,) = [v for name, v in by_name.items() if name.startswith("aerial_")]
-    assert evening_line == ["12", "2024-06-04T20:05:00", "2024-06-04T20:53:00"]
+    # member_count, taken (the representative's), span (FIRST/LAST)
+    assert evening_line[0] == "12" and evening_line[1].startswith("2024-06-04T20:")
+    assert evening_line[2] == "2024-06-04T20:05:00/2024-06-04T20:53:00"
     (burst_line,) = [v for name, v in by_name.items() if name.startswith("burst_")]
-    assert burst_line == ["4", "2024-06-08T11:00:00", "2024-06-08T11:00:04"]
-    assert by_name["astronaut.jpg"] == ["0", "2024-06-06T13:00:00", "2024-06-06T13:00:00"]
+    assert burst_line[0] == "4" and burst_line[2] == "2024-06-08T11:00:00/2024-06-08T11:00:04"
+    assert by_name["astronaut.jpg"][0] == "0" and by_name["astronaut.jpg"][1].startswith(
+        "2024-06-06T13:00:00"
+    )
+    assert by_name["astronaut.jpg"][2] == "2024-06-06T13:00:00/2024-06-06T13:00:00"
