@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import calendar
+import contextlib
 import math
 import os
+import threading
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from novelfind.extract import dating
 from novelfind.media.dates import NONE, Taken
@@ -121,3 +125,55 @@ def test_an_interrupted_scan_keeps_the_dates_read_so_far(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         dating.scan_dates(files, store, read=Reader(fail_at=2))
     assert store.written == [[("d-p0.jpg", WHEN + 1, 3600, "exif"), ("d-p1.jpg", WHEN + 2, 3600, "exif")]]
+
+
+# --------------------------------------------------------------------------- headers read in decode processes
+
+
+def dated_jpeg(path: Path, when: str) -> Path:
+    exif = Image.Exif()
+    exif.get_ifd(0x8769)[0x9003] = when
+    Image.new("RGB", (32, 24), (90, 120, 30)).save(path, exif=exif.tobytes())
+    return path
+
+
+def listed(paths: list[Path]) -> FileList:
+    return FileList([ImageFile(p, p.stat().st_size, p.stat().st_mtime_ns) for p in paths])
+
+
+def test_headers_are_read_in_decode_processes_under_the_time_limit(tmp_path, monkeypatch):
+    """A FIFO swapped in for a photo blocks whoever opens it: the reading is stopped with its process
+    (``timeout``), the file has no date, and the other files of its batch are read again one by one."""
+    monkeypatch.setattr(dating, "HEADER_CHUNK", 2)
+    a = dated_jpeg(tmp_path / "a.jpg", "2021:06:01 12:00:00")
+    fifo = tmp_path / "b.jpg"
+    os.mkfifo(fifo)
+    c = dated_jpeg(tmp_path / "c.jpg", "2022:06:01 12:00:00")
+    store = Store()
+    found: list = []
+    reading = threading.Thread(
+        target=lambda: found.append(dating.scan_dates(listed([a, fifo, c]), store, timeout=1)), daemon=True
+    )
+    reading.start()
+    reading.join(120)
+    try:
+        assert not reading.is_alive(), "the FIFO was opened in this process, with no clock"
+    finally:
+        with contextlib.suppress(OSError):  # a reader still blocked on it: let it go
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    first, third = (calendar.timegm((year, 6, 1, 12, 0, 0)) for year in (2021, 2022))
+    assert found[0].taken[[0, 2]].tolist() == [first, third]
+    assert sorted(row for batch in store.written for row in batch) == [
+        ("d-a.jpg", first, None, "exif-local"),
+        ("d-b.jpg", None, None, "none"),  # its own bytes said nothing (its file time may stand in)
+        ("d-c.jpg", third, None, "exif-local"),
+    ]
+
+
+def test_a_reader_that_raises_is_no_date():
+    def broken(path, now=None):
+        raise ValueError("Exceeds the limit (4300 digits) for integer string conversion")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(dating.dates, "image_date", broken)
+        assert dating.embedded_date("x.jpg") is NONE
