@@ -16,7 +16,7 @@ import base64
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,19 @@ from typing import Any
 import numpy as np
 
 from novelfind.base.atomic import write_atomic
+from novelfind.base.devices import available_cpus
+from novelfind.extract.decoders.pillow import decode_each
 from novelfind.media.dates import SOURCE_WORDS
+from novelfind.media.decode import decode_processes_within_budget
 from novelfind.media.kinds import kind_of
-from novelfind.outputs.thumbnails import Thumb, ThumbnailCache, clip_moment, clock, make_thumbnails
+from novelfind.outputs.thumbnails import (
+    MAX_THUMBNAIL_WORKERS,
+    Thumb,
+    ThumbnailCache,
+    clip_moment,
+    clock,
+    make_thumbnails,
+)
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -333,7 +343,7 @@ def _picks_section(
         if cache is not None:
             cache.close()
     thumbs = {key: None if jpeg is None else _data_uri(jpeg) for key, jpeg in made.thumbs.items()}
-    infos = _image_infos([p.path for p in picks if p.clip is None])
+    infos = _image_infos([p.path for p in picks if p.clip is None], decode_timeout)
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
     cards = []
     for p in picks:
@@ -345,10 +355,23 @@ def _picks_section(
     return "<h2>Picks, most novel first</h2>\n" + note + "\n".join(cards)
 
 
-def _image_infos(paths: Sequence[Path]) -> Iterator[dict]:
-    """Dimensions and EXIF date of each photo, read in a few threads (headers only)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return iter(list(pool.map(lambda path: kind_of(path).info(path), paths)))
+def _image_infos(paths: Sequence[Path], timeout: float | None) -> Iterator[dict]:
+    """Dimensions and EXIF date of each photo (headers only: Pillow's, LibRaw's for a RAW), read in a few
+    decode processes under the decode time limit (``timeout`` seconds; None: the default), the
+    decoded-pixels budget and the address-space limit, as the thumbnails are: a photo is untrusted input.
+    ``{}`` where it cannot be read or took too long."""
+    if not paths:
+        return iter(())
+    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(paths))
+    tasks = [(os.fspath(path),) for path in paths]
+    with closing(decode_each(header_info, tasks, max(1, workers), timeout)) as results:
+        got = dict(results)
+    return iter(got.get(i) or {} for i in range(len(paths)))
+
+
+def header_info(path: str) -> dict:
+    """Run in a decode process: ``{"width", "height", "taken"}`` of ``path`` by its kind's header read."""
+    return kind_of(path).info(path)
 
 
 def _pick_card(
