@@ -28,9 +28,9 @@ from novelfind.base import devices
 from novelfind.base.lock import output_lock
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, NovelfindError
-from novelfind.extract.dating import scan_dates
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.failures import FailureLog
+from novelfind.extract.header_dates import scan_dates
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.media import dates, decode, video
 from novelfind.media.ignore import IgnoreList, select

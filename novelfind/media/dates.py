@@ -349,21 +349,21 @@ def raw_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     return NONE
 
 
-def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
+def clip_date(path: str | os.PathLike[str], now: float | None = None, *, max_pixels: int) -> Taken:
     """A clip's ``creation_time``: the container's, else its first video stream's (UTC, as ISO 8601).
 
-    Metadata only, under the decoded-pixels budget as a clip's decode is: no packet is read or decoded
-    here, and the frame FFmpeg decodes while opening a stream that does not say its size is refused past
-    the budget (``max_pixels``); a clip with a video stream that claims more than the budget has no date
-    read (its frames are refused too: ``novelfind.media.video``)."""
+    Metadata only, under the decoded-pixels budget (``max_pixels``: the process's,
+    ``novelfind.media.decode.pixel_budget()``) as a clip's decode is: no packet is read or decoded here,
+    and the frame FFmpeg decodes while opening a stream that does not say its size is refused past the
+    budget (FFmpeg's ``max_pixels``); a clip with a video stream that claims more than the budget has no
+    date read (its frames are refused too: ``novelfind.media.video``)."""
     try:
         from novelfind.base import extras
-        from novelfind.media.decode import pixel_budget
 
         av = extras.load("av")
     except Exception:  # noqa: BLE001 - without PyAV clips are not read at all
         return NONE
-    budget = pixel_budget()
+    budget = max(1, int(max_pixels))
     try:
         with av.open(
             os.fspath(path), metadata_errors="ignore", options={"max_pixels": str(budget)}

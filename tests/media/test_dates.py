@@ -27,7 +27,7 @@ from novelfind.base.since import parse_since
 from novelfind.cache import FeatureCache
 from novelfind.cli.group import cli
 from novelfind.errors import InputError
-from novelfind.extract import dating
+from novelfind.extract import dating, header_dates
 from novelfind.media import dates
 
 DAY = 86400
@@ -305,7 +305,7 @@ def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extracto
     # the next scan reads no header
     reader = CountingReader()
     with FeatureCache(cache, fake_extractor.model_key) as store:
-        again = dating.scan_dates(first.files, store, read=reader)
+        again = header_dates.scan_dates(first.files, store, read=reader)
     assert reader.paths == []
     assert np.array_equal(again.taken, first.taken, equal_nan=True)
     assert again.sources == first.taken_source
