@@ -7,7 +7,6 @@ callbacks, and prints the results and the summary.
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ import click
 import cloup
 
 from novelfind import params, run
-from novelfind.base.atomic import encode_output
+from novelfind.base import safe_load
+from novelfind.base.atomic import encode_output, read_limited
 from novelfind.cli.base import (
     QUIET,
     NovelfindCommand,
@@ -52,6 +52,9 @@ Exit codes:
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
 """
 
+
+# The results file an earlier run wrote is read back (to say when a run empties it) up to this size.
+LISTED_MAX_BYTES = 64 << 20
 
 # The sections of ``novelfind scan --help``, everyday ones first: (key in params.param's ``group``, title).
 OPTION_GROUPS = (
@@ -214,17 +217,19 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
 
 def picks_listed(output: Path | None, fmt: str) -> int:
     """How many picks the results file ``output`` lists now (0 when there is none, or it cannot be read):
-    a run that would empty a list someone relies on says so."""
+    a run that would empty a list someone relies on says so. Read as the outputs are written: not through
+    a link, not a FIFO or device, at most ``LISTED_MAX_BYTES`` (a larger file counts as none), a JSON
+    list with its nesting bounded (``safe_load``)."""
     if output is None:
         return 0
     try:
-        text = Path(output).read_text(encoding="utf-8", errors="replace")
+        text = read_limited(output, LISTED_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return 0
     if fmt == "json":
         try:
-            return len(json.loads(text).get("picks", []))
-        except (ValueError, AttributeError):
+            return len(safe_load.load_json(text, max_bytes=LISTED_MAX_BYTES).get("picks", []))
+        except (ValueError, AttributeError, TypeError):
             return 0
     if fmt == "jsonl":
         return text.count('"type": "pick"') + text.count('"type":"pick"')

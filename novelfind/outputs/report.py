@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from novelfind.base.atomic import write_atomic
+from novelfind.base.atomic import output_mode, write_atomic
 from novelfind.base.devices import available_cpus
 from novelfind.extract.decoders.pillow import decode_each
 from novelfind.media.dates import SOURCE_WORDS
@@ -244,6 +244,7 @@ def write_html_report(
     decode_timeout: float | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     thumbnail_cache: Path | str | None = None,
+    mode: int | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
@@ -255,8 +256,9 @@ def write_html_report(
     default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
     ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar).
     ``thumbnail_cache``: a file (:class:`ThumbnailCache`) that keeps the thumbnails for the next report
-    (None: none), so that a re-scan showing the same photos decodes none of them again. Raises
-    OutputError when the file cannot be written and ValueError for inconsistent map inputs.
+    (None: none), so that a re-scan showing the same photos decodes none of them again. ``mode``: the
+    page's (None: ``atomic.output_mode()``, for the user alone). Raises OutputError when the file cannot
+    be written and ValueError for inconsistent map inputs.
     """
     picks = list(picks)
     failures = [Failure(Path(p), str(r)) for p, r in failures]
@@ -274,7 +276,8 @@ def write_html_report(
         _run_section(run),
         _failures_section(failures),
     ]
-    write_atomic(path, _page(title, len(picks), "\n".join(part for part in body if part)))
+    page = _page(title, len(picks), "\n".join(part for part in body if part))
+    write_atomic(path, page, mode=output_mode() if mode is None else mode)
 
 
 def _headline(picks: Sequence[Pick], run: Mapping[str, Any], failures: Sequence[Failure]) -> str:
