@@ -48,7 +48,8 @@ Exit codes:
   3    finished, but some files could not be read or some sidecars not written (each named
        on stderr); files an earlier scan already reported, unchanged since, do not count
        (`novelfind failures` lists them)
-  4    another run holds the lock on the same output (with --no-wait)
+  4    another run holds the lock on the same output (with --no-wait), or the ignore list's
+       or the record of tagged sidecars' lock was held for 60 s (the holder is named)
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
 """
 
