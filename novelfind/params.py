@@ -380,6 +380,14 @@ class ScanParameters:
         help="Write a grid of the picks with their ranks (.jpg, .png or .webp).",
         group="outputs",
     )
+    shared_outputs: bool = param(
+        False,
+        "give ``output``, ``report`` and ``contact_sheet`` mode ``0644`` (readable by everyone), less the "
+        "umask, instead of ``0600`` (the user alone): for outputs others are meant to read.",
+        help="Make -o, --report and --contact-sheet readable by everyone (0644 less the umask; default "
+        "0600: you alone).",
+        group="outputs",
+    )
     xmp: bool = param(
         False,
         "write the picks into the photos' XMP sidecars (``NAME.EXT.xmp``, or an existing ``NAME.xmp``), "

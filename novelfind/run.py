@@ -28,9 +28,9 @@ from novelfind.base import devices, door
 from novelfind.base.lock import output_lock
 from novelfind.cache import open_store
 from novelfind.errors import CacheError, NovelfindError
-from novelfind.extract.dating import scan_dates
 from novelfind.extract.engines import ENGINES
 from novelfind.extract.failures import FailureLog
+from novelfind.extract.header_dates import scan_dates
 from novelfind.extract.stage import Extraction, FeatureStore, featured, load, stored_source
 from novelfind.media import decode, video
 from novelfind.media.ignore import IgnoreList
@@ -194,8 +194,7 @@ class _Scan:
             # stage keeps the stored vectors (pooled, also for logits), so those set the memory
             stored_dim = getattr(extractor, "stored_dim", extractor.dim)
             streamed = read_in_chunks(p.method, len(photos), stored_dim)
-            # a cached vector beyond what the model can make is damage (extractors that store what they
-            # return, without ``encode``, give no such bound)
+            # a cached vector beyond what the model can make is damage (without ``encode``: no bound)
             bound = (
                 {"max_norm": weights.STORED_NORM_MAX, "min_value": weights.STORED_VALUE_MIN}
                 if hasattr(extractor, "encode")
@@ -224,6 +223,7 @@ class _Scan:
                 twins=lambda i: [os.fspath(t.path) for t in read[i].also],
                 on_progress=lambda done, total: self.progress("dates", done, total),
                 on_warning=self.warn,
+                timeout=p.decode_timeout,  # the headers not read yet are read in decode processes
             )
             # rank: the photos taken (else modified) since ``since``, less those on the ignore list and,
             # with ignore_picks, those the last run of this line ranked (novelfind.media.reruns)

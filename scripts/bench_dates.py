@@ -14,8 +14,9 @@ process; the medians are what to compare. "header_ms" / "header_cpu_ms" is
 ``novelfind.extract.dating.embedded_date`` per photo in this process (files in the page cache), wall and
 CPU time, the median of ``--rounds`` passes.
 On a shared machine the CPU times are the figures to read (the load average is recorded).
-"dates_step_cpu_ms" is ``dating.scan_dates`` alone on the same cache, in this process: every date cached,
-then just after the table was dropped (the headers read and stored).
+"dates_step_cpu_ms" is ``header_dates.scan_dates`` alone on the same cache, in this process: every date
+cached, then just after the table was dropped (the headers read and stored, in decode processes: their
+CPU time is not in this figure).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    from novelfind.extract import dating
+    from novelfind.extract import dating, header_dates
 
     with tempfile.TemporaryDirectory(prefix="bench-dates-") as tmp:
         library, cache = Path(tmp) / "lib", Path(tmp) / "cache.sqlite"
@@ -100,7 +101,7 @@ def main() -> None:
                     drop_dates(cache)
                 with FeatureCache(cache) as store:
                     cpu = time.process_time()
-                    found = dating.scan_dates(files, store)
+                    found = header_dates.scan_dates(files, store)
                     step[name].append((time.process_time() - cpu) * 1000)
                 assert found.sources == ["exif"] * len(files), set(found.sources)
         paths = sorted(str(p) for p in library.iterdir())

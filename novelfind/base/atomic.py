@@ -18,11 +18,13 @@ appears at the target is replaced, never written through. After the rename, the 
 file written (same inode), or the write is reported as disturbed (``EAGAIN``).
 
 The mode of a new file is novelfind's choice (:func:`new_file_mode`), never one copied from a file
-that happened to be there: a planted file of mode 6777 lends the new one nothing. Only permission bits
-are ever set; never setuid, setgid or sticky.
+that happened to be there: a planted file of mode 6777 (or a planted 0666 output) lends the new one
+nothing. Only permission bits are ever set; never setuid, setgid or sticky. The files :func:`write_bytes`
+and :func:`replacing` make are private (:data:`PRIVATE_MODE`, ``0600``) unless the caller says otherwise
+(:func:`output_mode`: ``0644`` for the outputs of a run with ``shared_outputs``), less the umask.
 
 No write follows a link novelfind did not create: a symbolic link at the target is refused
-(:data:`LINK_REFUSED`) unless the caller asks to follow it (``-o`` to a link the user made).
+(:data:`LINK_REFUSED`), ``-o`` included.
 
 Where the system lacks one of these calls (``dir_fd`` support, ``O_NOFOLLOW``, ``O_DIRECTORY``,
 ``fchown``), :func:`require_descriptors` refuses with ``ENOTSUP`` rather than fall back to names.
@@ -138,6 +140,17 @@ def new_file_mode(permissions: int = 0o666) -> int:
     """The mode novelfind gives a file it makes: ``permissions`` less the umask, permission bits only
     (no setuid, setgid or sticky bit, whatever was there before)."""
     return permissions & 0o777 & ~current_umask()
+
+
+PRIVATE_MODE = 0o600  # a file novelfind makes for the user alone: outputs, its state, its caches
+SHARED_MODE = 0o644  # an output the user shares (``shared_outputs``): readable by all, written by its owner
+
+
+def output_mode(shared: bool = False) -> int:
+    """The mode of an output (``-o``, the report, the contact sheet): :data:`SHARED_MODE` where the user
+    asked for outputs others may read (``shared_outputs``), else :data:`PRIVATE_MODE`, less the umask;
+    never the mode of a file that was there."""
+    return new_file_mode(SHARED_MODE if shared else PRIVATE_MODE)
 
 
 def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
@@ -260,14 +273,6 @@ def write_bytes_at(
         write_all(fd, data)
 
 
-def _kept_mode(st: os.stat_result | None) -> int:
-    """The mode of a file that replaces one of the user's own outputs: its permission bits, read and
-    write only (0o666 at most); a new file: :func:`new_file_mode`."""
-    if st is not None and stat.S_ISREG(st.st_mode):
-        return st.st_mode & 0o666
-    return new_file_mode()
-
-
 def _target(path: str | os.PathLike[str], follow_link: bool) -> Path:
     if follow_link and os.path.islink(path):
         return Path(os.path.realpath(path))
@@ -276,19 +281,24 @@ def _target(path: str | os.PathLike[str], follow_link: bool) -> Path:
 
 @contextmanager
 def replacing(
-    path: str | os.PathLike[str], *, owner: tuple[int, int] | None = None, follow_link: bool = False
+    path: str | os.PathLike[str],
+    *,
+    owner: tuple[int, int] | None = None,
+    follow_link: bool = False,
+    mode: int | None = None,
 ) -> Iterator[Path]:
     """Yield the path of a new temporary file next to ``path``, for a writer that needs a name (the
     ONNX exporter); on a clean exit it replaces ``path``. Only for folders of the user's own (the user
     cache folder): the caller writes by name. The file is then opened again with ``O_NOFOLLOW`` and
     must be a regular file of this user's; it is synced, given its mode and ``owner`` through that
-    descriptor and renamed ``dir_fd``-relative. The mode is the replaced file's permission bits, or
-    :func:`new_file_mode` for a new one. A symlink at ``path`` is refused unless ``follow_link``.
-    Raises OSError."""
+    descriptor and renamed ``dir_fd``-relative. ``mode``: None is :data:`PRIVATE_MODE` less the umask,
+    never the replaced file's. A symlink at ``path`` is refused unless ``follow_link``. Raises
+    OSError."""
     target = _target(path, follow_link)
+    mode = new_file_mode(PRIVATE_MODE) if mode is None else mode
     dir_fd = open_folder(target.parent if str(target.parent) else ".", follow_link=True)
     try:
-        mode = _kept_mode(refuse_link_at(dir_fd, target.name, target))
+        refuse_link_at(dir_fd, target.name, target)
         fd, tmp = _create_temp(dir_fd, target.name)
         os.close(fd)
         try:
@@ -317,18 +327,17 @@ def write_bytes(
     data: bytes,
     *,
     owner: tuple[int, int] | None = None,
-    follow_link: bool = False,
+    mode: int | None = None,
 ) -> None:
     """Replace (or create) ``path`` with ``data`` atomically, through descriptors (:func:`replacing_at`).
 
-    The folder is opened as named; a symlink at ``path`` is refused unless ``follow_link``. The new file
-    keeps the permission bits (0o666 at most) of the file it replaces; a new one gets
-    :func:`new_file_mode`. Raises OSError.
+    The folder is opened as named; a symlink at ``path`` is refused. The new file gets ``mode`` (None:
+    :data:`PRIVATE_MODE` less the umask), never the mode of the file it replaces. Raises OSError.
     """
-    target = _target(path, follow_link)
+    target = Path(path)
+    mode = new_file_mode(PRIVATE_MODE) if mode is None else mode
     dir_fd = open_folder(target.parent if str(target.parent) else ".", follow_link=True)
     try:
-        mode = _kept_mode(refuse_link_at(dir_fd, target.name, target))
         write_bytes_at(dir_fd, target.name, data, mode=mode, owner=owner, shown=target)
     finally:
         os.close(dir_fd)
@@ -396,21 +405,22 @@ def encode_output(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def write_atomic(path: Path | str, data: str | bytes, *, follow_link: bool = False) -> None:
-    """Write ``data`` to ``path`` all at once (:func:`write_bytes`).
+def write_atomic(path: Path | str, data: str | bytes, *, mode: int | None = None) -> None:
+    """Write ``data`` to ``path`` all at once (:func:`write_bytes`), with ``mode`` (None:
+    :data:`PRIVATE_MODE` less the umask; an output: :func:`output_mode`).
 
     ``str`` is encoded as UTF-8 (undecodable file-name bytes restored). A symlink at ``path`` is
-    refused, or with ``follow_link`` (``-o`` to a link the user made) followed, so its target is
-    replaced. Raises OutputError with a one-line message; never leaves a temp file behind.
+    refused (:data:`LINK_REFUSED`). Raises OutputError with a one-line message; never leaves a temp
+    file behind.
     """
-    path = _target(path, follow_link)
+    path = Path(path)
     payload = encode_output(data) if isinstance(data, str) else bytes(data)
     if not os.path.islink(path) and path.is_dir():
         raise OutputError(f"cannot write {display(path)}: it is a folder")
     if not path.parent.is_dir():
         raise OutputError(f"cannot write {display(path)}: no such folder {display(path.parent)}")
     try:
-        write_bytes(path, payload)
+        write_bytes(path, payload, mode=mode)
     except OSError as err:
         raise OutputError(f"cannot write {display(path)}: {describe(err)}") from None
 

@@ -4,7 +4,10 @@ The locking is filelock's (``flock`` on Unix): the kernel drops the lock when it
 however it exits (SIGKILL included), so a stale lock never blocks the next run, and the lock file is
 left in place on release, so waiting runs always meet on the same file. What is added here: the
 holder writes its pid into the lock file, so a run that finds it taken can say who holds it, and
-locks on the same file nest within one process instead of waiting for themselves.
+locks on the same file nest within one process instead of waiting for themselves. A lock on a file
+another account may also lock (the ignore list, the record of tagged sidecars: :func:`waiting_lock`) is
+waited for at most ``SHARED_WAIT_S``: a lock held for ever by someone else never holds a run (a root cron
+job) for ever.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import pwd
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +25,11 @@ import filelock
 
 from novelfind.base import atomic, dirs
 from novelfind.errors import LockedError, NovelfindError
+
+# The longest a run waits for the lock of a file another account may also lock (:func:`waiting_lock`):
+# the ignore list and the record of tagged sidecars, whose lock files lie beside them. Past it the run
+# gives up on that file (LockedError, exit code 4), saying who holds the lock.
+SHARED_WAIT_S = 60.0
 
 
 def pid_alive(pid: int) -> bool:
@@ -99,7 +108,10 @@ class RunLock:
         holder = holder_pid(self.path)
         who = f"pid {holder}" if holder is not None else "pid unknown"
         if self.wait:
-            return f"another novelfind run is still using {self.label} ({who}) after {self.timeout:g} s"
+            return (
+                f"gave up waiting for {self.label} after {self.timeout:g} s: its lock is held by {who} "
+                f"({lock_owner(self.path)}); nothing was written to it"
+            )
         return f"another novelfind run is using {self.label} ({who}); use --wait to queue"
 
     def release(self) -> None:
@@ -135,11 +147,39 @@ class RunLock:
 
 
 def holder_pid(path: str | os.PathLike[str]) -> int | None:
-    """The pid written into a lock file, or None when it is empty or unreadable."""
+    """The pid written into a lock file, or None when it is empty or unreadable (read as a lock file is
+    opened: not through a link, never blocking on a FIFO; its first 32 bytes). Whoever can write the
+    file wrote it: a name for the message, nothing more."""
     try:
-        return int(atomic.read_limited(path, 32).split()[0])  # a link or FIFO refused
+        fd, _ = atomic.open_regular(path)
+    except OSError:
+        return None
+    try:
+        return int(os.read(fd, 32).split()[0])
     except (OSError, ValueError, IndexError):
         return None
+    finally:
+        os.close(fd)
+
+
+def lock_owner(path: str | os.PathLike[str]) -> str:
+    """Who owns the lock file, for the message of a run that gave up waiting: ``lock file owned by ana,
+    uid 1000``."""
+    try:
+        uid = os.stat(path, follow_symlinks=False).st_uid
+    except OSError:
+        return "lock file gone"
+    try:
+        return f"lock file owned by {pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except KeyError:
+        return f"lock file owned by uid {uid}"
+
+
+def waiting_lock(path: str | os.PathLike[str], label: str) -> RunLock:
+    """The lock on a file of the user's that another account may also lock (the ignore list, the record
+    of tagged sidecars): waited for, at most ``SHARED_WAIT_S`` seconds (as set when this is called), then
+    LockedError (exit code 4) saying who holds it. ``label`` names the file in that message."""
+    return RunLock(path, wait=True, timeout=SHARED_WAIT_S, label=label)
 
 
 def output_lock_path(target: Path) -> Path:

@@ -27,12 +27,19 @@ def now() -> datetime:
 def parse_since(text: str, at: datetime | None = None) -> datetime:
     """The time ``since`` names (``at``: now): ``7d``, ``2w``, ``36h`` before ``at``; ``today`` and
     ``yesterday`` from local midnight; else an ISO 8601 date or date-time (naive: local time, ``Z`` or
-    ``+02:00``: that offset). InputError for anything else."""
+    ``+02:00``: that offset). InputError for anything else, and for an amount of time that reaches back
+    before the year 1 (``999999d``)."""
     value = text.strip()
     at = now() if at is None else at
     m = _RELATIVE.fullmatch(value)
     if m is not None:
-        return at - int(m.group(1)) * SINCE_UNITS[m.group(2).lower()]
+        try:  # at most six digits: 999999w is 19,000 years, before the year 1 that datetime starts at
+            return at - int(m.group(1)) * SINCE_UNITS[m.group(2).lower()]
+        except OverflowError:
+            raise InputError(
+                f"since {text!r} is out of range: that long ago is before the year 1; use a shorter time "
+                "or a date (2026-01-01)"
+            ) from None
     if value.lower() in SINCE_DAYS:
         midnight = at.replace(hour=0, minute=0, second=0, microsecond=0)
         return midnight - timedelta(days=SINCE_DAYS[value.lower()])

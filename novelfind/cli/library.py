@@ -27,6 +27,7 @@ Exit codes:
   1    the ignore list cannot be read (damaged) or written
   2    usage: no PATHS, or PATHS with --list or --clear
   3    done, but some PATHS could not be read or are not photos (each named on stderr, not added)
+  4    the ignore list's lock was held by another process for 60 s (named on stderr); nothing written
 """
 
 

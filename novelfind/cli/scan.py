@@ -7,7 +7,6 @@ callbacks, and prints the results and the summary.
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import click
 import cloup
 
 from novelfind import params, run
-from novelfind.base import atomic
+from novelfind.base import atomic, safe_load
 from novelfind.base.atomic import encode_output
 from novelfind.cli.base import (
     QUIET,
@@ -49,13 +48,16 @@ Exit codes:
   3    finished, but some files could not be read or some sidecars not written (each named
        on stderr); files an earlier scan already reported, unchanged since, do not count
        (`novelfind failures` lists them)
-  4    another run holds the lock on the same output (with --no-wait)
+  4    another run holds the lock on the same output (with --no-wait), or the ignore list's
+       or the record of tagged sidecars' lock was held for 60 s (the holder is named)
   130  interrupted (Ctrl-C, SIGTERM); finished batches stay in the cache
 """
 
 
+# The results file an earlier run wrote is read back (to say when a run empties it) up to this size.
+LISTED_MAX_BYTES = 64 << 20
+
 # The sections of ``novelfind scan --help``, everyday ones first: (key in params.param's ``group``, title).
-LISTED_MAX_BYTES = 256 << 20  # a results file read back to count its picks
 
 OPTION_GROUPS = (
     ("input", "Input"),
@@ -221,18 +223,20 @@ def scan(paths: tuple[Path, ...], no_cache: bool, quiet: bool, **options: Any) -
 
 def picks_listed(output: Path | None, fmt: str) -> int:
     """How many picks the results file ``output`` lists now (0 when there is none, or it cannot be read):
-    a run that would empty a list someone relies on says so."""
+    a run that would empty a list someone relies on says so. Read as the outputs are written: not through
+    a link, not a FIFO or device, at most ``LISTED_MAX_BYTES`` (a larger file counts as none), a JSON
+    list with its nesting bounded (``safe_load``)."""
     if output is None:
         return 0
     try:
-        # the user's own file; a link there is followed (as -o writes through it), never a FIFO, bounded
-        text = atomic.read_limited(output, LISTED_MAX_BYTES, follow_link=True).decode("utf-8", "replace")
+        # the user's own file, read back without following a link at it (-o refuses one), bounded
+        text = atomic.read_limited(output, LISTED_MAX_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return 0
     if fmt == "json":
         try:
-            return len(json.loads(text).get("picks", []))
-        except (ValueError, AttributeError):
+            return len(safe_load.load_json(text, max_bytes=LISTED_MAX_BYTES).get("picks", []))
+        except (ValueError, AttributeError, TypeError):
             return 0
     if fmt == "jsonl":
         return text.count('"type": "pick"') + text.count('"type":"pick"')

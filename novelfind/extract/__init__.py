@@ -15,8 +15,8 @@ The package:
   decoders and engines share (``Decoded``, ``Decoder``, ``FeatureStore``, ``decode_file``,
   ``stored_source``); it imports none of them;
 - ``shared``: ``SharedDecoder``, several decoders fed from one queue (the "both" decoder);
-- ``dating``: the capture dates that travel with the vectors (each kind's reader, ``embedded_date``)
-  and the scan's dates, completed from the cache (``scan_dates``);
+- ``dating``: the capture dates that travel with the vectors (each kind's reader, ``embedded_date``);
+  ``header_dates``: the scan's dates, from the cache, else read in decode processes (``scan_dates``);
 - ``decoders``: step 2's alternatives by name (``DECODERS``): ``pillow`` (worker processes), ``gpu``
   (nvImageCodec), ``auto``;
 - ``engines``: the whole stage's alternatives by name (``ENGINES``, one ``Engine`` record each, saying

@@ -121,10 +121,18 @@ def _checked(seconds: float, source: str, offset: int | None, now: float | None 
 
 # --------------------------------------------------------------------------------------------- parsing
 
+# Numbers read from a file are bounded by these patterns before they are converted: a fraction of a second
+# has at most FRACTION_DIGITS digits (nanoseconds), and a date's text at most DATE_TEXT_MAX characters
+# (``2025-03-02T22:31:07.123456789+01:00`` has 35). A longer one is no date: ``int()`` of a 5,000-digit
+# fraction raises, and a pattern run over megabytes of blanks takes quadratic time.
+FRACTION_DIGITS = 9
+DATE_TEXT_MAX = 64
 _EXIF_DATE = re.compile(r"\s*(\d{4}):(\d{2}):(\d{2})[ T](\d{2}):(\d{2}):(\d{2})")
+_SUBSEC_DIGITS = re.compile(rf"[0-9]{{1,{FRACTION_DIGITS}}}")
 _OFFSET_TEXT = re.compile(r"\s*([+-])(\d{2}):?(\d{2})\s*$")
 _ISO = re.compile(
-    r"\s*(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:[.,](\d+))?)?)?)?)?"
+    r"\s*(\d{4})(?:-(\d{2})(?:-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})"
+    rf"(?:[.,]([0-9]{{1,{FRACTION_DIGITS}}}))?)?)?)?)?"
     r"\s*(Z|[+-]\d{2}:?\d{2})?\s*$"
 )
 
@@ -137,9 +145,15 @@ def _text(value: Any) -> str | None:
     return None
 
 
+def _date_text(value: Any) -> str | None:
+    """:func:`_text`, None when it is longer than any date is written (``DATE_TEXT_MAX``)."""
+    text = _text(value)
+    return text if text is not None and len(text) <= DATE_TEXT_MAX else None
+
+
 def parse_offset(text: Any) -> int | None:
     """Seconds east of UTC from ``"+01:00"`` / ``"-0530"`` / ``"Z"``; None for anything else."""
-    text = _text(text)
+    text = _date_text(text)
     if text is None:
         return None
     if text.upper() == "Z":
@@ -157,7 +171,8 @@ def parse_offset(text: Any) -> int | None:
 def parse_exif_date(value: Any, subsec: Any = None, offset: Any = None) -> tuple[float, int | None] | None:
     """(seconds, offset) of an Exif ``YYYY:MM:DD HH:MM:SS`` with its sub-seconds and offset tags: the UTC
     instant when the offset is known, else the wall clock read as UTC (offset None). None when it is not
-    a date (blank, ``0000:00:00 00:00:00``, out of range)."""
+    a date (blank, ``0000:00:00 00:00:00``, out of range). Sub-seconds of more than ``FRACTION_DIGITS``
+    digits, or not ASCII digits, are left out."""
     text = _text(value)
     if text is None:
         return None
@@ -171,7 +186,7 @@ def parse_exif_date(value: Any, subsec: Any = None, offset: Any = None) -> tuple
         return None
     seconds = calendar.timegm(wall.timetuple())
     digits = _text(subsec)
-    if digits is not None and digits.isdigit():
+    if digits is not None and _SUBSEC_DIGITS.fullmatch(digits):
         seconds += int(digits) / 10 ** len(digits)
     shift = parse_offset(offset)
     if shift is not None:
@@ -181,8 +196,10 @@ def parse_exif_date(value: Any, subsec: Any = None, offset: Any = None) -> tuple
 
 def parse_iso_date(text: Any) -> tuple[float, int | None] | None:
     """(seconds, offset) of an ISO 8601 / XMP date (``2025-03-02T22:31:07.4+01:00``, ``2025-03-02``,
-    ``2025-03-02T22:31:07Z``); without an offset, the wall clock read as UTC (offset None)."""
-    text = _text(text)
+    ``2025-03-02T22:31:07Z``); without an offset, the wall clock read as UTC (offset None). None for
+    anything else, a fraction of more than ``FRACTION_DIGITS`` digits or a text of more than
+    ``DATE_TEXT_MAX`` characters included."""
+    text = _date_text(text)
     if text is None:
         return None
     m = _ISO.match(text)
@@ -334,16 +351,30 @@ def raw_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
     return NONE
 
 
-def clip_date(path: str | os.PathLike[str], now: float | None = None) -> Taken:
-    """A clip's ``creation_time``: the container's, else its first video stream's (UTC, as ISO 8601)."""
+def clip_date(path: str | os.PathLike[str], now: float | None = None, *, max_pixels: int) -> Taken:
+    """A clip's ``creation_time``: the container's, else its first video stream's (UTC, as ISO 8601).
+
+    Metadata only, under the decoded-pixels budget (``max_pixels``: the process's,
+    ``novelfind.media.decode.pixel_budget()``) as a clip's decode is: no packet is read or decoded here,
+    and the frame FFmpeg decodes while opening a stream that does not say its size is refused past the
+    budget (FFmpeg's ``max_pixels``); a clip with a video stream that claims more than the budget has no
+    date read (its frames are refused too: ``novelfind.media.video``)."""
     try:
         from novelfind.base import extras
 
         av = extras.load("av")
     except Exception:  # noqa: BLE001 - without PyAV clips are not read at all
         return NONE
+    budget = max(1, int(max_pixels))
     try:
-        with door.opened(path) as handle, av.open(handle, metadata_errors="ignore") as container:
+        with (
+            door.opened(path) as handle,
+            av.open(handle, metadata_errors="ignore", options={"max_pixels": str(budget)}) as container,
+        ):
+            for stream in container.streams.video:
+                codec = stream.codec_context
+                if codec is not None and codec.width * codec.height > budget:
+                    return NONE
             values = [container.metadata.get("creation_time")]
             values += [s.metadata.get("creation_time") for s in container.streams.video]
     except Exception:  # noqa: BLE001 - a clip FFmpeg cannot open

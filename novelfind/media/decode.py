@@ -67,6 +67,9 @@ ADDRESS_SPACE_HEADROOM = 1 << 30
 # A progressive JPEG decodes every scan over the whole image: 8,000 scans of 16000 x 16000 took two
 # minutes in a 2.7 MB file. Encoders write at most a few dozen (libjpeg's progressive script: 10).
 MAX_JPEG_SCANS = 256
+# 16-bit and float greyscale images are converted to 8 bits this many pixels at a time (a few MB of
+# temporary arrays), so the conversion holds one byte a pixel beyond the image itself.
+GREY_BAND_PIXELS = 1 << 20
 
 
 def _avif_available() -> bool:
@@ -200,15 +203,7 @@ def _to_rgb(img: Image.Image) -> Image.Image:
     if mode == "RGB":
         return img
     if mode.startswith("I;16") or mode in ("I", "F"):
-        arr = np.asarray(img)
-        if mode == "F":
-            arr = arr.astype(np.float64)
-            top = float(np.nanmax(arr)) if arr.size else 0.0
-            arr = np.nan_to_num(arr * 255.0) if top <= 1.0 else np.nan_to_num(arr)
-        elif mode.startswith("I;16") or (arr.size and int(arr.max()) > 255):
-            arr = arr.astype(np.float64) / 257.0  # 16-bit range to 8-bit
-        img = Image.fromarray(np.clip(np.rint(arr), 0, 255).astype(np.uint8), "L")
-        return img.convert("RGB")
+        return _grey_to_l(img).convert("RGB")
     has_alpha = mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in img.info
     if has_alpha:
         rgba = img.convert("RGBA")
@@ -216,6 +211,38 @@ def _to_rgb(img: Image.Image) -> Image.Image:
         background.paste(rgba, mask=rgba.getchannel("A"))
         return background
     return img.convert("RGB")
+
+
+def _grey_to_l(img: Image.Image) -> Image.Image:
+    """A 16-bit (``I;16*``), 32-bit integer (``I``) or float (``F``) greyscale image as 8-bit ``L``,
+    converted a band of ``GREY_BAND_PIXELS`` at a time into one uint8 array: no copy of the whole image
+    other than that one byte a pixel (a float64 copy of a 200 MP scan was 1.6 GB, past a decode
+    process's address space). 16-bit values (and ``I`` values above 255) are scaled by 1/257 to the
+    nearest integer; ``F`` values in [0, 1] by 255; NaN is 0; the rest is clipped to [0, 255]."""
+    w, h = img.size
+    rows = max(1, GREY_BAND_PIXELS // max(1, w))
+    bands = [(top, min(h, top + rows)) for top in range(0, h, rows)]
+
+    def band(top: int, bottom: int) -> np.ndarray:
+        return np.asarray(img.crop((0, top, w, bottom)))
+
+    mode = img.mode
+    if mode == "F":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a band of NaN only: its nanmax is NaN
+            peaks = [float(np.nanmax(band(*b))) for b in bands]
+        finite = [p for p in peaks if not np.isnan(p)]
+        factor = 255.0 if finite and max(finite) <= 1.0 else 1.0
+    sixteen = mode.startswith("I;16") or (mode == "I" and any(int(band(*b).max()) > 255 for b in bands))
+    out = np.empty((h, w), np.uint8)
+    for top, bottom in bands:
+        part = band(top, bottom)
+        if mode == "F":
+            part = np.rint(np.nan_to_num(part.astype(np.float64) * factor))
+        elif sixteen:  # round(x / 257), exactly, in integers: 257 is odd, so no x is half-way
+            part = (part.astype(np.int64) + 128) // 257
+        out[top:bottom] = np.clip(part, 0, 255)
+    return Image.fromarray(out, "L")
 
 
 def _open_decoded(fp: io.BytesIO, name: str, min_side: int) -> Image.Image:

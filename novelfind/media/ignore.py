@@ -36,7 +36,7 @@ import numpy as np
 
 from novelfind.base import atomic, dirs, safe_load
 from novelfind.base.atomic import write_atomic
-from novelfind.base.lock import RunLock
+from novelfind.base.lock import waiting_lock
 from novelfind.errors import DecodeError, NovelfindError
 from novelfind.media import walk
 from novelfind.media.kinds import kind_of
@@ -239,7 +239,7 @@ class IgnoreList:
         except OSError as e:
             raise IgnoreListError(f"cannot create {self.path.parent}: {_reason(e)}") from None
         lock = self.path.with_name(self.path.name + ".lock")
-        with RunLock(lock, wait=True, label=str(self.path)):
+        with waiting_lock(lock, f"the ignore list {self.path}"):
             entries = self._load()
             if edit(entries):
                 doc = {"version": FORMAT_VERSION, "ignored": dict(sorted(entries.items()))}

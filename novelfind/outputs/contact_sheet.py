@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
 
-from novelfind.base.atomic import write_atomic
+from novelfind.base.atomic import output_mode, write_atomic
 from novelfind.errors import OutputError
 from novelfind.outputs.thumbnails import clip_moment, clock, make_thumbnails
 from novelfind.picks import Pick
@@ -28,13 +28,14 @@ def write_contact_sheet(
     cell: int = 256,
     decode_timeout: float | None = None,
     on_skipped: Callable[[Path, str], None] | None = None,
+    mode: int | None = None,
 ) -> None:
     """A grid image of the picks in rank order, each with its rank number (format from the suffix:
     .jpg, .png or .webp). Raises OutputError for another suffix or a file that cannot be written.
-    ``decode_timeout`` as for :func:`novelfind.outputs.report.write_html_report`. Each pick is opened
-    through the library door as the file that was ranked (its size and modification time): one the door
-    refuses (a link renamed over it since, a FIFO, another size or time) is shown as unreadable and goes
-    to ``on_skipped(path, reason)``."""
+    ``decode_timeout`` and ``mode`` as for :func:`novelfind.outputs.report.write_html_report`. Each pick is
+    opened through the library door as the file that was ranked (its size and modification time): one
+    the door refuses (a link renamed over it since, a FIFO, another size or time) is shown as unreadable
+    and goes to ``on_skipped(path, reason)``."""
     path = Path(path)
     fmt = CONTACT_SHEET_FORMATS.get(path.suffix.lower())
     if fmt is None:
@@ -91,4 +92,4 @@ def write_contact_sheet(
     buf = io.BytesIO()
     options = {"quality": 88} if fmt in ("JPEG", "WEBP") else {"optimize": True}
     sheet.save(buf, format=fmt, **options)
-    write_atomic(path, buf.getvalue())
+    write_atomic(path, buf.getvalue(), mode=output_mode() if mode is None else mode)

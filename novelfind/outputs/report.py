@@ -16,18 +16,28 @@ import base64
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from html import escape
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from novelfind.base.atomic import write_atomic
+from novelfind.base.atomic import output_mode, write_atomic
+from novelfind.base.devices import available_cpus
+from novelfind.extract.decoders.pillow import decode_each
 from novelfind.media.dates import SOURCE_WORDS
+from novelfind.media.decode import decode_processes_within_budget
 from novelfind.media.kinds import kind_of
 from novelfind.outputs.formats import span_times
-from novelfind.outputs.thumbnails import Thumb, ThumbnailCache, clip_moment, clock, make_thumbnails
+from novelfind.outputs.thumbnails import (
+    MAX_THUMBNAIL_WORKERS,
+    Thumb,
+    ThumbnailCache,
+    clip_moment,
+    clock,
+    make_thumbnails,
+)
 from novelfind.picks import Failure, Member, Pick, iso_utc
 
 THUMB_SIZE = 256  # longest side of a pick's thumbnail, px
@@ -237,6 +247,7 @@ def write_html_report(
     thumbnail_cache: Path | str | None = None,
     listed: Mapping[Path, tuple[int, int]] | None = None,
     on_skipped: Callable[[Path, str], None] | None = None,
+    mode: int | None = None,
 ) -> None:
     """Write one self-contained HTML page (no network, thumbnails as data URIs) about the picks.
 
@@ -248,7 +259,8 @@ def write_html_report(
     default, ``pillow.DECODE_TIMEOUT_S``); past that it is stopped and gets the placeholder.
     ``on_progress(done, total)``: called as the files' thumbnails are made (a progress bar).
     ``thumbnail_cache``: a file (:class:`ThumbnailCache`) that keeps the thumbnails for the next report
-    (None: none), so that a re-scan showing the same photos decodes none of them again.
+    (None: none), so that a re-scan showing the same photos decodes none of them again. ``mode``: the
+    page's (None: ``atomic.output_mode()``, for the user alone).
 
     Each file shown is opened through the library door as the file that was ranked: a pick's and a
     member's size and modification time are theirs, a neighbour's are in ``listed`` (path -> (size,
@@ -273,7 +285,8 @@ def write_html_report(
         _run_section(run),
         _failures_section(failures),
     ]
-    write_atomic(path, _page(title, len(picks), "\n".join(part for part in body if part)))
+    page = _page(title, len(picks), "\n".join(part for part in body if part))
+    write_atomic(path, page, mode=output_mode() if mode is None else mode)
 
 
 def _headline(picks: Sequence[Pick], run: Mapping[str, Any], failures: Sequence[Failure]) -> str:
@@ -353,7 +366,9 @@ def _picks_section(
         for path, reason in made.refused.items():
             on_skipped(path, f"{reason}; not shown in the report")
     thumbs = {key: None if jpeg is None else _data_uri(jpeg) for key, jpeg in made.thumbs.items()}
-    infos = _image_infos([(Path(p.path), expect[Path(p.path)]) for p in picks if p.clip is None])
+    infos = _image_infos(
+        [(Path(p.path), expect[Path(p.path)]) for p in picks if p.clip is None], decode_timeout
+    )
     max_distance = max((p.distance for p in picks if p.distance is not None), default=0.0) or 1.0
     cards = []
     for p in picks:
@@ -365,15 +380,25 @@ def _picks_section(
     return "<h2>Picks, most novel first</h2>\n" + note + "\n".join(cards)
 
 
-def _image_infos(files: Sequence[tuple[Path, tuple[int, int]]]) -> Iterator[dict]:
+def _image_infos(files: Sequence[tuple[Path, tuple[int, int]]], timeout: float | None) -> Iterator[dict]:
     """Dimensions and EXIF date of each photo (path, and the size and modification time it was ranked
-    with), read through the library door in a few threads (headers only)."""
+    with: read through the library door as that file), headers only (Pillow's, LibRaw's for a RAW), in a
+    few decode processes under the decode time limit (``timeout`` seconds; None: the default), the
+    decoded-pixels budget and the address-space limit, as the thumbnails are: a photo is untrusted input.
+    ``{}`` where it cannot be read or took too long."""
+    if not files:
+        return iter(())
+    workers = min(MAX_THUMBNAIL_WORKERS, available_cpus(), decode_processes_within_budget(), len(files))
+    tasks = [(os.fspath(path), int(stat[0]), int(stat[1])) for path, stat in files]
+    with closing(decode_each(header_info, tasks, max(1, workers), timeout)) as results:
+        got = dict(results)
+    return iter(got.get(i) or {} for i in range(len(files)))
 
-    def info(path: Path, stat: tuple[int, int]) -> dict:
-        return kind_of(path).info(path, expect=stat)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
-        return iter(list(pool.map(lambda file: info(*file), files)))
+def header_info(path: str, size: int, mtime_ns: int) -> dict:
+    """Run in a decode process: ``{"width", "height", "taken"}`` of ``path`` by its kind's header read,
+    through the library door as the file ranked (``size``, ``mtime_ns``)."""
+    return kind_of(path).info(path, expect=(size, mtime_ns))
 
 
 def _pick_card(

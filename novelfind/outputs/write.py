@@ -56,6 +56,7 @@ class OutputSettings:
     xmp: bool  # tag the picks in their XMP sidecars
     xmp_keyword: str
     decode_timeout: float | None  # seconds a thumbnail's decode may take in its process
+    shared_outputs: bool  # the results list, the report and the contact sheet readable by all (else private)
     cache: Any  # the scan's feature cache (True, False, None, a path or a cache): the thumbnails go beside it
 
     @classmethod
@@ -77,7 +78,7 @@ def check_outputs(settings: OutputSettings) -> None:
         if target is None:
             continue
         parent = target.parent if str(target.parent) else Path(".")
-        if target.is_symlink() and what != "results file":  # -o alone follows a link (the user's own)
+        if target.is_symlink():  # written through descriptors: a link there is never followed
             raise OutputError(f"cannot write the {what} {display(target)}: {atomic.LINK_REFUSED}")
         if target.is_dir():
             raise OutputError(f"cannot write the {what} {target}: it is a folder")
@@ -180,6 +181,7 @@ def write_outputs(
     """
     p = settings
     writers: list[Callable[[], Any]] = []
+    mode = atomic.output_mode(p.shared_outputs)  # never the mode of a file that was there
 
     def skipped(path: Path, reason: str) -> None:
         if on_failure is not None:
@@ -190,8 +192,7 @@ def write_outputs(
     sidecars: list[SidecarSummary] = []
     if p.output is not None:
         text = format_results(picks, p.format, failures=failures, run=record)
-        # The one output written through a link: -o names one file, and a link there is the user's.
-        writers.append(lambda: write_atomic(p.output, text, follow_link=True))
+        writers.append(lambda: write_atomic(p.output, text, mode=mode))
     if p.copy_to is not None:  # with no picks, this removes the picks of an earlier run
         writers.append(
             lambda: place_picks(
@@ -219,12 +220,13 @@ def write_outputs(
                 on_thumbnails,
                 thumbnail_cache_path(p.cache),
                 skipped,
+                mode,
             )
         )
     if p.contact_sheet is not None:
         writers.append(
             lambda: write_contact_sheet(
-                p.contact_sheet, picks, decode_timeout=p.decode_timeout, on_skipped=skipped
+                p.contact_sheet, picks, decode_timeout=p.decode_timeout, on_skipped=skipped, mode=mode
             )
         )
     if p.xmp:  # with no picks, this takes back the tags of an earlier run
@@ -248,6 +250,7 @@ def _write_report(
     on_progress: Callable[[int, int], None] | None = None,
     thumbnail_cache: Path | None = None,
     on_skipped: Callable[[Path, str], None] | None = None,
+    mode: int | None = None,
 ) -> None:
     row_of = {f.path: i for i, f in enumerate(files)}
     # the neighbours shown, as they were ranked (a pick and its members carry their own size and time)
@@ -265,6 +268,7 @@ def _write_report(
         thumbnail_cache=thumbnail_cache,
         listed=listed,
         on_skipped=on_skipped,
+        mode=mode,
     )
 
 

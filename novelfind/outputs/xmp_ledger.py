@@ -18,7 +18,7 @@ from pathlib import Path
 
 from novelfind.base import atomic, dirs, safe_load
 from novelfind.base.atomic import write_atomic
-from novelfind.base.lock import RunLock
+from novelfind.base.lock import waiting_lock
 from novelfind.errors import OutputError
 from novelfind.outputs.xmp import (
     DEFAULT_KEYWORD,
@@ -141,7 +141,9 @@ def apply_picks(
         ledger_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise OutputError(f"cannot create {ledger_path.parent}: {e.strerror or e}") from None
-    with RunLock(ledger_path.with_name(ledger_path.name + ".lock"), wait=True, label=str(ledger_path)):
+    with waiting_lock(
+        ledger_path.with_name(ledger_path.name + ".lock"), f"the record of tagged sidecars {ledger_path}"
+    ):
         entries, trouble = _load_ledger(ledger_path)
         if trouble:
             problem(ledger_path, trouble)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 
 import pytest
 
@@ -21,33 +22,49 @@ def test_write_atomic_writes_and_replaces(tmp_path):
     assert os.listdir(tmp_path) == ["out.tsv"]
 
 
-def test_write_atomic_keeps_mode_of_existing_file(tmp_path):
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+@pytest.mark.parametrize("planted", [0o666, 0o640, 0o6777, 0o000])
+def test_the_mode_is_novelfind_s_never_the_replaced_file_s(tmp_path, umask_022, planted):
+    """A file planted under an output's name (0666, setuid) lends the new file nothing: it is private."""
     target = tmp_path / "out.txt"
     target.write_text("old")
-    target.chmod(0o640)
+    target.chmod(planted)
     write_atomic(target, "new")
-    assert target.stat().st_mode & 0o777 == 0o640
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() == "new"
+    write_atomic(target, "shared", mode=atomic.output_mode(shared=True))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
 
 
-def test_write_atomic_new_file_is_not_private(tmp_path):
-    old = os.umask(0o022)
-    try:
-        write_atomic(tmp_path / "out.txt", "x")
-    finally:
-        os.umask(old)
-    assert (tmp_path / "out.txt").stat().st_mode & 0o777 == 0o644
+def test_new_files_are_private_and_outputs_shared_only_when_asked(tmp_path, umask_022):
+    write_atomic(tmp_path / "state.json", "x")
+    assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600
+    assert atomic.output_mode() == 0o600 and atomic.output_mode(shared=True) == 0o644
+    os.umask(0o077)
+    assert atomic.output_mode(shared=True) == 0o600  # the umask is still the user's say
+    with atomic.replacing(tmp_path / "model.onnx") as tmp:
+        tmp.write_bytes(b"m")
+    assert stat.S_IMODE((tmp_path / "model.onnx").stat().st_mode) == 0o600
 
 
-def test_write_atomic_follows_symlink_only_when_asked(tmp_path):
+def test_write_atomic_never_follows_a_symlink(tmp_path):
     real = tmp_path / "real.txt"
     real.write_text("old")
+    real.chmod(0o600)
     link = tmp_path / "link.txt"
     link.symlink_to(real)
-    with pytest.raises(OutputError, match=r"link\.txt: it is a symbolic link novelfind did not create"):
+    with pytest.raises(OutputError) as refused:
         write_atomic(link, "new")
-    assert link.is_symlink() and real.read_text() == "old"
-    write_atomic(link, "new", follow_link=True)
-    assert link.is_symlink() and real.read_text() == "new"
+    assert (
+        str(refused.value)
+        == f"cannot write {link}: it is a symbolic link novelfind did not create (not followed)"
+    )
+    assert link.is_symlink() and real.read_text() == "old" and stat.S_IMODE(real.stat().st_mode) == 0o600
 
 
 def test_write_atomic_missing_folder_is_one_line_output_error(tmp_path):

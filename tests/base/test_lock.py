@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -106,16 +107,49 @@ def test_message_names_the_lock_file_without_a_label(tmp_path, holder):
         RunLock(tmp_path / "cache.sqlite.lock").acquire()
 
 
-def test_waiting_with_a_timeout_gives_up(tmp_path, holder):
+def test_waiting_with_a_timeout_gives_up_naming_who_holds_it(tmp_path, holder):
     guard = release_later(holder)
     started = time.monotonic()
     try:
-        with pytest.raises(LockedError, match=rf"still using .* \(pid {holder.pid}\) after 0.3 s"):
-            RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=0.3).acquire()
+        with pytest.raises(LockedError) as info:
+            RunLock(tmp_path / "cache.sqlite.lock", wait=True, timeout=0.3, label="the list").acquire()
     finally:
         guard.cancel()
     assert time.monotonic() - started >= 0.3  # it did wait
     assert holder.proc.poll() is None
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert str(info.value) == (
+        f"gave up waiting for the list after 0.3 s: its lock is held by pid {holder.pid} (lock file owned "
+        f"by {me}, uid {os.getuid()}); nothing was written to it"
+    )
+
+
+def test_a_shared_file_s_lock_is_waited_for_a_bounded_time(tmp_path, monkeypatch):
+    """The ignore list's lock, held by another account's process, makes a run give up after
+    ``SHARED_WAIT_S`` (here 0.5 s) instead of waiting for ever: one line, exit code 4."""
+    holder = Holder(tmp_path / "list.json.lock")
+    guard = release_later(holder)  # without the bound the wait would get the lock then: the test fails
+    monkeypatch.setattr(lock_mod, "SHARED_WAIT_S", 0.5)
+    try:
+        with pytest.raises(LockedError) as info:
+            with lock_mod.waiting_lock(tmp_path / "list.json.lock", "the ignore list /x/list.json"):
+                pytest.fail("got a lock another process holds")
+    finally:
+        guard.cancel()
+        holder.close()
+    assert info.value.exit_code == ExitCode.BUSY and "\n" not in str(info.value)
+    assert str(info.value).startswith(
+        f"gave up waiting for the ignore list /x/list.json after 0.5 s: its lock is held by pid {holder.pid} "
+    )
+
+
+def test_the_holder_s_pid_is_read_without_following_a_link_or_blocking(tmp_path):
+    (tmp_path / "real").write_text("4242\n")
+    (tmp_path / "link.lock").symlink_to(tmp_path / "real")
+    assert holder_pid(tmp_path / "real") == 4242
+    assert holder_pid(tmp_path / "link.lock") is None
+    os.mkfifo(tmp_path / "fifo.lock")
+    assert holder_pid(tmp_path / "fifo.lock") is None  # an open() of it would wait for a writer
 
 
 @pytest.mark.parametrize("timeout", [None, 30.0])

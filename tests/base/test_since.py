@@ -72,3 +72,38 @@ def test_a_time_without_a_timestamp_is_refused_before_any_work(monkeypatch):
     assert str(refused.value) == (
         "since 0001-01-01 is out of range: not a time this system can compare file times with"
     )
+
+
+@pytest.mark.parametrize("text", ["999999d", "999999w", "800000w"])
+def test_an_amount_that_reaches_back_before_year_1_is_out_of_range(monkeypatch, text):
+    monkeypatch.setattr(since, "now", lambda: AT)
+    with pytest.raises(InputError) as refused:
+        since_value(text)
+    assert str(refused.value) == (
+        f"since {text!r} is out of range: that long ago is before the year 1; use a shorter time or a "
+        "date (2026-01-01)"
+    )
+    assert parse_since("99999d", AT).year == 1752  # the longest that is still a date is one
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("999999d", "is out of range"),
+        ("999999w", "is out of range"),
+        (f"{10**30}h", "is not a date"),
+        ("-5d", "is not a date"),
+        ("-999999w", "is not a date"),
+        ("99999999999-01-01", "is not a date"),
+    ],
+)
+def test_absurd_since_values_are_a_one_line_usage_error(text, words):
+    from click.testing import CliRunner
+
+    from novelfind.cli.group import cli
+
+    result = CliRunner().invoke(cli, ["scan", ".", f"--since={text}"])
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Invalid value for '--since': since ")
+    assert words in lines[0] and "Traceback" not in result.output

@@ -289,7 +289,7 @@ def test_cache_info_shows_what_this_version_cannot_use_and_what_it_costs(tmp_pat
 
 
 def test_a_cache_without_the_dates_table_gets_it_in_place_and_keeps_its_vectors(tmp_path):
-    from novelfind.extract.dating import scan_dates
+    from novelfind.extract.header_dates import scan_dates
     from novelfind.media import dates
     from novelfind.media.walk import FileList
 

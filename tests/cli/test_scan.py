@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import threading
@@ -15,10 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 import novelfind
+import novelfind.cli.scan as scan_command
 from novelfind import __version__, params
+from novelfind.base.atomic import LINK_REFUSED
 from novelfind.base.lock import output_lock_path
 from novelfind.cli.group import cli
-from novelfind.cli.scan import OPTION_GROUPS
+from novelfind.cli.scan import OPTION_GROUPS, picks_listed
 from novelfind.config import config_comment, config_keys
 from novelfind.errors import InputError
 from novelfind.ranking import methods as ranking
@@ -101,6 +104,56 @@ def test_paths_format_and_output_file(library, fake_extractor, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     assert {Path(line) for line in out.read_text().splitlines()} == set(library["odd"])
+
+
+def test_a_link_at_o_is_refused_and_its_target_left_alone(library, fake_extractor, tmp_path):
+    """A link at ``-o`` (to root's private file, say) is never written through: one line, exit code 1,
+    before the scan."""
+    private = tmp_path / "private.conf"
+    private.write_text("secret\n")
+    private.chmod(0o600)
+    link = tmp_path / "novel.tsv"
+    link.symlink_to(private)
+    result = run("scan", library["root"], "--k", "3", "-o", link, "--no-cache")
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == f"error: cannot write the results file {link}: {LINK_REFUSED}\n"
+    assert private.read_text() == "secret\n" and stat.S_IMODE(private.stat().st_mode) == 0o600
+
+
+def test_outputs_are_private_unless_shared_outputs(library, fake_extractor, tmp_path):
+    """A file planted at an output's name lends it nothing: mode 0600, or 0644 with --shared-outputs."""
+    old = os.umask(0o022)
+    try:
+        out, page = tmp_path / "novel.tsv", tmp_path / "r.html"
+        for planted in (out, page):
+            planted.write_text("planted")
+            planted.chmod(0o666)
+        result = run("scan", library["root"], "--k", "3", "-o", out, "--report", page, "--no-cache")
+        assert result.exit_code == 0, result.stderr
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (out, page)] == [0o600, 0o600]
+        args = ["--k", "3", "-o", out, "--report", page, "--no-cache", "--shared-outputs"]
+        result = run("scan", library["root"], *args)
+        assert result.exit_code == 0, result.stderr
+        assert [stat.S_IMODE(p.stat().st_mode) for p in (out, page)] == [0o644, 0o644]
+    finally:
+        os.umask(old)
+
+
+def test_the_earlier_results_file_is_read_back_bounded_and_never_through_a_link(tmp_path, monkeypatch):
+    listed = tmp_path / "list.txt"
+    listed.write_text("a\nb\nc\n")
+    assert picks_listed(listed, "paths") == 3
+    link = tmp_path / "link.txt"
+    link.symlink_to(listed)
+    assert picks_listed(link, "paths") == 0  # not read through a link
+    fifo = tmp_path / "fifo.txt"
+    os.mkfifo(fifo)
+    assert picks_listed(fifo, "paths") == 0  # nor a FIFO, which would block the open
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    assert picks_listed(deep, "json") == 0  # no RecursionError
+    monkeypatch.setattr(scan_command, "LISTED_MAX_BYTES", 5)
+    assert picks_listed(listed, "paths") == 0  # larger than the bound: not read
 
 
 def test_unreadable_photo_is_reported_and_skipped(library, fake_extractor):

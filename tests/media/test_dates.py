@@ -27,7 +27,7 @@ from novelfind.base.since import parse_since
 from novelfind.cache import FeatureCache
 from novelfind.cli.group import cli
 from novelfind.errors import InputError
-from novelfind.extract import dating
+from novelfind.extract import dating, header_dates
 from novelfind.media import dates
 
 DAY = 86400
@@ -189,6 +189,40 @@ def test_xmp_date_replaces_a_reset_clock_but_not_a_real_one(tmp_path):
     assert found.taken.tolist() == [utc(2015, 5, 5, 5, 5, 5), utc(2018, 2, 3, 4, 5, 6)]
 
 
+# ------------------------------------------------------------------------------- numbers from files
+
+MAY_1 = utc(2024, 5, 1, 10, 0, 0)
+
+
+def test_long_numbers_are_refused_before_they_are_converted():
+    # a fraction of a second of at most nine digits (nanoseconds); more is no date, never an int() of it
+    assert dates.parse_iso_date("2024-05-01T10:00:00.123456789Z") == (pytest.approx(MAY_1 + 0.123456789), 0)
+    assert dates.parse_iso_date("2024-05-01T10:00:00." + "1" * 10 + "Z") is None
+    assert dates.parse_iso_date("2024-05-01T10:00:00." + "1" * 5000 + "Z") is None  # int() would raise
+    assert dates.parse_iso_date("2024-05-01" + " " * 60 + "Z") is None  # longer than any date's text
+    # Exif sub-seconds: at most nine ASCII digits, else the date without them
+    for subsec in ("1" * 5000, "²", "１２", "12a"):  # a tag read as Latin-1: "²" is a digit to isdigit()
+        assert dates.parse_exif_date("2024:05:01 10:00:00", subsec) == (MAY_1, None), subsec
+    assert dates.parse_exif_date("2024:05:01 10:00:00", "5", "+02:00") == (MAY_1 + 0.5 - 7200, 7200)
+    assert dates.parse_offset("+02:00" + "0" * 100) is None and dates.parse_offset("+" + "1" * 5000) is None
+
+
+def test_a_clip_date_with_a_5000_digit_fraction_is_no_date_and_no_error(tmp_path):
+    pytest.importorskip("av")
+    from clips import flat, write_two_stream_clip
+
+    frame = av_png(flat((10, 10, 10), size=(64, 64)))
+    long = "2023-01-01T00:00:00." + "9" * 5000 + "Z"  # the container's; its streams keep 2023-01-01T00:00:00
+    clip = write_two_stream_clip(tmp_path / "c.mov", frame, creation_time=long)
+    assert dating.embedded_date(clip) == dates.Taken(utc(2023, 1, 1, 0, 0, 0), "clip", 0)
+
+
+def av_png(pixels: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(pixels).save(buf, "PNG")
+    return buf.getvalue()
+
+
 # ------------------------------------------------------------------------------------ file times
 
 
@@ -271,7 +305,7 @@ def test_dates_are_read_once_and_kept_beside_the_vectors(tmp_path, fake_extracto
     # the next scan reads no header
     reader = CountingReader()
     with FeatureCache(cache, fake_extractor.model_key) as store:
-        again = dating.scan_dates(first.files, store, read=reader)
+        again = header_dates.scan_dates(first.files, store, read=reader)
     assert reader.paths == []
     assert np.array_equal(again.taken, first.taken, equal_nan=True)
     assert again.sources == first.taken_source

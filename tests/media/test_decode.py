@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import tracemalloc
 import warnings
 
 import numpy as np
@@ -86,6 +87,27 @@ def test_16_bit_scaled_to_8_bit(tmp_path):
     px = np.asarray(load_image(path))
     assert px[0, 7].tolist() == [255, 255, 255]
     assert px[0, 0].tolist() == [128, 128, 128]
+
+
+@pytest.mark.parametrize("mode", ["I;16", "I", "F"])
+def test_deep_greyscale_is_converted_in_bands_with_no_full_size_temporary(monkeypatch, mode):
+    """A 200 MP 16-bit scan is within the default budget: its conversion holds one byte a pixel beyond the
+    image (the 8-bit result), never a float64 copy of it (1.6 GB there), whatever the mode."""
+    w, h = 1500, 1000
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 65536, (h, w))
+    img = Image.fromarray(values.astype({"I;16": np.uint16, "I": np.int32, "F": np.float32}[mode]))
+    assert img.mode == mode
+    monkeypatch.setattr(decode, "GREY_BAND_PIXELS", 1 << 12, raising=False)  # 3 rows of 1500
+    tracemalloc.start()
+    try:
+        rgb = decode._to_rgb(img)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.25 * w * h, peak / (w * h)  # bytes a pixel: the uint8 result, a band's temporaries
+    expected = np.clip(values, 0, 255) if mode == "F" else (values + 128) // 257
+    assert np.array_equal(np.asarray(rgb)[..., 1], expected), mode
 
 
 def test_animated_gif_first_frame(tmp_path):

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from clips import claiming_png, flat, pan, write_clip, write_png_clip
+from clips import claiming_png, flat, pan, write_clip, write_png_clip, write_two_stream_clip
 from common import make_photo
 
 from novelfind.cli.group import cli
@@ -51,18 +51,25 @@ _PEAK = """
 import json, resource, sys
 from novelfind.media import decode
 from novelfind.extract.stage import decode_file
+from novelfind.extract.dating import embedded_date
 if sys.argv[2] != "default":
     decode.set_pixel_budget(int(sys.argv[2]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-got = decode_file(sys.argv[1], frozenset())
+if sys.argv[3] == "date":
+    taken, reason = embedded_date(sys.argv[1]), None
+else:
+    got = decode_file(sys.argv[1], frozenset())
+    taken, reason = got.taken, got.reason
 grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-print(json.dumps({"reason": got.reason, "grown_mb": grown / 1024}))
+print(json.dumps({"reason": reason, "source": taken and taken.source, "grown_mb": grown / 1024}))
 """
 
 
-def decoded_in_a_fresh_process(path: Path, budget: int | str) -> dict:
+def decoded_in_a_fresh_process(path: Path, budget: int | str, what: str = "decode") -> dict:
+    """What ``decode_file`` (``what="date"``: ``embedded_date``) makes of ``path`` in a fresh process with
+    the decoded-pixels ``budget``, and how much that process grew."""
     out = subprocess.run(
-        [sys.executable, "-c", _PEAK, str(path), str(budget)],
+        [sys.executable, "-c", _PEAK, str(path), str(budget), what],
         capture_output=True,
         text=True,
         check=True,
@@ -78,6 +85,18 @@ def test_a_clip_over_the_budget_is_refused_before_its_frames_are_decoded(tmp_pat
     got = decoded_in_a_fresh_process(path, BUDGET)
     assert got["reason"].startswith("refused:") and "max_decode_pixels" in got["reason"], got
     assert got["grown_mb"] < 100, got  # the claim costs 768 MB when decoded (below)
+
+
+@pytest.mark.parametrize("what", ["decode", "date"])
+def test_a_clip_s_date_is_read_within_the_budget(tmp_path, what):
+    """The date's reading opens the clip as its decode does: a second stream that says 64 x 64 and holds
+    16000 x 16000 frames, decoded while the file is opened, is refused there (0.75 GB without it)."""
+    clip = write_two_stream_clip(
+        tmp_path / "two.mov", claiming_png(*HUGE), creation_time="2024-05-01T10:00:00Z"
+    )
+    got = decoded_in_a_fresh_process(clip, BUDGET, what)
+    assert got["reason"] is None and got["source"] == "clip", got  # its first stream is read, and its date
+    assert got["grown_mb"] < 100, got
 
 
 def test_clips_within_the_budget_decode_as_before(tmp_path):

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 from common import make_photo
 
+from novelfind.base import lock
+from novelfind.errors import ExitCode, LockedError
 from novelfind.media import decode
 from novelfind.media.ignore import IgnoreList, IgnoreListError, default_path, digest_file
 
@@ -386,3 +389,37 @@ def test_a_selection_leaves_out_what_the_lines_last_run_ranked_and_says_when_not
         np.zeros(4, bool), None, groups, since=True, ignore_picks=True, considered=np.ones(4, bool)
     )
     assert empty.candidates.tolist() == [] and not empty.nothing_new
+
+
+def test_a_lock_held_by_another_process_is_waited_for_a_bounded_time(ignored, photos, monkeypatch):
+    """A shared ignore list whose lock another account's process holds: the change gives up after the
+    bound (``lock.SHARED_WAIT_S``, 60 s; 0.5 s here), names the holder, and writes nothing."""
+    ignored.add(photos[:1])
+    before = ignored.path.read_bytes()
+    hold = (
+        "import sys; from novelfind.base.lock import RunLock\n"
+        "with RunLock(sys.argv[1]):\n    print('held', flush=True); sys.stdin.read()\n"
+    )
+    lock_file = ignored.path.with_name(ignored.path.name + ".lock")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(lock_file)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    release = threading.Timer(60, holder.stdin.close)  # unbounded, the add would then succeed
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        release.start()
+        monkeypatch.setattr(lock, "SHARED_WAIT_S", 0.5)
+        with pytest.raises(LockedError) as info:
+            ignored.add(photos[1:2])
+    finally:
+        release.cancel()
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    said = f"gave up waiting for the ignore list {ignored.path} after 0.5 s: its lock is held by pid"
+    assert str(info.value).startswith(f"{said} {holder.pid} ")
+    assert str(info.value).endswith("; nothing was written to it") and info.value.exit_code == ExitCode.BUSY
+    assert ignored.path.read_bytes() == before

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +208,33 @@ def test_unreadable_pick_gets_a_placeholder(tmp_path, library):
     assert "no preview" in page
     assert "the only photo in the library" in page
     assert len(re.findall(r"<img ", page)) == 2  # pick 2 and its neighbour
+
+
+_REPORT_OF = """
+import sys
+from pathlib import Path
+from novelfind.outputs.report import write_html_report
+from novelfind.picks import Pick
+picks = [Pick(rank=i + 1, score=1.0, path=Path(p), size=0, mtime_ns=0) for i, p in enumerate(sys.argv[2:])]
+write_html_report(sys.argv[1], picks, decode_timeout=1)
+"""
+
+
+def test_a_pick_s_header_is_read_in_a_decode_process_under_the_time_limit(tmp_path, library):
+    """The size and date a card shows come from the file's header (LibRaw's for a RAW), read in a decode
+    process as the thumbnails are: a FIFO swapped in for a RAW blocks LibRaw's open, and is stopped there."""
+    pytest.importorskip("rawpy")
+    fifo = tmp_path / "IMG_0001.dng"
+    os.mkfifo(fifo)
+    out = tmp_path / "r.html"
+    args = [sys.executable, "-c", _REPORT_OF, str(out), str(fifo), str(library[0])]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    try:
+        subprocess.run(args, check=True, timeout=120, env=env, capture_output=True)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the FIFO was opened in the report's process, with no clock")
+    page = out.read_text(encoding="utf-8")
+    assert "IMG_0001.dng" in page and "320 × 240" in page  # the FIFO's card has no size; the photo's has
 
 
 def test_report_unwritable_is_output_error(tmp_path, library):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,6 +30,7 @@ def settings(tmp_path: Path, **changes) -> OutputSettings:
         xmp=False,
         xmp_keyword="novel",
         decode_timeout=None,
+        shared_outputs=False,
         cache=False,
     )
     return dataclasses.replace(base, **changes)
@@ -55,14 +55,15 @@ def test_an_output_target_that_cannot_be_written_fails_first(tmp_path):
     check_outputs(settings(tmp_path, output=tmp_path / "list.txt", report=tmp_path / "r.html"))  # fine
 
 
-def test_a_link_is_followed_for_the_results_file_only(tmp_path):
-    (tmp_path / "real.txt").write_text("")
-    (tmp_path / "link").symlink_to(tmp_path / "real.txt")
-    check_outputs(settings(tmp_path, output=tmp_path / "link"))  # the user's own link
-    with pytest.raises(
-        OutputError, match=rf"^cannot write the report .*link: {re.escape(atomic.LINK_REFUSED)}$"
-    ):
-        check_outputs(settings(tmp_path, report=tmp_path / "link"))
+@pytest.mark.parametrize(
+    "name, option", [("results file", "output"), ("report", "report"), ("contact sheet", "contact_sheet")]
+)
+def test_a_link_at_any_output_is_refused_before_the_scan(tmp_path, name, option):
+    (tmp_path / "real.png").write_text("")
+    (tmp_path / "link.png").symlink_to(tmp_path / "real.png")
+    with pytest.raises(OutputError) as refused:
+        check_outputs(settings(tmp_path, **{option: tmp_path / "link.png"}))
+    assert str(refused.value) == f"cannot write the {name} {tmp_path / 'link.png'}: {atomic.LINK_REFUSED}"
 
 
 def test_a_picks_folder_must_lie_outside_the_scan_and_be_a_folder(tmp_path):

@@ -113,3 +113,32 @@ def write_png_clip(path: Path, size: tuple[int, int], frame: bytes, n: int = 3) 
             packet.time_base, packet.is_keyframe = stream.time_base, True
             container.mux(packet)
     return path
+
+
+def write_two_stream_clip(path: Path, hidden: bytes, *, creation_time: str | None = None) -> Path:
+    """A .mov of a small H.264 clip (96 x 64) followed by a second video stream of PNG frames (the bytes
+    ``hidden``) that says its frames are 64 x 64: what a clip's first stream is read for never needs the
+    second, which only the opening of the file may decode. ``creation_time`` is kept as written (MOV
+    metadata keys: ``movflags=use_metadata_tags``), however long."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    options = {"movflags": "use_metadata_tags"} if creation_time is not None else {}
+    with av.open(str(path), "w", format="mov", options=options) as container:
+        if creation_time is not None:
+            container.metadata["creation_time"] = creation_time
+        video = container.add_stream("libx264", rate=10)
+        video.width, video.height, video.pix_fmt = 96, 64, "yuv420p"
+        png = container.add_stream("png", rate=1)
+        png.width, png.height, png.pix_fmt = 64, 64, "rgb24"
+        png.time_base = Fraction(1, 1)
+        for i in range(10):
+            frame = av.VideoFrame.from_ndarray(flat((200, 40, 40), seed=i), format="rgb24")
+            for packet in video.encode(frame):
+                container.mux(packet)
+        for packet in video.encode():
+            container.mux(packet)
+        for i in range(2):
+            packet = av.Packet(hidden)
+            packet.stream, packet.pts, packet.dts, packet.duration = png, i, i, 1
+            packet.time_base, packet.is_keyframe = png.time_base, True
+            container.mux(packet)
+    return path
