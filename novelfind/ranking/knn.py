@@ -543,11 +543,14 @@ def certified_order(
     want = max(first, 1)
     while True:
         scores = values()
+        settled = exact.copy()  # (N,) the rows whose score in ``scores`` is exact
         order = np.lexsort((np.arange(len(scores)), -scores))
         if rows is not None:
             order = order[rows[order]]
         used = walk(order)
-        if exact[order[:used]].all():
+        # exact when they were read, not only now: ``walk`` may make rows exact as it reads (event-knn's
+        # moments refine their events), which leaves ``scores`` and the order built from it stale
+        if settled[order[:used]].all():
             return order, scores
         want = max(want, 2 * used)
         reach = int(np.searchsorted(-scores[order], -scores[order[used - 1]], side="right"))

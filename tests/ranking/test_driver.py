@@ -551,3 +551,19 @@ def test_multiscale_knn_fuses_three_neighbourhood_sizes_by_rank():
     np.testing.assert_allclose(r.all_scores, np.mean(pct, axis=0), atol=2e-3)  # a near-tie may swap ranks
     assert r.indices[0] == len(x) - 1 and r.scores[0] == 1.0  # first at every k
     assert np.all(np.diff(r.scores) <= 0)
+
+
+def test_a_pick_without_a_finite_score_is_an_internal_error_never_a_score(monkeypatch):
+    """A scorer that leaves a bound (+inf) or NaN where the ranking reads a pick's score: ``rank``
+    refuses it, rather than hand it on to an output that would print it as null."""
+    x, truth = blob_with_outliers(n=300)
+    real = methods.METHODS["knn"]
+
+    def broken(given):
+        values = real.scorer(given).current().copy()
+        values[min(truth)] = np.inf
+        return scoring.Scores.of(values)
+
+    monkeypatch.setitem(methods.METHODS, "knn", dataclasses.replace(real, scorer=broken))
+    with pytest.raises(RuntimeError, match=f"internal error: knn gave pick row {min(truth)} no finite score"):
+        rank(x, 5, method="knn")

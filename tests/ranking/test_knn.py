@@ -254,3 +254,32 @@ def test_certified_order_with_a_reader_that_skips():
     want = np.lexsort((np.arange(n), -true))
     used = walk(want)
     assert order[:used].tolist() == want[:used].tolist()
+
+
+def test_certified_order_reads_again_the_rows_a_walk_made_exact_as_it_read_them():
+    """A walk that makes rows exact as it reads (event-knn's moments refine their events): the rows it
+    read on their bounds are read again, exact, and the scores returned are those of the order."""
+    n = 3000
+    true, bound = _fake_scores(n, 3)
+    top = np.lexsort((np.arange(n), -true))[:40]
+    bound[np.isinf(bound)] = 3 * true[np.isinf(bound)]
+    bound[top] = np.inf  # no finite bound for the best rows alone (too few candidates outside their event)
+    values, exact = bound.copy(), np.zeros(n, dtype=bool)
+
+    def make_exact(rows):
+        values[rows] = true[rows]
+        exact[rows] = True
+
+    make_exact(np.arange(0, n, 50))  # a sample made exact first (the scale's rows)
+
+    def walk(order):  # reads 10 rows; a settled row it looks past them for makes the best rows exact
+        settled = order[exact[order]]
+        if len(settled):
+            make_exact(top)
+        return 10
+
+    order, scores = knn.certified_order(lambda: values.copy(), exact, make_exact, walk)
+    want = np.lexsort((np.arange(n), -true))
+    assert order[:10].tolist() == want[:10].tolist()
+    assert np.isfinite(scores[order[:10]]).all()
+    np.testing.assert_array_equal(scores[order[:10]], true[order[:10]])
