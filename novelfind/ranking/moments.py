@@ -148,7 +148,7 @@ class Grouper:
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
             want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
-            while len(todo) < want and end < len(order):
+            while len(todo) + len(alone) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue

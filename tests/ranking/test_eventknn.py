@@ -125,6 +125,7 @@ def test_past_the_exact_limit_with_k_under_the_largest_batch_each_event_is_one_e
     assert len(x) > knn.EXACT_MAX_N and max(ODD_SIZES) > k
     got = novelfind.rank(x, k, method="event-knn", times=t)
     assert len(got.indices) == k and np.isfinite(got.scores).all()
+    assert np.isfinite(got.all_scores).all()
     moments = [set(np.append(m, p).tolist()) for p, m in zip(got.indices, got.members, strict=True)]
     for rows in odd:
         holding = [j for j, m in enumerate(moments) if m & set(rows.tolist())]
@@ -155,3 +156,21 @@ def test_past_the_exact_limit_the_content_methods_score_every_pick(monkeypatch, 
         want = novelfind.rank(x, 20, method=method, times=t)
         assert got.indices.tolist() == want.indices.tolist()
         np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5)
+
+
+def test_past_the_exact_limit_every_bound_is_a_finite_upper_bound(monkeypatch):
+    """Before anything is made exact, a photo of the largest odd event (its nearest photos all in it, so
+    the cell search finds none outside it) is bounded from the photos its event found outside it: a
+    number, not +inf, and at least its exact score."""
+    from novelfind.ranking import knn
+
+    x, t, odd = dated_library(0)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 1000)
+    bounds = scores(x, t)
+    got = bounds.current()
+    assert np.isfinite(got).all()
+    assert not bounds.exact[odd[0]].all()  # most read on their bounds (a sample is made exact)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 10**9)
+    exact = scores(x, t).current()
+    assert np.all(got >= exact * (1 - 1e-5))
+    assert np.all(got[odd[0]] <= 1.5 * exact[odd[0]])  # and near it: from real photos outside the event
