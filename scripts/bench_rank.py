@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 from novelfind.ranking import driver as ranking  # noqa: E402
 from novelfind.ranking import knn, moments, pca, scoring, solver  # noqa: E402
 from novelfind.ranking import methods as ranking_methods  # noqa: E402
-from novelfind.ranking.cells import CELL_ROWS  # noqa: E402
+from novelfind.ranking.cells import CELL_PROBE, CELL_ROWS  # noqa: E402
 
 K = 100  # planted outliers = picks
 
@@ -180,11 +180,18 @@ def instrument() -> StageClock:
 def make_times(n: int, kind: str, seed: int = 0) -> np.ndarray | None:
     """Capture times for ``event-knn`` (seconds): ``events``: events of 1 to ~200 photos (geometric
     sizes, mean 20) seconds to minutes apart inside, on days spread over three years, 5 % undated;
-    ``one-event``: every photo the same time (a copied archive); ``none``: no times."""
+    ``tenth``: the same, but a tenth of the photos (drawn at random) taken in one long day, a second
+    apart (one event holding a tenth of the library); ``one-event``: every photo the same time (a copied
+    archive); ``none``: no times."""
     if kind == "none":
         return None
     if kind == "one-event":
         return np.full(n, 1.7e9)
+    if kind == "tenth":
+        t = make_times(n, "events", seed)
+        day = np.random.default_rng(seed + 1).choice(n, n // 10, replace=False)
+        t[day] = 1.5e9 + np.arange(len(day), dtype=np.float64)  # before every other event: one event
+        return t
     rng = np.random.default_rng(seed)
     sizes = rng.geometric(1 / 20, size=n // 5 + 10)
     sizes = sizes[: np.searchsorted(np.cumsum(sizes), n) + 1]
@@ -230,6 +237,7 @@ def run_case(case: dict) -> dict:
         "stages_s": stages,
         "stages_cpu_s": stages_cpu,
         "peak_extra_mb": (status_kb("VmHWM") - rss0) / 1024,
+        "peak_rss_mb": status_kb("VmHWM") / 1024,  # the process's peak resident memory, features included
         "features_mb": x.nbytes / 2**20,
         "threads": torch.get_num_threads(),
         "loadavg_1m": os.getloadavg()[0],
@@ -338,7 +346,7 @@ def alternatives(path: Path, sample: int = 2048) -> list[dict]:
 
     def cells():
         d, i = knn.knn_cells(z, kk, measure=x)
-        return d, i, {"settings": f"65-d search space, {CELL_ROWS} rows a cell, {knn.CELL_PROBE} probed"}
+        return d, i, {"settings": f"65-d search space, {CELL_ROWS} rows a cell, {CELL_PROBE} probed"}
 
     def certified():
         s = knn.KnnScores.build(x, kk, search=z)
@@ -394,6 +402,27 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def against_default(rows: list[dict]) -> list[dict]:
+    """Each method's CPU seconds and peak resident memory over ``cosine-knn``'s at the same N."""
+    out = []
+    for r in rows:
+        base = [b for b in rows if b["n"] == r["n"] and b["method"] == "cosine-knn" and "cpu_s" in b]
+        if r["method"] == "cosine-knn" or "cpu_s" not in r or not base:
+            continue
+        b = base[0]
+        out.append(
+            {
+                "n": r["n"],
+                "method": r["method"] + (" (all exact)" if r.get("exact") else ""),
+                "times": r.get("times", ""),
+                "cpu_ratio": r["cpu_s"] / b["cpu_s"],
+                "peak_rss_ratio": r["peak_rss_mb"] / b["peak_rss_mb"],
+                "peak_extra_ratio": r["peak_extra_mb"] / max(b["peak_extra_mb"], 1.0),
+            }
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="10k,100k,1M")
@@ -406,8 +435,9 @@ def main() -> None:
     ap.add_argument(
         "--times",
         default="events",
-        help="capture times given to event-knn: comma-separated of events, one-event, none (make_times)",
+        help="capture times given to event-knn: comma-separated of events, tenth, one-event, none",
     )
+    ap.add_argument("--note", default="", help="a note kept with the machine's record (that it was busy)")
     ap.add_argument("--case", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.case:
@@ -419,6 +449,7 @@ def main() -> None:
     host = {
         **machine("python", "cpus", "processor=processor_or_machine", "loadavg_start=load"),
         "data": args.data,
+        "note": args.note,
     }
     rows: list[dict] = []
     for n in sizes:
@@ -465,7 +496,14 @@ def main() -> None:
             f"{a.get('recall_at_10', nan):.3f}, exact bounds {a.get('bound_exact_share', nan):.3f}, "
             f"planted share {a['share']:.2f}"
         )
-    write_json({"machine": host, "runs": rows, "alternatives": alt}, args.out, indent=1, end="")
+    ratios = against_default(rows)
+    for line in ratios:
+        print(
+            f"- N={line['n']:,} {line['method']} {line['times']}: {line['cpu_ratio']:.2f}x the CPU seconds "
+            f"of cosine-knn, {line['peak_rss_ratio']:.2f}x its peak memory"
+        )
+    doc = {"machine": host, "runs": rows, "against_cosine": ratios, "alternatives": alt}
+    write_json(doc, args.out, indent=1, end="")
     load = f"{host['loadavg_start'][0]:.1f} -> {host['loadavg_end'][0]:.1f}"
     print(f"\nload average {load}; wrote {args.out}")
     if failed:  # a case that fails is a broken benchmark, not a figure

@@ -153,13 +153,22 @@ def span_text(p: Pick) -> str | None:
 
 
 def _score(score: float) -> str:
-    return f"{score:.6f}"
+    return f"{_finite_score(score):.6f}"
+
+
+def _finite_score(value: Any) -> float:
+    """A pick's score: a finite number, or an internal error (the ranking never gives a bound or NaN as a
+    score; turning one into null or ``inf`` would hide the fault in the output)."""
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"internal error: a pick's score is {number}, not a finite number")
+    return number
 
 
 def _pick_record(p: Pick) -> dict[str, Any]:
     return {
         "rank": int(p.rank),
-        "score": _finite(p.score),
+        "score": _finite_score(p.score),
         "path": str(p.path),
         "size": int(p.size),
         "mtime": iso_utc(p.mtime_ns),

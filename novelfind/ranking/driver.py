@@ -333,9 +333,13 @@ def _rank(
     nb, dist = nearest_outside(xs, picks, found.members, nb, dist)  # a moment's: outside it
     unit_scale = scale if rescale else 1.0
     dist = (dist.astype(np.float64) * unit_scale).astype(np.float32)  # back to raw units
+    head_scores = scores[found.heads].astype(np.float32)  # a moment's score: its highest scored photo's
+    if not np.isfinite(head_scores).all():  # a bound read as a score: a fault of the ranking, never output
+        bad = int(found.heads[~np.isfinite(head_scores)][0])
+        raise RuntimeError(f"internal error: {method.name} gave pick row {bad} no finite score")
     return Ranking(
         indices=picks,
-        scores=scores[found.heads].astype(np.float32),  # a moment's score: its highest scored photo's
+        scores=head_scores,
         neighbour=nb,
         distance=dist,
         duplicates_dropped=dropped,

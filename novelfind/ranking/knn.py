@@ -32,52 +32,27 @@ row asked for.
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from novelfind.base.devices import available_cpus
-from novelfind.ranking.cells import CELL_ROWS, kmeans_cells
+from novelfind.ranking.cells import (
+    OutsideSearch,
+    _direct_distances,
+    _pairwise_to,
+    _row_norms,
+    _run_single_threaded,
+    _smallest,
+    _sq_dist,
+    knn_cells,
+)
 from novelfind.ranking.sources import FeatureSource, as_source, blocks
 
 EXACT_MAX_N = 4_096  # up to here every row is computed exactly (N^2 d flops); above, bounds + exact top
-CELL_PROBE = 4  # cells each cell's rows are compared with (its own and those with the nearest centres)
 PRUNE_BLOCK = 2048  # exact search with pruning: rows per block (about 8 cells), skipped or read whole
 PRUNE_MARGIN = 1e-3  # relative: a block is skipped only when farther than the bound by this much
 BOUND_SLACK = 1e-5  # relative: upper bounds are inflated by this, so float rounding never breaks the bound
-
-
-# --------------------------------------------------------------------------- numpy helpers
-
-
-def _row_norms(a: np.ndarray) -> np.ndarray:
-    """The length of each vector along the last axis of a (float32)."""
-    return np.sqrt(np.einsum("...j,...j->...", a, a))
-
-
-def _sq_dist(aq: np.ndarray, asq: np.ndarray, b: np.ndarray, bsq: np.ndarray) -> np.ndarray:
-    """(Q, B) squared distances |a|^2 + |b|^2 - 2 a.b from the rows aq (Q, d), b (B, d) and their squared
-    lengths asq (Q, 1), bsq (B,): one matrix product (BLAS), then in place."""
-    d2 = aq @ b.T  # (Q, B)
-    d2 *= -2
-    d2 += asq
-    d2 += bsq
-    return d2
-
-
-def _smallest(d2: np.ndarray, m: int) -> np.ndarray:
-    """Column indices (Q, m) of the m smallest entries of each row of d2 (Q, C), in no order."""
-    if m >= d2.shape[1]:
-        return np.broadcast_to(np.arange(d2.shape[1]), d2.shape).copy()
-    return np.argpartition(d2, m - 1, axis=1)[:, :m]
-
-
-def _pairwise_to(aq: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """(Q, B) distances between the rows of aq and of b (the Gram form, clamped at 0: for coarse choices,
-    such as which cells or blocks are near)."""
-    d2 = _sq_dist(aq, (aq * aq).sum(1, keepdims=True), b, (b * b).sum(1))
-    return np.sqrt(np.maximum(d2, 0, out=d2), out=d2)
 
 
 # --------------------------------------------------------------------------- exact search
@@ -122,6 +97,7 @@ def knn_exact(
     chunk: int | None = None,
     centre: np.ndarray | None = None,
     prune: Pruning | None = None,
+    groups: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other rows of x (N, d) for each row in ``rows``: (distances (Q, k), indices (Q, k)).
 
@@ -138,6 +114,10 @@ def knn_exact(
     ``prune``: skip, for each query, the blocks of rows that cannot hold one of its k nearest, judged
     in a cheaper space whose distances are lower bounds of those in x (``Pruning``); a block no query
     needs is not read. Same answer.
+
+    ``groups`` (N,) labels: only rows of another group than the query's own count as its neighbours
+    (an event's photos among the photos of other events); where fewer than k exist, the rest of the
+    row is +inf at index -1.
     """
     read, n, d, in_memory = _reader(x)
     rows = np.asarray(rows, dtype=np.int64)
@@ -154,8 +134,9 @@ def knn_exact(
     xraw = read(rows)  # (Q, d)
     xq = xraw - mu  # (Q, d)
     qsq = (xq * xq).sum(1, keepdims=True)  # (Q, 1)
+    gq = None if groups is None else np.asarray(groups)[rows]  # (Q,) each query's own group
     if prune is not None:
-        best_i = _knn_exact_pruned(read, n, mu, rows, xq, qsq, kk, prune, in_memory)
+        best_i = _knn_exact_pruned(read, n, mu, rows, xq, qsq, kk, prune, in_memory, groups)
         return _direct_distances(read, xraw, best_i)
     arange_q = np.arange(q)
     starts = list(range(0, n, chunk))
@@ -164,7 +145,7 @@ def knn_exact(
 
     def work(p: int) -> None:
         best_d = np.full((q, kk), np.inf, np.float32)  # (Q, k) squared distances
-        best_i = np.zeros((q, kk), dtype=np.int64)  # (Q, k)
+        best_i = np.full((q, kk), -1, dtype=np.int64)  # (Q, k)
         for c0 in starts[p::parts]:
             c1 = min(n, c0 + chunk)
             cols = np.arange(c0, c1)
@@ -174,6 +155,8 @@ def knn_exact(
             own = (rows >= c0) & (rows < c1)  # queries whose own row is in this chunk
             if own.any():
                 d2[arange_q[own], rows[own] - c0] = np.inf
+            if gq is not None:
+                d2[groups[cols][None, :] == gq[:, None]] = np.inf
             best_d, best_i = _merge_top(best_d, best_i, d2, cols, kk)
         tops[p] = (best_d, best_i)
 
@@ -218,6 +201,7 @@ def _knn_exact_pruned(
     kk: int,
     prune: Pruning,
     in_memory: bool,
+    groups: np.ndarray | None = None,
 ) -> np.ndarray:
     q = len(qi)
     zt = np.ascontiguousarray(prune.lower, dtype=np.float32)  # (N, D)
@@ -247,7 +231,7 @@ def _knn_exact_pruned(
 
     def work(p: int) -> None:
         best_d = np.full((q, kk), np.inf, np.float32)  # (Q, k) squared distances
-        best_i = np.zeros((q, kk), dtype=np.int64)  # (Q, k)
+        best_i = np.full((q, kk), -1, dtype=np.int64)  # (Q, k)
         for b in range(p, len(starts), parts):
             c0 = starts[b]
             ids = order[c0 : c0 + prune.block]  # (B,) row indices
@@ -267,6 +251,8 @@ def _knn_exact_pruned(
             xb -= mu  # (B, d)
             d2 = _sq_dist(xq[use], qsq[use], xb, (xb * xb).sum(1))  # (U, B)
             d2[ids[None, :] == qi[use][:, None]] = np.inf  # a row is not its own neighbour
+            if groups is not None:  # nor is a row of its own group
+                d2[groups[ids][None, :] == groups[qi[use]][:, None]] = np.inf
             best_d[use], best_i[use] = _merge_top(best_d[use], best_i[use], d2, ids, kk)
         tops[p] = (best_d, best_i)
 
@@ -275,128 +261,6 @@ def _knn_exact_pruned(
     prune.pairs += q * len(starts)
     prune.read += sum(blocks_read)
     return _merge_parts(tops, kk)
-
-
-def _direct_distances(
-    read: Callable[[np.ndarray], np.ndarray], xq: np.ndarray, idx: np.ndarray, chunk: int = 4096
-) -> tuple[np.ndarray, np.ndarray]:
-    """||x_q - x_j|| for the chosen neighbours idx (Q, k) of the query vectors xq (Q, d), from the
-    differences (the |a|^2 + |b|^2 - 2 a.b form that chose them loses ~1e-5 of a small distance), sorted
-    per row, equal distances by row index."""
-    q, kk = idx.shape
-    dist = np.empty((q, kk), np.float32)
-    for c0 in range(0, q, chunk):
-        c1 = min(q, c0 + chunk)
-        diff = read(idx[c0:c1].reshape(-1)).reshape(c1 - c0, kk, -1)  # (C, k, d)
-        diff -= xq[c0:c1, None, :]
-        dist[c0:c1] = _row_norms(diff)
-    j = np.lexsort((idx, dist), axis=1)
-    return np.take_along_axis(dist, j, 1), np.take_along_axis(idx, j, 1)
-
-
-# --------------------------------------------------------------------------- approximate search
-
-
-def knn_cells(
-    x: np.ndarray,
-    k: int,
-    *,
-    measure: np.ndarray | FeatureSource | None = None,
-    rows: int = CELL_ROWS,
-    probe: int = CELL_PROBE,
-    seed: int = 0,
-    cells_out: list | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Approximate k nearest other rows of every row of x (N, d): (distances (N, k), indices (N, k)).
-
-    The rows are cut into compact cells (``novelfind.ranking.cells.kmeans_cells``); the rows of each
-    cell are compared, in one matrix product, with every row of the ``probe`` cells whose centres are
-    nearest its own (itself included). Cost O(N probe rows d). The distances are to real rows, so each
-    is at least the exact one of the same rank (an upper bound); a row with fewer than k candidates gets
-    +inf there.
-
-    ``measure`` (N, M): find the candidates in x but return their distances measured in ``measure``,
-    sorted (an upper bound there too, good when rows near in x are near in ``measure``). A cell's
-    candidates are gathered once, so the rows read stay near the cache. ``cells_out``: a list that
-    receives the cells (row indices per cell).
-    ``measure`` may be a source read in chunks (``novelfind.ranking.sources``): each cell then reads the rows
-    of its ``probe`` cells with ``take`` (``probe`` x N rows in all, a cell at a time) and the distances
-    are those the matrix would give, bit for bit.
-    """
-    n, d = x.shape
-    xc = np.ascontiguousarray(x, dtype=np.float32)
-    kk = min(k, n - 1)
-    cells, centres = kmeans_cells(xc, rows, seed)
-    if cells_out is not None:
-        cells_out.extend(cells)
-    p = min(probe, len(cells))
-    near = np.argsort(_pairwise_to(centres, centres), axis=1, kind="stable")[:, :p]  # (L, P)
-    for i in range(len(cells)):  # its own cell first (a tie with an identical centre could move it)
-        if near[i, 0] != i:
-            near[i] = np.concatenate([[i], near[i][near[i] != i][: p - 1]])
-    mu = xc.mean(0, dtype=np.float64).astype(np.float32)
-
-    def read_x(ids: np.ndarray) -> np.ndarray:
-        return xc.take(ids, axis=0)
-
-    sq = np.concatenate([_row_norms(xc[i : i + 16384] - mu) for i in range(0, n, 16384)])
-    sq *= sq  # (N,) squared norms of the centred rows
-    dist = np.full((n, kk), np.inf, dtype=np.float32)
-    index = np.full((n, kk), -1, dtype=np.int64)
-    mt = None
-    if isinstance(measure, np.ndarray):
-        mt = np.ascontiguousarray(measure, dtype=np.float32)
-    elif measure is not None and measure.matrix is not None:
-        mt = np.ascontiguousarray(measure.matrix, dtype=np.float32)
-
-    def work(c: int) -> None:
-        q = cells[c]
-        base = np.concatenate([cells[j] for j in near[c]])  # own rows first
-        xq = xc[q] - mu  # (Q, d)
-        xb = xc[base] - mu  # (B, d)
-        d2 = _sq_dist(xq, sq[q][:, None], xb, sq[base])  # (Q, B)
-        d2[np.arange(len(q)), np.arange(len(q))] = np.inf  # row j of the cell is column j of the base
-        m = min(kk, len(base) - 1)
-        j = _smallest(d2, m)  # (Q, m), sorted below
-        cand = base[j]  # (Q, m)
-        if measure is None:  # distances from the differences, as knn_exact gives them
-            dist[q, :m], index[q, :m] = _direct_distances(read_x, xc[q], cand)
-            return
-        # one neighbour rank at a time: the (Q, M) differences stay in cache
-        if mt is None:  # a source read in chunks: this cell's base rows, its own first
-            rows_m, cand_t = np.asarray(measure.take(base), np.float32), np.ascontiguousarray(j.T)
-        else:
-            rows_m, cand_t = mt, np.ascontiguousarray(cand.T)  # (m, Q) rows of mt
-        xm = rows_m[: len(q)] if mt is None else mt[q]  # (Q, M)
-        diff = np.empty_like(xm)  # (Q, M)
-        dm = np.empty((len(q), m), np.float32)  # (Q, m)
-        for r in range(m):
-            np.take(rows_m, cand_t[r], axis=0, out=diff)
-            diff -= xm
-            dm[:, r] = _row_norms(diff)
-        o = np.argsort(dm, axis=1)
-        dist[q, :m] = np.take_along_axis(dm, o, 1)
-        index[q, :m] = np.take_along_axis(cand, o, 1)
-
-    _run_single_threaded(work, range(len(cells)))
-    return dist, index
-
-
-def _run_single_threaded(fn: Callable[[int], None], items) -> None:
-    """fn over items on one Python thread per core, each running single-threaded kernels (small matrix
-    products parallelise badly inside one kernel, and stall on a busy machine). numpy releases the GIL
-    in its matrix products, partitions and sorts; the BLAS library's own threads are held at one
-    meanwhile (threadpoolctl)."""
-    threads = available_cpus()
-    items = list(items)
-    if threads <= 1 or len(items) < 2:
-        for i in items:
-            fn(i)
-        return
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
-        list(pool.map(fn, items))
 
 
 # --------------------------------------------------------------------------- certified scores
@@ -415,6 +279,8 @@ class KnnScores:
     ``means_at`` (k_1 < ... <= k): also the mean distance to the k_s nearest for each k_s, in ``at``
     (N, S), bounded and made exact with the same neighbours (the j-th nearest candidate is at least as
     far as the j-th nearest row, so the mean over the first k_s candidates bounds the exact one too).
+    ``outside``: the cell search also fills this second list (``cells.OutsideSearch``: each row's
+    candidates of another group, for event-knn), from the same matrix products.
     ``make_exact(rows)`` replaces those rows' bounds by exact scores, one blocked pass of ``knn_exact``
     over all N, and records each such row's nearest other row (``nearest``, ``nearest_distance``). With
     ``search_is_lower`` (distances in ``search`` are at most those in x) that pass skips, for each row,
@@ -446,6 +312,7 @@ class KnnScores:
         exact_max_n: int | None = None,
         centre: np.ndarray | None = None,
         means_at: tuple[int, ...] = (),
+        outside: OutsideSearch | None = None,
     ) -> KnnScores:
         source = as_source(np.ascontiguousarray(x, dtype=np.float32) if isinstance(x, np.ndarray) else x)
         n = source.n
@@ -479,7 +346,7 @@ class KnnScores:
                 )
             dist, _ = knn_cells(source.matrix, kk, cells_out=cells)  # (N, k)
         else:  # candidates found in ``search``, measured in x
-            dist, _ = knn_cells(search, kk, measure=source, cells_out=cells)
+            dist, _ = knn_cells(search, kk, measure=source, cells_out=cells, outside=outside)
         out.values = (dist.mean(1) * (1 + BOUND_SLACK)).astype(np.float32)  # +inf where too few found
         if out.at is not None:
             out.at[:] = out._prefix_means(dist) * np.float32(1 + BOUND_SLACK)
@@ -543,11 +410,14 @@ def certified_order(
     want = max(first, 1)
     while True:
         scores = values()
+        settled = exact.copy()  # (N,) the rows whose score in ``scores`` is exact
         order = np.lexsort((np.arange(len(scores)), -scores))
         if rows is not None:
             order = order[rows[order]]
         used = walk(order)
-        if exact[order[:used]].all():
+        # exact when they were read, not only now: ``walk`` may make rows exact as it reads (event-knn's
+        # moments refine their events), which leaves ``scores`` and the order built from it stale
+        if settled[order[:used]].all():
             return order, scores
         want = max(want, 2 * used)
         reach = int(np.searchsorted(-scores[order], -scores[order[used - 1]], side="right"))

@@ -170,13 +170,14 @@ class Grouper:
         folded = pos = 0
         while len(moments) < k and pos < len(order):
             # look up the next candidates not yet in a moment, about twice as many as moments still wanted
-            want, end, todo = max(8, 2 * (k - len(moments))), pos, []
-            while len(todo) < want and end < len(order):
+            want, end, todo, alone = max(8, 2 * (k - len(moments))), pos, [], []
+            while len(todo) + len(alone) < want and end < len(order):
                 row, end = int(order[end]), end + 1
                 if row in owner or row in self.looked_up or not self._settled(row):
                     continue
-                if self._alone(row):  # a moment of its own by content: no look-up
+                if self._alone(row):  # a moment of its own by content: no look-up, but it counts
                     self.looked_up[row] = np.asarray([row], dtype=np.int64)
+                    alone.append(row)
                 else:
                     todo.append(row)
             self._look_up(todo)

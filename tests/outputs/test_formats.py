@@ -254,12 +254,19 @@ def test_json_accepts_numpy_values():
 
 
 def test_json_never_contains_nan():
-    pick = make_pick("/lib/a.jpg", score=float("nan"), distance=float("inf"))
+    pick = make_pick("/lib/a.jpg", score=0.5, distance=float("inf"))
     text = format_results([pick], "json", run={"lr": float("nan"), "nested": {"x": [float("inf")]}})
     doc = json.loads(text)  # strict JSON: no NaN / Infinity tokens
     assert "NaN" not in text and "Infinity" not in text
-    assert doc["picks"][0]["score"] is None and doc["picks"][0]["distance"] is None
+    assert doc["picks"][0]["score"] == 0.5 and doc["picks"][0]["distance"] is None
     assert doc["run"] == {"lr": None, "nested": {"x": [None]}}
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "tsv", "csv"])
+@pytest.mark.parametrize("score", [float("nan"), float("inf")])
+def test_a_score_that_is_not_a_number_is_an_internal_error_not_a_null(fmt, score):
+    with pytest.raises(ValueError, match="internal error: a pick's score is"):
+        format_results([make_pick("/lib/a.jpg", score=score)], fmt)
 
 
 def test_jsonl_one_object_per_line_with_type():

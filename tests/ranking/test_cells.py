@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from novelfind.ranking.cells import kmeans_cells
+from novelfind.ranking.cells import OutsideSearch, kmeans_cells, knn_cells
 
 
 def blobs(n: int, d: int, seed: int, clusters: int = 6) -> np.ndarray:
@@ -62,3 +63,41 @@ def test_the_same_seed_gives_the_same_cells():
     a, _ = kmeans_cells(x, rows=64, seed=7)
     b, _ = kmeans_cells(x, rows=64, seed=7)
     assert [c.tolist() for c in a] == [c.tolist() for c in b]
+
+
+@pytest.mark.parametrize("measured", [False, True])
+def test_the_outside_list_holds_real_rows_of_other_groups_and_bounds_the_exact_ones(measured):
+    """``knn_cells`` with an ``OutsideSearch``: the first list is what it is without one, bit for bit;
+    the second holds rows of another group only, at their true distances, each rank at least the
+    exact one outside the group (an upper bound); the rows not asked for get none."""
+    rng = np.random.default_rng(3)
+    x = blobs(3000, 8, seed=3)
+    groups = rng.integers(0, 300, len(x))
+    tight = np.arange(150)  # a group of near rows: each other's nearest
+    x[tight] = x[0] + 0.01 * rng.normal(size=(150, 8)).astype(np.float32)
+    groups[tight] = 10_000
+    asked = rng.random(len(x)) < 0.8
+    asked[tight] = True
+    search = x[:, :4].copy() if measured else x  # found in 4 of the 8 coordinates, measured in all 8
+    measure = x if measured else None
+    plain = knn_cells(search, 10, rows=64, measure=measure)
+    found = OutsideSearch(groups=groups, look=40, rows=asked)
+    dist, idx = knn_cells(search, 10, rows=64, measure=measure, outside=found)
+    np.testing.assert_array_equal(dist, plain[0])
+    np.testing.assert_array_equal(idx, plain[1])
+    od, oi = found.dist, found.index
+    assert (oi[~asked] == -1).all() and np.isinf(od[~asked]).all()
+    got = oi >= 0
+    assert (groups[oi[got]] != groups[np.nonzero(got)[0]]).all()
+    true = np.linalg.norm(x[oi[got]] - x[np.nonzero(got)[0]], axis=1)
+    np.testing.assert_allclose(od[got], true, rtol=1e-5, atol=1e-5)
+    assert np.all(np.where(got[:, 1:], np.diff(np.where(got, od, 0), axis=1), 0) >= 0)  # sorted
+    rows = np.flatnonzero(asked)[:300]
+    for r in rows:  # each rank at least the exact one among the rows of other groups
+        d = np.linalg.norm(x - x[r], axis=1)
+        d[groups == groups[r]] = np.inf
+        exact = np.sort(d)[:10]
+        assert np.all(od[r] >= exact * (1 - 1e-5) - 1e-5)
+    clear = asked & ~(groups[np.maximum(idx, 0)] == groups[:, None]).any(1)
+    np.testing.assert_array_equal(oi[clear], idx[clear])  # its nearest are all outside its group
+    assert np.isinf(od[tight, -1]).all()  # the tight group's rows: too few outside among their 40

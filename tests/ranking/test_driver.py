@@ -587,3 +587,19 @@ def test_rank_without_the_solver_imports_neither_torch_nor_onnxruntime(tmp_path)
     seen = json.loads(proc.stdout)
     assert {"cosine-knn", "event-knn", "knn", "microcluster"} <= set(seen)  # the k-NN methods, at least
     assert seen == {name: [5, []] for name in seen}
+
+
+def test_a_pick_without_a_finite_score_is_an_internal_error_never_a_score(monkeypatch):
+    """A scorer that leaves a bound (+inf) or NaN where the ranking reads a pick's score: ``rank``
+    refuses it, rather than hand it on to an output that would print it as null."""
+    x, truth = blob_with_outliers(n=300)
+    real = methods.METHODS["knn"]
+
+    def broken(given):
+        values = real.scorer(given).current().copy()
+        values[min(truth)] = np.inf
+        return scoring.Scores.of(values)
+
+    monkeypatch.setitem(methods.METHODS, "knn", dataclasses.replace(real, scorer=broken))
+    with pytest.raises(RuntimeError, match=f"internal error: knn gave pick row {min(truth)} no finite score"):
+        rank(x, 5, method="knn")

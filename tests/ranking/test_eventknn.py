@@ -88,3 +88,89 @@ def test_outside_mean_skips_the_own_event_and_is_inf_when_too_few_lie_outside():
     assert eventknn._outside_mean(dist, idx, own, event, 3).tolist() == [np.inf]
     assert eventknn._outside_mean(dist, idx, own, event, 0).tolist() == [np.inf]
     assert eventknn._outside_mean(dist, idx, own, event, 5).tolist() == [np.inf]  # more than the candidates
+
+
+# Odd one-off events of these sizes (the largest above every K below) in a library of recurring places
+ODD_SIZES = (80, 50, 30, 20, 12, 8, 5, 3, 2)
+
+
+def dated_library(seed: int, n: int = 1500, dim: int = 48) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """20 places photographed on 400 days, and one evening each of ``ODD_SIZES`` frames of a subject
+    seen nowhere else (a minute apart: one event each) -> (features, times, rows of each odd event)."""
+    rng = np.random.default_rng(seed)
+    centres = np.abs(rng.normal(size=(20, dim)))
+    daily = n - sum(ODD_SIZES)
+    rows = [centres[rng.integers(20, size=daily)] + 0.3 * rng.normal(size=(daily, dim))]
+    times = [rng.integers(400, size=daily) * DAY + rng.uniform(9, 18, daily) * 3600]
+    odd = []
+    for e, size in enumerate(ODD_SIZES):
+        odd.append(np.arange(size) + sum(len(r) for r in rows))
+        rows.append(rng.normal(size=dim) + 0.03 * np.abs(rng.normal(size=(size, dim))))
+        times.append((500 + 3 * e) * DAY + 22 * 3600 + 60.0 * np.arange(size))
+    return np.vstack(rows).astype(np.float32), np.concatenate(times), odd
+
+
+@pytest.mark.parametrize(("seed", "k"), [(0, 15), (1, 20), (2, 50)])
+def test_past_the_exact_limit_with_k_under_the_largest_batch_each_event_is_one_exact_moment(
+    monkeypatch, seed, k
+):
+    """Past ``knn.EXACT_MAX_N`` (the certified path: bounds, made exact where read) with K below the
+    size of the largest odd event: every score finite, each odd event one pick holding all its frames,
+    and the picks, scores and members those of the ranking with every row exact."""
+    import novelfind
+    from novelfind.ranking import knn
+
+    x, t, odd = dated_library(seed)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 1000)
+    assert len(x) > knn.EXACT_MAX_N and max(ODD_SIZES) > k
+    got = novelfind.rank(x, k, method="event-knn", times=t)
+    assert len(got.indices) == k and np.isfinite(got.scores).all()
+    assert np.isfinite(got.all_scores).all()
+    moments = [set(np.append(m, p).tolist()) for p, m in zip(got.indices, got.members, strict=True)]
+    for rows in odd:
+        holding = [j for j, m in enumerate(moments) if m & set(rows.tolist())]
+        assert len(holding) == 1 and set(rows.tolist()) <= moments[holding[0]]
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 10**9)
+    want = novelfind.rank(x, k, method="event-knn", times=t)
+    assert got.indices.tolist() == want.indices.tolist()
+    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5)
+    assert all(np.array_equal(a, b) for a, b in zip(got.members, want.members, strict=True))
+
+
+@pytest.mark.parametrize("method", ["cosine-knn", "microcluster"])
+def test_past_the_exact_limit_the_content_methods_score_every_pick(monkeypatch, method):
+    """The same library and limit for the methods without time: finite scores, no photo in two moments,
+    and (for the certified ``cosine-knn``; ``microcluster`` is exact at any N) the same picks as with
+    every row exact."""
+    import novelfind
+    from novelfind.ranking import knn
+
+    x, t, _ = dated_library(0)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 1000)
+    got = novelfind.rank(x, 20, method=method, times=t)
+    assert len(got.indices) == 20 and np.isfinite(got.scores).all()
+    seen = np.concatenate([got.indices, *got.members])
+    assert len(np.unique(seen)) == len(seen)  # no photo in two moments
+    if method == "cosine-knn":
+        monkeypatch.setattr(knn, "EXACT_MAX_N", 10**9)
+        want = novelfind.rank(x, 20, method=method, times=t)
+        assert got.indices.tolist() == want.indices.tolist()
+        np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5)
+
+
+def test_past_the_exact_limit_every_bound_is_a_finite_upper_bound(monkeypatch):
+    """Before anything is made exact, a photo of the largest odd event (its nearest photos all in it, so
+    the cell search finds none outside it) is bounded from the photos its event found outside it: a
+    number, not +inf, and at least its exact score."""
+    from novelfind.ranking import knn
+
+    x, t, odd = dated_library(0)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 1000)
+    bounds = scores(x, t)
+    got = bounds.current()
+    assert np.isfinite(got).all()
+    assert not bounds.exact[odd[0]].all()  # most read on their bounds (a sample is made exact)
+    monkeypatch.setattr(knn, "EXACT_MAX_N", 10**9)
+    exact = scores(x, t).current()
+    assert np.all(got >= exact * (1 - 1e-5))
+    assert np.all(got[odd[0]] <= 1.5 * exact[odd[0]])  # and near it: from real photos outside the event

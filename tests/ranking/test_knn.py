@@ -254,3 +254,76 @@ def test_certified_order_with_a_reader_that_skips():
     want = np.lexsort((np.arange(n), -true))
     used = walk(want)
     assert order[:used].tolist() == want[:used].tolist()
+
+
+def test_certified_order_reads_again_the_rows_a_walk_made_exact_as_it_read_them():
+    """A walk that makes rows exact as it reads (event-knn's moments refine their events): the rows it
+    read on their bounds are read again, exact, and the scores returned are those of the order."""
+    n = 3000
+    true, bound = _fake_scores(n, 3)
+    top = np.lexsort((np.arange(n), -true))[:40]
+    bound[np.isinf(bound)] = 3 * true[np.isinf(bound)]
+    bound[top] = np.inf  # no finite bound for the best rows alone (too few candidates outside their event)
+    values, exact = bound.copy(), np.zeros(n, dtype=bool)
+
+    def make_exact(rows):
+        values[rows] = true[rows]
+        exact[rows] = True
+
+    make_exact(np.arange(0, n, 50))  # a sample made exact first (the scale's rows)
+
+    def walk(order):  # reads 10 rows; a settled row it looks past them for makes the best rows exact
+        settled = order[exact[order]]
+        if len(settled):
+            make_exact(top)
+        return 10
+
+    order, scores = knn.certified_order(lambda: values.copy(), exact, make_exact, walk)
+    want = np.lexsort((np.arange(n), -true))
+    assert order[:10].tolist() == want[:10].tolist()
+    assert np.isfinite(scores[order[:10]]).all()
+    np.testing.assert_array_equal(scores[order[:10]], true[order[:10]])
+
+
+def brute_outside(x, rows, groups, k):
+    """Exact k smallest distances to rows of another group (float64), +inf where fewer exist."""
+    d = torch.cdist(torch.from_numpy(x[rows]).double(), torch.from_numpy(x).double()).numpy()
+    d[groups[rows][:, None] == groups[None, :]] = np.inf
+    d = np.sort(d, axis=1)[:, :k]
+    return np.pad(d, ((0, 0), (0, k - d.shape[1])), constant_values=np.inf)
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_knn_exact_among_other_groups_matches_brute_force(pruned):
+    """``groups``: the k nearest rows of another group; a tight group of 60 rows (each other's nearest)
+    finds its nearest rows outside it, pruned by a lower-bound space or not."""
+    rng = np.random.default_rng(8)
+    x = clustered(3000, 20, seed=8, clusters=10)
+    groups = rng.integers(0, 150, len(x))
+    x[:60] = x[0] + 0.01 * rng.normal(size=(60, 20)).astype(np.float32)
+    groups[:60] = 1000
+    rows = np.concatenate([np.arange(6), rng.choice(len(x), 100, replace=False)])
+    want = brute_outside(x, rows, groups, 10)
+    prune = None
+    if pruned:  # a valid k-th bound for every row: the exact k-th distance outside its group, a little up
+        low = _lower_space(x, 6)
+        kth = np.full(len(x), np.inf, np.float32)
+        kth[rows] = want[:, -1] * 1.01
+        prune = knn.Pruning(lower=low, order=np.argsort(low[:, 0], kind="stable"), kth=kth, block=128)
+    dist, idx = knn.knn_exact(x, rows, 10, groups=groups, prune=prune)
+    assert (groups[idx] != groups[rows][:, None]).all()
+    np.testing.assert_allclose(dist, want, rtol=1e-4, atol=1e-4)
+    again = np.linalg.norm(x[idx] - x[rows][:, None], axis=2)
+    np.testing.assert_allclose(again, dist, rtol=1e-4, atol=1e-4)
+    if pruned:
+        assert prune.skipped > 0
+
+
+def test_knn_exact_among_other_groups_with_fewer_than_k_outside():
+    x = clustered(12, 4, seed=9)
+    groups = np.array([0] * 9 + [1, 2, 3])
+    dist, idx = knn.knn_exact(x, np.array([0, 10]), 5, groups=groups)
+    assert sorted(idx[0, :3].tolist()) == [9, 10, 11] and idx[0, 3:].tolist() == [-1, -1]
+    assert np.isfinite(dist[0, :3]).all() and np.isinf(dist[0, 3:]).all()
+    assert np.all(np.diff(dist[0, :3]) >= 0)
+    assert (groups[idx[1]] != 2).all() and np.isfinite(dist[1]).all()  # 11 rows outside its group
