@@ -143,18 +143,16 @@ def test_csv_has_schema_columns_and_parses_back():
 
 
 def test_a_moments_time_span_is_in_tsv_csv_and_json():
-    """The first and last capture time of a dated moment, in the last two tsv and csv columns and in
-    the JSON field ``span``; empty (null) without capture times. One line per pick."""
+    """The first and last capture time of a dated moment: the tsv column ``span`` (``FIRST/LAST``, ``-``
+    without capture times), the last two csv columns and the JSON field ``span`` (empty, null without
+    capture times). One line per pick."""
     import calendar
 
     first, last = calendar.timegm((2024, 6, 4, 20, 5, 0)), calendar.timegm((2024, 6, 4, 20, 53, 0))
     dated = make_pick("/lib/aerial_04.jpg", rank=1, span=(float(first), float(last)))
     picks = [dated, make_pick("/lib/b.jpg", rank=2)]
     lines = format_results(picks, "tsv").splitlines()
-    assert [line.split("\t")[4:] for line in lines] == [
-        ["2024-06-04T20:05:00", "2024-06-04T20:53:00"],
-        ["", ""],
-    ]
+    assert [line.split("\t")[5:] for line in lines] == [["2024-06-04T20:05:00/2024-06-04T20:53:00"], ["-"]]
     rows = list(csv.reader(io.StringIO(format_results(picks, "csv"))))
     assert rows[0][-2:] == ["span_first", "span_last"]
     assert [row[-2:] for row in rows[1:]] == [["2024-06-04T20:05:00", "2024-06-04T20:53:00"], ["", ""]]

@@ -215,7 +215,11 @@ import sys
 from pathlib import Path
 from novelfind.outputs.report import write_html_report
 from novelfind.picks import Pick
-picks = [Pick(rank=i + 1, score=1.0, path=Path(p), size=0, mtime_ns=0) for i, p in enumerate(sys.argv[2:])]
+stats = [Path(p).stat() for p in sys.argv[2:]]  # as ranked
+picks = [
+    Pick(rank=i + 1, score=1.0, path=Path(p), size=st.st_size, mtime_ns=st.st_mtime_ns)
+    for i, (p, st) in enumerate(zip(sys.argv[2:], stats))
+]
 write_html_report(sys.argv[1], picks, decode_timeout=1)
 """
 
