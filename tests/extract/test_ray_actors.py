@@ -184,3 +184,20 @@ def test_a_worker_says_which_file_it_read_and_the_driver_fails_one_changed_since
     assert _take_results(driver, iter([rows]), [0, 1]) == []
     assert failed == [(files[1].path, stage.CHANGED_WHILE_READ)]
     assert set(cache.files) == {str(files[0].path)}  # nothing cached under the walk's stat of b.jpg
+
+
+def test_the_nodes_model_folder_is_this_accounts_alone(tmp_path, monkeypatch):
+    """The shipped weights are checked, then loaded by name: their folder must be one no other account can
+    write. One planted there by another account (here: made writable by all) is passed over."""
+    import stat as stat_module
+    import tempfile
+
+    from novelfind.extract.engines import ray_actors
+
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path))
+    mine = ray_actors.node_dir()
+    assert mine == tmp_path / f"{ray_actors.NODE_DIR}-{os.geteuid()}"
+    assert stat_module.S_IMODE(mine.stat().st_mode) == 0o700
+    os.chmod(mine, 0o777)  # as a folder another account made would be
+    other = ray_actors.node_dir()
+    assert other != mine and stat_module.S_IMODE(other.stat().st_mode) == 0o700

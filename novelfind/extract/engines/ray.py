@@ -16,8 +16,9 @@ What the cluster needs:
   (``/mnt/archive/2019/IMG_0001.jpg``), so mount the library at one path everywhere.
 - **Not the model**: the driver resolves and verifies the weights, exports and verifies the ONNX graph
   (as the local engine does) and puts the bytes in Ray's object store. Each node fetches them once
-  (about 14 MB), writes them to a node-local folder (``<tmp>/novelfind-ray/``) and checks their sha256,
-  so nodes do not need the user's cache folder or any download.
+  (about 14 MB), writes them to a node-local folder of the account's alone
+  (``<tmp>/novelfind-ray-UID/``, 0700) and checks their sha256, so nodes do not need the user's cache
+  folder or any download.
 
 Workers: on a cluster without GPUs, one actor per CPU, ONNX Runtime on one thread (decode and model
 alternate in the actor; decoding dominates). On a cluster with GPUs (``device="auto"``), one actor per

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,22 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def node_dir() -> Path:
+    """The node's folder for the shipped model files, this account's alone: ``NODE_DIR-UID`` in the temp
+    folder, made 0700. One there that is not a folder of this account's alone (planted by another
+    account, which could swap the weights between their check and their load) is passed over for a new
+    private one (``mkdtemp``)."""
+    base = Path(tempfile.gettempdir()) / f"{NODE_DIR}-{os.geteuid()}"
+    try:
+        base.mkdir(mode=0o700, exist_ok=True)
+        st = os.lstat(base)
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077:
+            return base
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix=f"{NODE_DIR}-"))
+
+
 def _materialise(path: Path, data: bytes, sha256: str) -> Path:
     """Write ``data`` to ``path`` unless a file with that sha256 is already there; atomic."""
     try:
@@ -107,8 +124,7 @@ def _worker_extractor(spec: ModelSpec):
     from novelfind.model.features import OnnxExtractor, TorchExtractor
     from novelfind.model.weights import WEIGHTS_FILE
 
-    base = Path(tempfile.gettempdir()) / NODE_DIR
-    weights = base / WEIGHTS_FILE
+    weights = node_dir() / WEIGHTS_FILE
     if spec.device == "cuda":
         _materialise(weights, ray.get(spec.weights_ref), spec.weights_sha256)
         return TorchExtractor(weights, spec.feature, device="cuda")
