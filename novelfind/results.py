@@ -139,6 +139,15 @@ class ScanResult:
         )
 
 
+
+def capture_times(taken: Dates) -> np.ndarray:
+    """The capture times the ranking groups by: those the photos (or their sidecars) say. A file time
+    stands in for a date in the outputs, but it is when a file was copied, not a shot: two photos copied
+    in one second are no burst."""
+    times = np.array(taken.taken, dtype=np.float64, copy=True)
+    times[[source == "file" for source in taken.sources]] = np.nan
+    return times
+
 def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
     """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
     (:func:`parameters_record`) and the counts."""
@@ -260,7 +269,7 @@ def rank_picks(
             device=solver_device(p, len(files)) if METHODS[p.method].solver else None,
             candidates=candidates if restricted else None,
             prefer=originality(files, read, clips),  # a moment is shown by its best original
-            times=None if taken is None else taken.taken,  # when each photo was taken
+            times=None if taken is None else capture_times(taken),  # when each photo was taken
         )
     except ValueError as err:  # e.g. a learning rate so large that the weights overflow
         raise InputError(f"cannot rank with these settings: {err}") from None

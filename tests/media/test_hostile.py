@@ -235,15 +235,19 @@ def test_a_report_path_that_is_a_link_is_refused(fake_extractor, small_library, 
     assert victim.read_text() == "keep" and link.is_symlink()
 
 
-def test_results_file_through_a_link_the_user_made_is_written(fake_extractor, small_library, tmp_path):
-    """``-o`` is the documented exception: one file the user names, a link there is the user's."""
+def test_a_results_file_that_is_a_link_is_refused_and_its_target_left_alone(
+    fake_extractor, small_library, tmp_path
+):
+    """``-o`` is written like every output: a link at its name is refused (one line, exit code 1), and the
+    file it points to is not written."""
     real = tmp_path / "real.tsv"
-    real.write_text("")
+    real.write_text("root's own\n")
     link = tmp_path / "novel.tsv"
     link.symlink_to(real)
     result = nf("scan", small_library, "--k", 2, "-o", link, "--cache", tmp_path / "c.sqlite")
-    assert result.exit_code == 0, result.stderr
-    assert link.is_symlink() and len(real.read_text().splitlines()) == 2
+    assert result.exit_code == 1
+    assert "symbolic link" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert link.is_symlink() and real.read_text() == "root's own\n"
 
 
 def test_an_ignore_list_that_is_a_link_is_not_written_through(fake_extractor, small_library, tmp_path):

@@ -130,7 +130,9 @@ def test_pairs_in_the_records_summary_and_copies(library, fake_extractor, tmp_pa
     assert f"{rank['odd_red.jpg']:03d}_odd_red.CR2" in placed
     assert len(placed) == 3 + sum(1 for also in by_path.values() if also)
     csv_out = run("scan", library["root"], "--k", "3", "--format", "csv", "--no-cache", "-q").stdout
-    assert csv_out.splitlines()[0].endswith(",also,member_count,taken,taken_source,labels")
+    assert csv_out.splitlines()[0].endswith(
+        ",also,member_count,taken,taken_source,labels,span_first,span_last"
+    )
 
 
 # ------------------------------------------------------------------------------------------ RAW

@@ -41,9 +41,9 @@ def decode_or_stall(path: str) -> Decoded:
     return Decoded(None, reason=NOT_STOPPED) if _stalled(path) else decode_file(path)
 
 
-def thumbnail_or_stall(path: str, sizes, at=None, encode=False) -> Thumbnails:
+def thumbnail_or_stall(path: str, sizes, at=None, encode=False, expect=None) -> Thumbnails:
     if not _stalled(path):
-        return thumbnails_of(path, sizes, at, encode)
+        return thumbnails_of(path, sizes, at, encode, expect)
     woke = {size: Image.new("RGB", (size, size), WOKE_UP) for size in sizes}
     return Thumbnails({size: encode_jpeg(img) if encode else img for size, img in woke.items()})
 
