@@ -139,7 +139,6 @@ class ScanResult:
         )
 
 
-
 def capture_times(taken: Dates) -> np.ndarray:
     """The capture times the ranking groups by: those the photos (or their sidecars) say. A file time
     stands in for a date in the outputs, but it is when a file was copied, not a shot: two photos copied
@@ -147,6 +146,7 @@ def capture_times(taken: Dates) -> np.ndarray:
     times = np.array(taken.taken, dtype=np.float64, copy=True)
     times[[source == "file" for source in taken.sources]] = np.nan
     return times
+
 
 def run_record(params: ScanParameters, counts: Counts, seconds: float) -> dict[str, Any]:
     """The ``run`` object of the JSON formats: the version, the parameters that shape the ranking
